@@ -1,0 +1,165 @@
+//! `hopping-gateway`: parses flags, loads and validates the config, sets up logging, and calls
+//! `internal::server::run` with SIGTERM/SIGINT as the shutdown signal (SPEC section 2).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use internal::config::{self, Config, StoreKind};
+use internal::logging::{self, LogFormat};
+use internal::server::{self, Options};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+/// A gateway whose connections hop to a healthy node when theirs dies, drains or is redeployed.
+#[derive(Debug, Parser)]
+#[command(name = "hopping-gateway", version)]
+struct Cli {
+    /// TOML config file (SPEC section 3); without it the Go-compatible defaults apply.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Validate FILE, print every error with line and column, and exit (0 valid, 2 invalid).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+    /// Data-plane listen address (overrides [server] listen).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Admin listen address (overrides [server] admin_listen).
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
+    /// Replace the first cluster's nodes; repeatable.
+    #[arg(long = "node", value_name = "ID=HOST:PORT")]
+    nodes: Vec<String>,
+    /// Use the Redis affinity store at URL.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: Format,
+    /// Access log on or off (overrides [server] access_log).
+    #[arg(long, value_enum)]
+    access_log: Option<OnOff>,
+    /// Runtime worker threads (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(path) = &cli.check_config {
+        return match config::load_path(path) {
+            Ok(_) => {
+                println!("{}: ok", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    logging::init(match cli.log_format {
+        Format::Text => LogFormat::Text,
+        Format::Json => LogFormat::Json,
+    });
+    let mut cfg = match &cli.config {
+        Some(path) => match config::load_path(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::go_defaults(),
+    };
+    let overrides = overrides(&cli);
+    if let Err(e) = apply_checked(&cli, &mut cfg) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cli.workers {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = match rt.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = Options { config: cfg, file: cli.config.clone(), overrides };
+    match rt.block_on(server::run(opts, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hopping-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Applies the flags once, reporting a bad `--node`.
+fn apply_checked(cli: &Cli, cfg: &mut Config) -> Result<(), String> {
+    cfg.override_nodes(&cli.nodes)?;
+    overrides(cli)(cfg);
+    Ok(())
+}
+
+/// Flags as a function re-applied to every reloaded config ("flags override the file").
+fn overrides(cli: &Cli) -> Box<dyn Fn(&mut Config) + Send + Sync> {
+    let listen = cli.listen;
+    let admin = cli.admin_listen;
+    let nodes = cli.nodes.clone();
+    let redis = cli.redis_url.clone();
+    let access = cli.access_log;
+    Box::new(move |c: &mut Config| {
+        if let Some(a) = listen {
+            c.server.listen = a;
+        }
+        if let Some(a) = admin {
+            c.server.admin_listen = a;
+        }
+        // Validated at start-up by apply_checked; a reload keeps the same flags.
+        let _ = c.override_nodes(&nodes);
+        if let Some(url) = &redis {
+            c.affinity.store = StoreKind::Redis { url: url.clone() };
+        }
+        if let Some(a) = access {
+            c.server.access_log = matches!(a, OnOff::On);
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

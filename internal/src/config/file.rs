@@ -1,0 +1,265 @@
+//! The config file as written: a serde DTO mirroring SPEC section 3 key for key.
+//!
+//! Every table rejects unknown keys. Durations stay strings here so that a bad one is reported by
+//! `validate` with its dotted key, line and column; nothing in this module is seen by runtime code.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The whole file (SPEC section 3). Missing tables take their defaults.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// `[server]`.
+    pub server: ServerFile,
+    /// `[affinity]`.
+    pub affinity: AffinityFile,
+    /// `[health]`: defaults for every cluster.
+    pub health: HealthFile,
+    /// `[limits]`: request limits (SPEC section 4).
+    pub limits: LimitsFile,
+    /// `[[clusters]]`.
+    pub clusters: Vec<ClusterFile>,
+    /// `[[routes]]`.
+    pub routes: Vec<RouteFile>,
+}
+
+/// `[server]` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerFile {
+    /// Data-plane listen address, `host:port`.
+    pub listen: Option<String>,
+    /// Admin listen address, `host:port`.
+    pub admin_listen: Option<String>,
+    /// Bearer token for the admin API; empty = none.
+    pub admin_token: Option<String>,
+    /// This gateway's zone; empty = none.
+    pub zone: Option<String>,
+    /// CIDRs whose `X-Forwarded-*` headers are kept.
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Humantime duration.
+    pub shutdown_timeout: Option<String>,
+    /// Access log on or off.
+    pub access_log: Option<bool>,
+}
+
+/// `[affinity]` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AffinityFile {
+    /// Header carrying the conn id.
+    pub header: Option<String>,
+    /// `"client"` or `"signed"`.
+    pub ids: Option<String>,
+    /// Env var holding the HMAC key in signed mode.
+    pub secret_env: Option<String>,
+    /// Env var holding older, still accepted HMAC keys, comma separated.
+    pub old_secrets_env: Option<String>,
+    /// `"memory"` or `"redis"`.
+    pub store: Option<String>,
+    /// Sliding TTL, humantime.
+    pub ttl: Option<String>,
+    /// Memory store bound.
+    pub max_entries: Option<u64>,
+    /// Redis URL.
+    pub redis_url: Option<String>,
+    /// Redis key prefix.
+    pub key_prefix: Option<String>,
+    /// Timeout for one Redis call, humantime.
+    pub redis_timeout: Option<String>,
+}
+
+/// `[health]` or a cluster's `health = {..}` override; every key optional so overrides merge.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthFile {
+    /// `"http"` or `"tcp"`.
+    pub kind: Option<String>,
+    /// Probe path for http probes.
+    pub path: Option<String>,
+    /// Probe interval, humantime.
+    pub interval: Option<String>,
+    /// Probe timeout, humantime.
+    pub timeout: Option<String>,
+    /// Inclusive `[low, high]` status range.
+    pub expect_status: Option<Vec<u16>>,
+    /// Optional JSON body check.
+    pub expect_json: Option<ExpectJsonFile>,
+    /// Consecutive failures before the degraded weight.
+    pub degrade_after: Option<u32>,
+    /// Weight percent while degraded.
+    pub degraded_percent: Option<u32>,
+    /// Consecutive failures before ejection.
+    pub eject_after: Option<u32>,
+    /// Consecutive successes before recovery starts.
+    pub recover_after: Option<u32>,
+    /// Slow-start ramp, humantime; `"0s"` = none.
+    pub slow_start: Option<String>,
+    /// Passive errors in a row that eject at once; 0 = off.
+    pub passive_consecutive_errors: Option<u32>,
+}
+
+/// `expect_json = { pointer, equals }`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectJsonFile {
+    /// RFC 6901 JSON pointer.
+    pub pointer: String,
+    /// Expected string value at the pointer.
+    pub equals: String,
+}
+
+/// `[limits]` as written (SPEC section 4 defaults; README "Limits").
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsFile {
+    /// Request line bytes.
+    pub max_request_line: Option<u64>,
+    /// Header block bytes, excluding the request line.
+    pub max_header_bytes: Option<u64>,
+    /// Header field count.
+    pub max_headers: Option<u64>,
+    /// Whole request head read timeout, humantime.
+    pub header_read_timeout: Option<String>,
+    /// Request body idle timeout, humantime.
+    pub body_idle_timeout: Option<String>,
+    /// Concurrent downstream connections.
+    pub max_connections: Option<u64>,
+    /// WebSocket idle timeout, humantime; `"0s"` = off.
+    pub websocket_idle_timeout: Option<String>,
+    /// Upstream connect timeout, humantime.
+    pub connect_timeout: Option<String>,
+    /// Idle pooled upstream connections are closed after this, humantime.
+    pub upstream_idle_timeout: Option<String>,
+}
+
+/// One `[[clusters]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterFile {
+    /// Cluster name.
+    pub name: String,
+    /// `"http1"` or `"h2c"`.
+    pub protocol: Option<String>,
+    /// Per-cluster health overrides.
+    pub health: Option<HealthFile>,
+    /// Picker name.
+    pub lb: Option<String>,
+    /// Nodes.
+    pub nodes: Vec<NodeFile>,
+}
+
+/// One `[[clusters.nodes]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeFile {
+    /// Node id, unique across clusters.
+    pub id: String,
+    /// `host:port`.
+    pub addr: String,
+    /// Configured weight.
+    pub weight: Option<u32>,
+    /// Free-form metadata (`version`, `zone`, ...).
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteFile {
+    /// Route id.
+    pub id: String,
+    /// Predicates.
+    #[serde(rename = "match")]
+    pub match_: MatchFile,
+    /// Target cluster name.
+    pub cluster: String,
+    /// Prefix removed from the path before forwarding.
+    pub strip_prefix: Option<String>,
+    /// Request timeout, humantime.
+    pub timeout: Option<String>,
+    /// Retries for idempotent requests.
+    pub retries: Option<u32>,
+    /// `"hop"`, `"hint"` or `"close"`.
+    pub websocket: Option<String>,
+    /// `"fallback"` or `"fail_open"`.
+    pub on_all_down: Option<String>,
+    /// Fallback answer.
+    pub fallback: Option<FallbackFile>,
+    /// Max request body bytes.
+    pub max_body: Option<u64>,
+    /// Canary settings.
+    pub canary: Option<CanaryFile>,
+    /// Warm-up settings.
+    pub warmup: Option<WarmupFile>,
+}
+
+/// `match = {..}`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatchFile {
+    /// Path prefix, segment-aware is not implied: plain string prefix.
+    pub path_prefix: Option<String>,
+    /// Exact path.
+    pub path: Option<String>,
+    /// Host, exact, case-insensitive; empty = any.
+    pub host: Option<String>,
+    /// Methods; empty = any.
+    pub methods: Vec<String>,
+    /// Header name -> exact value.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `fallback = {..}`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FallbackFile {
+    /// HTTP status.
+    pub status: Option<u16>,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// Body.
+    pub body: Option<String>,
+}
+
+/// `[routes.canary]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CanaryFile {
+    /// Header naming the wanted version.
+    pub version_header: Option<String>,
+    /// Query parameter naming the wanted version.
+    pub version_query: Option<String>,
+    /// Node metadata key holding a node's version.
+    pub metadata_key: Option<String>,
+    /// `"fallback_all"` or `"reject"`.
+    pub no_match: Option<String>,
+    /// Hash-bucket splits.
+    pub split: Vec<SplitFile>,
+}
+
+/// One `split = [{..}]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SplitFile {
+    /// `header:NAME`, `cookie:NAME` or `query:NAME`.
+    pub by: String,
+    /// Percent of the hash space, 0-100.
+    pub percent: f64,
+    /// Version those requests get.
+    pub version: String,
+}
+
+/// `[routes.warmup]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WarmupFile {
+    /// Percent of traffic at the start.
+    pub initial_percent: Option<f64>,
+    /// Ramp duration, humantime.
+    pub duration: Option<String>,
+    /// Error rate (0-1) above which the table rolls back.
+    pub max_error_rate: Option<f64>,
+}

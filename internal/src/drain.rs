@@ -1,0 +1,43 @@
+//! Shutdown and drain signalling: a [`Signal`] held by the server, [`Watch`]es held by every
+//! connection and long-lived stream. A leaf module.
+
+use tokio::sync::watch;
+
+/// The sending half: fire once to tell every watcher to wind down.
+#[derive(Debug)]
+pub struct Signal(watch::Sender<bool>);
+
+/// The receiving half; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Watch(watch::Receiver<bool>);
+
+/// A new signal/watch pair.
+pub fn channel() -> (Signal, Watch) {
+    let (tx, rx) = watch::channel(false);
+    (Signal(tx), Watch(rx))
+}
+
+impl Signal {
+    /// Tells every watcher to wind down.
+    pub fn fire(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Waits until every [`Watch`] is dropped.
+    pub async fn closed(&self) {
+        self.0.closed().await;
+    }
+}
+
+impl Watch {
+    /// Resolves once the signal fired (at once if it already had).
+    pub async fn signaled(&mut self) {
+        // An Err means the Signal was dropped, which only happens at the end of shutdown: treat as fired.
+        let _ = self.0.wait_for(|fired| *fired).await;
+    }
+
+    /// True if the signal fired.
+    pub fn is_signaled(&self) -> bool {
+        *self.0.borrow()
+    }
+}

@@ -1,0 +1,47 @@
+//! The conformance suite every affinity store passes (STYLE section 8): bind, sliding TTL, CAS hop, remove.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::AffinityStore;
+
+/// Runs every check against `store`, which must have a TTL of `ttl` and start empty.
+pub(crate) async fn run(store: &AffinityStore, ttl: Duration) {
+    let a: Arc<str> = Arc::from("node-a");
+    let b: Arc<str> = Arc::from("node-b");
+    let c: Arc<str> = Arc::from("node-c");
+    assert_eq!(store.get("c-1").await, None);
+    assert_eq!(store.bind("c-1", &a).await, a, "first bind wins");
+    assert_eq!(store.bind("c-1", &b).await, a, "second bind keeps the first node");
+    assert_eq!(store.get("c-1").await, Some(a.clone()));
+    assert_eq!(store.hop("c-1", "node-a", &b).await, b, "hop from the bound node succeeds");
+    assert_eq!(store.hop("c-1", "node-a", &c).await, b, "a stale hop loses to the winner");
+    assert_eq!(store.get("c-1").await, Some(b.clone()));
+    let binding = store.lookup("c-1").await.expect("bound");
+    assert_eq!(binding.node, b);
+    assert!(binding.ttl <= ttl && binding.ttl > ttl / 2, "{binding:?}");
+    assert!(store.remove("c-1").await);
+    assert!(!store.remove("c-1").await);
+    assert_eq!(store.get("c-1").await, None);
+    assert_eq!(store.hop("c-2", "node-x", &c).await, c, "hop on an unbound id binds it");
+}
+
+#[tokio::test]
+async fn memory_store_conforms() {
+    let ttl = Duration::from_secs(60);
+    run(&AffinityStore::Memory(super::MemoryStore::new(100, ttl)), ttl).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_store_ttl_slides() {
+    let ttl = Duration::from_secs(10);
+    let s = super::MemoryStore::new(100, ttl);
+    let a: Arc<str> = Arc::from("a");
+    s.bind("x", &a);
+    tokio::time::advance(Duration::from_secs(8)).await;
+    assert_eq!(s.get("x"), Some(a.clone()), "used before expiry");
+    tokio::time::advance(Duration::from_secs(8)).await;
+    assert_eq!(s.get("x"), Some(a), "the use slid the TTL");
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(s.get("x"), None, "unused past the TTL");
+}

@@ -1,0 +1,132 @@
+//! The bounded in-memory affinity store: an LRU capped at `max_entries` with a sliding TTL
+//! (SPEC section 7). A flood of random ids evicts the least recently used bindings; memory stays bounded.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lru::LruCache;
+use tokio::time::Instant;
+
+use super::Binding;
+
+#[derive(Debug)]
+struct Entry {
+    node: Arc<str>,
+    expires: Instant,
+}
+
+/// LRU + sliding TTL. Critical sections are short and never await.
+#[derive(Debug)]
+pub struct MemoryStore {
+    map: Mutex<LruCache<Box<str>, Entry>>,
+    ttl: Duration,
+}
+
+impl MemoryStore {
+    /// A store holding at most `max_entries` (>= 1) bindings, each forgotten `ttl` after last use.
+    pub fn new(max_entries: usize, ttl: Duration) -> Self {
+        let cap = NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
+        MemoryStore { map: Mutex::new(LruCache::new(cap)), ttl }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Entry>> {
+        self.map.lock().expect("memory store mutex is never poisoned: no panics while held")
+    }
+
+    /// See [`super::AffinityStore::get`].
+    pub fn get(&self, conn: &str) -> Option<Arc<str>> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.get_mut(conn) {
+            Some(e) if e.expires > now => {
+                e.expires = now + self.ttl;
+                Some(e.node.clone())
+            }
+            Some(_) => {
+                map.pop(conn);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// See [`super::AffinityStore::bind`].
+    pub fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(conn) {
+            if e.expires > now {
+                e.expires = now + self.ttl;
+                return e.node.clone();
+            }
+        }
+        map.put(conn.into(), Entry { node: node.clone(), expires: now + self.ttl });
+        node.clone()
+    }
+
+    /// See [`super::AffinityStore::hop`].
+    pub fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(conn) {
+            if e.expires > now && &*e.node != from {
+                e.expires = now + self.ttl;
+                return e.node.clone();
+            }
+        }
+        map.put(conn.into(), Entry { node: to.clone(), expires: now + self.ttl });
+        to.clone()
+    }
+
+    /// Writes `conn -> node` unconditionally (cache fill from a shared store).
+    pub fn put(&self, conn: &str, node: &Arc<str>) {
+        let expires = Instant::now() + self.ttl;
+        self.lock().put(conn.into(), Entry { node: node.clone(), expires });
+    }
+
+    /// See [`super::AffinityStore::remove`].
+    pub fn remove(&self, conn: &str) -> bool {
+        let now = Instant::now();
+        self.lock().pop(conn).is_some_and(|e| e.expires > now)
+    }
+
+    /// See [`super::AffinityStore::lookup`].
+    pub fn lookup(&self, conn: &str) -> Option<Binding> {
+        let now = Instant::now();
+        let map = self.lock();
+        map.peek(conn).filter(|e| e.expires > now).map(|e| Binding { node: e.node.clone(), ttl: e.expires - now })
+    }
+
+    /// Drops every entry (a replica that missed invalidations).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// Number of entries, expired ones included until touched.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_bound_holds_under_a_flood_of_ids() {
+        let s = MemoryStore::new(1000, Duration::from_secs(60));
+        let n: Arc<str> = Arc::from("a");
+        for i in 0..100_000 {
+            s.bind(&format!("id-{i}"), &n);
+        }
+        assert_eq!(s.len(), 1000);
+        assert!(s.lookup("id-0").is_none());
+        assert!(s.lookup("id-99999").is_some());
+    }
+}

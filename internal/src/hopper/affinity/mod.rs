@@ -1,0 +1,77 @@
+//! Affinity stores: where bindings (conn id -> node id, sliding TTL) live (SPEC section 7).
+//!
+//! [`AffinityStore`] is an enum over the backends so the hot path pays no dynamic dispatch or boxed
+//! futures. Every backend passes the same conformance suite (`tests` below). Store failures never
+//! fail a request: a backend degrades (local cache, counted errors) and answers as best it can.
+
+pub mod memory;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+
+/// One binding as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// Bound node id.
+    pub node: Arc<str>,
+    /// Time left before it is forgotten.
+    pub ttl: Duration,
+}
+
+/// The configured store.
+#[derive(Debug)]
+pub enum AffinityStore {
+    /// Bounded in-process LRU with sliding TTL.
+    Memory(MemoryStore),
+}
+
+impl AffinityStore {
+    /// The node bound to `conn`, refreshing its sliding TTL; `None` if unbound or expired.
+    pub async fn get(&self, conn: &str) -> Option<Arc<str>> {
+        match self {
+            AffinityStore::Memory(m) => m.get(conn),
+        }
+    }
+
+    /// Binds `conn` to `node` unless it is already bound; returns the node it is bound to afterwards
+    /// (the existing one if another request or replica won the race).
+    pub async fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+        match self {
+            AffinityStore::Memory(m) => m.bind(conn, node),
+        }
+    }
+
+    /// Compare-and-set hop: rebinds `conn` from `from` to `to` only if it still holds `from` (or
+    /// nothing). Returns the node it is bound to afterwards: `to`, or whatever a racing hop chose.
+    pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+        match self {
+            AffinityStore::Memory(m) => m.hop(conn, from, to),
+        }
+    }
+
+    /// Deletes the binding; true if there was one.
+    pub async fn remove(&self, conn: &str) -> bool {
+        match self {
+            AffinityStore::Memory(m) => m.remove(conn),
+        }
+    }
+
+    /// The binding with its remaining TTL, without refreshing it (admin view).
+    pub async fn lookup(&self, conn: &str) -> Option<Binding> {
+        match self {
+            AffinityStore::Memory(m) => m.lookup(conn),
+        }
+    }
+
+    /// Stops background tasks (Redis subscriber, write-back) and waits for them.
+    pub async fn shutdown(&self) {
+        match self {
+            AffinityStore::Memory(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod conformance;

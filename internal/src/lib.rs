@@ -1,0 +1,29 @@
+//! hopping-gateway: a gateway for long-lived WebSocket, gRPC and HTTP services whose connections
+//! **hop** to a healthy node when theirs dies, drains or is redeployed.
+//!
+//! Request path: [`server`] accepts HTTP/1.1 and h2c on one port and hands each request to
+//! [`proxy::Proxy::handle`], which loads the live [`routing::RouteTable`] once, matches a route, asks
+//! the [`hopper::Hopper`] for a node (the bound node, or a [`selection`] result that it rebinds and
+//! counts as a hop), rewrites headers and forwards with retries over [`proxy::upstream`].
+//! Every failure becomes a response in [`proxy::respond`].
+//!
+//! Background tasks: per-node health probes ([`registry::health`]), reload triggers
+//! ([`routing::reload`]), the admin listener ([`admin`]), connection tasks. All of them watch the
+//! [`drain`] signal and are joined on shutdown.
+//!
+//! State owners: [`routing::reload::Routing`] owns the table (`ArcSwap`, swapped whole);
+//! [`registry::Registry`] owns node runtime (health, drain, in-flight; survives reloads by node id);
+//! the hopper owns bindings through its [`hopper::AffinityStore`]; [`metrics::Metrics`] is a leaf.
+//! Dependencies point one way: config <- registry <- selection <- routing <- hopper <- proxy <- server/admin.
+
+pub mod admin;
+pub mod config;
+pub mod drain;
+pub mod hopper;
+pub mod logging;
+pub mod metrics;
+pub mod proxy;
+pub mod registry;
+pub mod routing;
+pub mod selection;
+pub mod server;

@@ -1,0 +1,217 @@
+//! The metric set of SPEC section 8, in Prometheus text format.
+//!
+//! Label sets are bounded: routes, clusters and nodes come from the config, codes from HTTP, reasons
+//! and results from fixed enums; never a conn id. Node gauges are refreshed from the live route
+//! table at scrape time so removed nodes disappear. A leaf module: depends on nothing in the crate.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// `{reason}` of `hopping_count_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Hop reason (`ejected`, `draining`, `connect_error`, `reset`, `version`, `removed`, ...).
+    pub reason: &'static str,
+}
+
+/// `{route,node,code}` of `gateway_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Route id, or `-` when none matched.
+    pub route: Arc<str>,
+    /// Node id, or `-` when none served it.
+    pub node: Arc<str>,
+    /// HTTP status code.
+    pub code: u16,
+}
+
+/// `{protocol}` of `gateway_active_connections`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabel {
+    /// `http1`, `h2`, `websocket`.
+    pub protocol: &'static str,
+}
+
+/// `{cluster,node}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    /// Cluster name.
+    pub cluster: Arc<str>,
+    /// Node id.
+    pub node: Arc<str>,
+}
+
+/// `{cluster,node,state}` of `gateway_node_state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeStateLabels {
+    /// Cluster name.
+    pub cluster: Arc<str>,
+    /// Node id.
+    pub node: Arc<str>,
+    /// State name.
+    pub state: &'static str,
+}
+
+/// `{result}` of `gateway_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok`, `invalid`, `probe_failed`, `rolled_back`, `rollback`.
+    pub result: &'static str,
+}
+
+/// `{op}` of `gateway_affinity_store_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    /// `get`, `bind`, `hop`, `remove`, `subscribe`, `writeback`.
+    pub op: &'static str,
+}
+
+/// `{cluster}` of `gateway_canary_fallback_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    /// Cluster name.
+    pub cluster: Arc<str>,
+}
+
+/// `{route,reason}` of `gateway_retries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    /// Route id.
+    pub route: Arc<str>,
+    /// `connect_error`, `stale_connection`, `reset`, `goaway`.
+    pub reason: &'static str,
+}
+
+/// Every metric the gateway exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `hopping_count_total{reason}`.
+    pub hops: Family<ReasonLabel, Counter>,
+    /// `hopping_latency_seconds`: failure seen -> connection served again.
+    pub hop_latency: Histogram,
+    /// `gateway_requests_total{route,node,code}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `gateway_request_duration_seconds`.
+    pub request_duration: Histogram,
+    /// `gateway_active_connections{protocol}`.
+    pub active_connections: Family<ProtocolLabel, Gauge>,
+    /// `gateway_node_weight{cluster,node}` (effective weight in configured units).
+    pub node_weight: Family<NodeLabels, Gauge<f64, AtomicU64>>,
+    /// `gateway_node_state{cluster,node,state}` (1 for the current state, 0 otherwise).
+    pub node_state: Family<NodeStateLabels, Gauge>,
+    /// `gateway_route_table_generation`.
+    pub generation: Gauge,
+    /// `gateway_reloads_total{result}`.
+    pub reloads: Family<ResultLabel, Counter>,
+    /// `gateway_affinity_store_errors_total{op}`.
+    pub store_errors: Family<OpLabel, Counter>,
+    /// `gateway_canary_fallback_total{cluster}`.
+    pub canary_fallback: Family<ClusterLabel, Counter>,
+    /// `gateway_retries_total{route,reason}`.
+    pub retries: Family<RetryLabels, Counter>,
+    /// `gateway_fail_open_total{cluster}`: requests sent while every node was down.
+    pub fail_open: Family<ClusterLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let hops = Family::<ReasonLabel, Counter>::default();
+        registry.register("hopping_count", "Hops: a conn id rebound to another node", hops.clone());
+        // 1 ms .. ~16 s.
+        let hop_latency = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register("hopping_latency_seconds", "From a failure being seen to the connection being served again", hop_latency.clone());
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("gateway_requests", "Requests by route, node and status", requests.clone());
+        let request_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register("gateway_request_duration_seconds", "Time to the response head", request_duration.clone());
+        let active_connections = Family::<ProtocolLabel, Gauge>::default();
+        registry.register("gateway_active_connections", "Open downstream connections and streams by protocol", active_connections.clone());
+        let node_weight = Family::<NodeLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register("gateway_node_weight", "Effective node weight (configured x health% x warm-up%)", node_weight.clone());
+        let node_state = Family::<NodeStateLabels, Gauge>::default();
+        registry.register("gateway_node_state", "1 for the node's current state", node_state.clone());
+        let generation = Gauge::default();
+        registry.register("gateway_route_table_generation", "Generation of the live route table", generation.clone());
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register("gateway_reloads", "Reload attempts by result", reloads.clone());
+        let store_errors = Family::<OpLabel, Counter>::default();
+        registry.register("gateway_affinity_store_errors", "Affinity store errors by operation", store_errors.clone());
+        let canary_fallback = Family::<ClusterLabel, Counter>::default();
+        registry.register("gateway_canary_fallback", "Requests whose version matched no node", canary_fallback.clone());
+        let retries = Family::<RetryLabels, Counter>::default();
+        registry.register("gateway_retries", "Upstream attempts retried on another connection or node", retries.clone());
+        let fail_open = Family::<ClusterLabel, Counter>::default();
+        registry.register("gateway_fail_open", "Requests sent with every node down (on_all_down = fail_open)", fail_open.clone());
+        Metrics {
+            registry,
+            hops,
+            hop_latency,
+            requests,
+            request_duration,
+            active_connections,
+            node_weight,
+            node_state,
+            generation,
+            reloads,
+            store_errors,
+            canary_fallback,
+            retries,
+            fail_open,
+        }
+    }
+
+    /// Counts one hop with `reason`.
+    pub fn hop(&self, reason: &'static str) {
+        self.hops.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Counts one store error for `op`.
+    pub fn store_error(&self, op: &'static str) {
+        self.store_errors.get_or_create(&OpLabel { op }).inc();
+    }
+
+    /// Counts one reload with `result`.
+    pub fn reload(&self, result: &'static str) {
+        self.reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// Tracks one open connection of `protocol` until the guard drops.
+    pub fn connection(&self, protocol: &'static str) -> ConnectionGauge {
+        let g = self.active_connections.get_or_create_owned(&ProtocolLabel { protocol });
+        g.inc();
+        ConnectionGauge(g)
+    }
+
+    /// The Prometheus text exposition (OpenMetrics-compatible).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Decrements `gateway_active_connections` on drop.
+#[derive(Debug)]
+pub struct ConnectionGauge(Gauge);
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,213 @@
+//! Forwarding one HTTP request with the SPEC section 4 retry rules:
+//!
+//! - connect failure (nothing sent): retried on another node, any method;
+//! - stale pooled connection (request handed back unsent): retried on a new connection by the
+//!   upstream client itself;
+//! - failure after sending: retried on another node only for idempotent methods whose body was
+//!   fully kept for replay (up to `retries`); an h2 GOAWAY/REFUSED_STREAM (not processed) is replayed
+//!   on a new connection to the same node for any method, with no passive-health penalty;
+//! - no response head within the route timeout: 504.
+
+use std::sync::Arc;
+
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::body::{BodyTap, RequestBody, ResponseBody};
+use super::respond::ProxyError;
+use super::upstream::{is_unprocessed, keepalive_timeout, SendError};
+use super::{headers, LogCtx, Proxy, ProxyBody};
+use crate::config::Protocol;
+use crate::metrics::RetryLabels;
+use crate::registry::{Node, NodeId};
+use crate::routing::{Route, RouteTable};
+use crate::selection::{self, version::Wanted, Criteria};
+
+/// Request-wide context for the attempts.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// Matched route.
+    pub route: Arc<Route>,
+    /// The table snapshot the request uses throughout.
+    pub table: Arc<RouteTable>,
+    /// Conn id, if any.
+    pub conn_id: Option<String>,
+    /// True if the gateway issued the id (it is returned to the client).
+    pub issued: bool,
+    /// Version decision.
+    pub wanted: Wanted,
+    /// Request start.
+    pub start: Instant,
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
+
+/// Builds the request for `node`.
+pub(crate) fn build(method: &Method, path_and_query: &str, headers: &HeaderMap, node: &Node, body: ProxyBody) -> Request<ProxyBody> {
+    let mut req = Request::new(body);
+    *req.method_mut() = method.clone();
+    *req.headers_mut() = headers.clone();
+    match node.settings.protocol {
+        Protocol::Http1 => {
+            *req.uri_mut() = path_and_query.parse().unwrap_or_else(|_| Uri::from_static("/"));
+        }
+        Protocol::H2c => {
+            *req.version_mut() = http::Version::HTTP_2;
+            let authority = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or(node.addr.as_str());
+            *req.uri_mut() = format!("http://{authority}{path_and_query}").parse().unwrap_or_else(|_| Uri::from_static("/"));
+            req.headers_mut().remove(header::HOST);
+        }
+    }
+    req
+}
+
+/// Picks another node for a retry, excluding `tried`.
+fn another(p: &Proxy, ctx: &Attempt, tried: &[NodeId]) -> Option<Arc<Node>> {
+    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude: tried, zone: p.settings.zone.as_deref() };
+    selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
+}
+
+/// Forwards `req` to `node` (and others on retry); see the module docs.
+pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, req: Request<Incoming>, up_headers: HeaderMap, path_and_query: String, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
+    let method = req.method().clone();
+    let incoming = req.into_body();
+    let empty = incoming.is_end_stream();
+    let (mut body, tap): (ProxyBody, BodyTap) = if empty {
+        (Empty::new().map_err(|never| match never {}).boxed_unsync(), BodyTap::default())
+    } else {
+        let (b, tap) = RequestBody::new(incoming, p.settings.limits.body_idle_timeout, ctx.route.config.max_body);
+        (b.boxed_unsync(), tap)
+    };
+    let retries = ctx.route.config.retries;
+    let mut post_send_retries = 0;
+    let mut tried: Vec<NodeId> = Vec::new();
+    let deadline = ctx.start + ctx.route.config.timeout;
+    let mut failure_seen: Option<Instant> = None;
+    let health = |n: &Node| n.settings.health.clone();
+    loop {
+        log.node = Some(node.id.clone());
+        let inflight = node.runtime.start_request();
+        let upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
+        let result = tokio::time::timeout_at(deadline, p.upstream.send(&node, upstream_req)).await;
+        let err = match result {
+            Err(_) => {
+                node.runtime.record_passive_error(&health(&node), "timeout", Instant::now());
+                return Err(ProxyError::Timeout { node: node.id.to_string(), timeout_ms: ctx.route.config.timeout.as_millis() });
+            }
+            Ok(Ok(sent)) => {
+                let status = sent.response.status();
+                if status.is_server_error() {
+                    node.runtime.record_passive_error(&health(&node), &format!("status {}", status.as_u16()), Instant::now());
+                } else {
+                    node.runtime.record_passive_success();
+                }
+                if let Some(t) = failure_seen {
+                    p.metrics.hop_latency.observe(t.elapsed().as_secs_f64());
+                }
+                p.metrics.request_duration.observe(ctx.start.elapsed().as_secs_f64());
+                return Ok(respond_with(&p, &ctx, sent, inflight, tap, log.clone()));
+            }
+            Ok(Err(e)) => e,
+        };
+        drop(inflight);
+        let now = Instant::now();
+        failure_seen.get_or_insert(now);
+        let detail = err.detail();
+        match err {
+            SendError::Connect(_, back) | SendError::NotSent(_, back) => {
+                node.runtime.record_passive_error(&health(&node), &detail, now);
+                tried.push(node.id.clone());
+                let Some(next) = another(&p, &ctx, &tried) else {
+                    return Err(ProxyError::Connect { node: node.id.to_string(), detail });
+                };
+                retry_log(&p, &ctx, &node, &next, "connect_error", &detail);
+                body = back.into_body();
+                node = moved(&p, &ctx, &node, next, "connect_error", log).await;
+            }
+            SendError::Sent(e) => {
+                let unprocessed = is_unprocessed(&e);
+                let replay = match tap.replay() {
+                    Ok(Some(b)) => Some(b),
+                    Ok(None) if empty => Some(Empty::new().map_err(|never| match never {}).boxed_unsync()),
+                    _ => None,
+                };
+                if unprocessed {
+                    // The node declared the stream unprocessed (GOAWAY/REFUSED_STREAM): no penalty, same node.
+                    if let Some(b) = replay {
+                        if post_send_retries < retries.max(1) + 2 {
+                            post_send_retries += 1;
+                            p.metrics.retries.get_or_create(&RetryLabels { route: ctx.route.id.clone(), reason: "goaway" }).inc();
+                            tracing::debug!(node = %node.id, "stream refused by GOAWAY; replaying on a new connection");
+                            body = b;
+                            continue;
+                        }
+                    }
+                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                }
+                node.runtime.record_passive_error(&health(&node), &detail, now);
+                let Some(b) = replay.filter(|_| is_idempotent(&method) && post_send_retries < retries) else {
+                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                };
+                tried.push(node.id.clone());
+                let Some(next) = another(&p, &ctx, &tried) else {
+                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                };
+                post_send_retries += 1;
+                retry_log(&p, &ctx, &node, &next, "reset", &detail);
+                body = b;
+                node = moved(&p, &ctx, &node, next, "reset", log).await;
+            }
+        }
+    }
+}
+
+fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static str, detail: &str) {
+    p.metrics.retries.get_or_create(&RetryLabels { route: ctx.route.id.clone(), reason }).inc();
+    tracing::info!(route = %ctx.route.id, from = %from.id, to = %to.id, reason, detail, "retrying on another node");
+}
+
+/// Moves a bound conn id along with a retry.
+async fn moved(p: &Proxy, ctx: &Attempt, old: &Node, next: Arc<Node>, reason: &'static str, log: &mut LogCtx) -> Arc<Node> {
+    if let Some(conn) = &ctx.conn_id {
+        p.hopper.moved(conn, &old.id, &next, reason).await;
+        log.hops += 1;
+    }
+    next
+}
+
+fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, sent: super::upstream::Sent, inflight: crate::registry::InflightGuard, tap: BodyTap, log: LogCtx) -> Response<ProxyBody> {
+    let keepalive = keepalive_timeout(&sent.response);
+    let (mut parts, incoming) = sent.response.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    // TE is a request header; a node has no business sending it back.
+    parts.headers.remove(header::TE);
+    if ctx.issued {
+        if let Some(id) = &ctx.conn_id {
+            if let Ok(v) = HeaderValue::from_str(id) {
+                parts.headers.insert(p.settings.affinity_header.clone(), v);
+            }
+        }
+    }
+    let status = parts.status.as_u16();
+    let proxy = p.clone();
+    let start = ctx.start;
+    let mut lease = sent.lease;
+    let done: super::body::Completion = Box::new(move |bytes_out, complete| {
+        drop(inflight);
+        if complete {
+            if let Some(l) = lease.take() {
+                proxy.upstream.give_back(l, keepalive);
+            }
+        }
+        proxy.finish(&log, status, start, tap.bytes_in.load(std::sync::atomic::Ordering::Relaxed), bytes_out);
+    });
+    let body = ResponseBody::new(incoming, done).boxed_unsync();
+    Response::from_parts(parts, body)
+}
+

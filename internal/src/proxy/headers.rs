@@ -1,0 +1,205 @@
+//! Header rewriting between downstream and upstream: hop-by-hop removal (RFC 9110 section 7.6.1,
+//! including every header named in `Connection`), `X-Forwarded-*` (SPEC section 4), `TE` (only
+//! `trailers` survives, RFC 9110 section 10.1.4), and the WebSocket upgrade pair.
+//!
+//! "Hop-by-hop" is the RFC's term and unrelated to hops between nodes.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that are always hop-by-hop (RFC 9110 section 7.6.1, RFC 7230 section 6.1, and the
+/// de-facto `Proxy-Connection`, `Keep-Alive`).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// True if any `Connection` line lists `token` (case-insensitive, comma-separated).
+pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// True for a WebSocket upgrade request (RFC 6455 section 4.1): `Connection` containing `upgrade`
+/// in any case and position, and `Upgrade: websocket` in any case.
+pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    connection_has(headers, "upgrade")
+        && headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
+}
+
+/// Removes hop-by-hop headers, and every header named in `Connection`, from `headers`.
+/// `TE` keeps only `trailers` when it was offered (CASE-08); `Expect` is left to the caller.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    let te_trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.split(';').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers")));
+    headers.remove(header::TE);
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    // HTTP2-Settings only makes sense with an h2c upgrade, which is never forwarded (CASE-10).
+    headers.remove(HeaderName::from_static("http2-settings"));
+}
+
+/// Sets `Connection: Upgrade` and `Upgrade: websocket` for a forwarded WebSocket handshake.
+pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+}
+
+/// Rewrites `X-Forwarded-*` for a request from `peer` (SPEC section 4, CASE-11).
+///
+/// With `trusted = None` (Go-compatible), every incoming `X-Forwarded-For` line is kept, joined into
+/// one line and the peer appended. With trusted ranges, a peer outside them has every incoming
+/// `X-Forwarded-*`, `Forwarded` and `X-Real-IP` dropped and replaced; a peer inside keeps them.
+/// `X-Forwarded-Proto` and `X-Forwarded-Host` are set by the gateway in every case.
+pub fn set_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&HeaderValue>, trusted: Option<&[ipnet::IpNet]>) {
+    let peer_ip = canonical_ip(peer.ip());
+    let keep = match trusted {
+        None => true,
+        Some(ranges) => ranges.iter().any(|n| n.contains(&peer_ip)),
+    };
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let prior: Vec<String> = if keep {
+        headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    } else {
+        Vec::new()
+    };
+    if !keep {
+        for name in ["x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix", "forwarded", "x-real-ip"] {
+            headers.remove(name);
+        }
+    }
+    let mut value = prior.join(", ");
+    if !value.is_empty() {
+        value.push_str(", ");
+    }
+    value.push_str(&peer_ip.to_string());
+    headers.remove(&xff);
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(xff, v);
+    }
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    match host {
+        Some(h) => {
+            headers.insert(HeaderName::from_static("x-forwarded-host"), h.clone());
+        }
+        None => {
+            headers.remove("x-forwarded-host");
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 addresses shown as IPv4.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).expect("valid"), HeaderValue::from_str(v).expect("valid"));
+        }
+        h
+    }
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_named_headers() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Custom"),
+            ("connection", "x-other"),
+            ("x-custom", "1"),
+            ("x-other", "2"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers, deflate"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA"),
+            ("x-keep", "3"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["te", "x-keep"]);
+        assert_eq!(h["te"], "trailers");
+    }
+
+    #[test]
+    fn te_without_trailers_is_dropped() {
+        let mut h = map(&[("te", "gzip")]);
+        strip_hop_by_hop(&mut h);
+        assert!(h.get("te").is_none());
+    }
+
+    #[test]
+    fn websocket_upgrade_variants() {
+        for (c, u) in [("keep-alive, Upgrade", "websocket"), ("upgrade", "WebSocket"), ("Upgrade, keep-alive", "websocket")] {
+            assert!(is_websocket_upgrade(&map(&[("connection", c), ("upgrade", u)])), "{c} / {u}");
+        }
+        assert!(is_websocket_upgrade(&map(&[("connection", "keep-alive"), ("connection", "Upgrade"), ("upgrade", "websocket")])));
+        assert!(!is_websocket_upgrade(&map(&[("connection", "Upgrade"), ("upgrade", "h2c")])));
+    }
+
+    #[test]
+    fn xff_lines_join_and_peer_is_appended() {
+        let peer: SocketAddr = "127.0.0.9:5000".parse().expect("valid");
+        let mut h = map(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", "127.0.0.1"), ("forwarded", "for=192.0.2.1")]);
+        set_forwarded(&mut h, peer, Some(&HeaderValue::from_static("app.example.test")), None);
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1, 127.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "app.example.test");
+    }
+
+    #[test]
+    fn untrusted_peer_loses_forwarded_headers_trusted_keeps_them() {
+        let peer: SocketAddr = "127.0.0.9:5000".parse().expect("valid");
+        let outside = ["10.0.0.0/8".parse().expect("valid")];
+        let mut h = map(&[("x-forwarded-for", "203.0.113.7"), ("forwarded", "for=192.0.2.1"), ("x-real-ip", "10.0.0.2")]);
+        set_forwarded(&mut h, peer, None, Some(&outside));
+        assert_eq!(h["x-forwarded-for"], "127.0.0.9");
+        assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());
+        let inside = ["127.0.0.0/8".parse().expect("valid")];
+        let mut h = map(&[("x-forwarded-for", "203.0.113.7")]);
+        set_forwarded(&mut h, peer, None, Some(&inside));
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.9");
+    }
+}

@@ -1,0 +1,302 @@
+//! The proxy handler: the per-request entry point of the data plane (the Go original's
+//! `internal/handler/proxy.go`).
+//!
+//! For each request: load the route table once, match a route, validate or issue the conn id, ask
+//! the hopper for a node, rewrite headers, and forward with the SPEC section 4 retry rules
+//! ([`forward`]). Long-lived upgrades go to [`websocket`]. Every failure becomes a response in
+//! [`respond`] and nowhere else. Streams both ways; bodies are never buffered whole.
+
+pub mod body;
+pub mod forward;
+pub mod headers;
+pub mod respond;
+pub mod upstream;
+pub mod websocket;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Request, Response};
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::{Limits, NoMatch, OnAllDown};
+use crate::drain;
+use crate::hopper::{ConnIds, Hopper};
+use crate::metrics::{ClusterLabel, Metrics, RequestLabels};
+use crate::registry::{Node, NodeRuntime};
+use crate::routing::reload::Routing;
+use crate::routing::table::RequestHead;
+use crate::routing::{path, Route, RouteTable};
+use crate::selection::{self, version, Criteria};
+
+use respond::{respond, ProxyError};
+
+/// Boxed error for bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type on both sides of the proxy.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Per-downstream-connection state shared by its requests.
+#[derive(Debug)]
+pub struct DownstreamConn {
+    /// Client address.
+    pub peer: SocketAddr,
+    /// For h2 connections without an affinity header: the connection's own conn id (SPEC section 5).
+    pub conn_id: OnceLock<String>,
+    /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
+    pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
+}
+
+impl DownstreamConn {
+    /// State for a new connection from `peer`.
+    pub fn new(peer: SocketAddr) -> Self {
+        DownstreamConn { peer, conn_id: OnceLock::new(), bound: watch::channel(None).0 }
+    }
+}
+
+/// Settings the proxy reads per request (from the startup config; reloads change routes only).
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Affinity header.
+    pub affinity_header: HeaderName,
+    /// Trusted proxy ranges.
+    pub trusted: Option<Vec<ipnet::IpNet>>,
+    /// Limits.
+    pub limits: Limits,
+    /// Access log on/off.
+    pub access_log: bool,
+    /// The gateway's zone.
+    pub zone: Option<String>,
+}
+
+/// The data-plane handler.
+#[derive(Debug)]
+pub struct Proxy {
+    /// Route table owner.
+    pub routing: Arc<Routing>,
+    /// Binding owner.
+    pub hopper: Arc<Hopper>,
+    /// Conn id rules.
+    pub ids: ConnIds,
+    /// Upstream client.
+    pub upstream: Arc<upstream::Upstream>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Settings.
+    pub settings: ProxySettings,
+    /// Shutdown signal for long-lived connections.
+    pub shutdown: drain::Watch,
+}
+
+/// Access-log fields gathered along the way (SPEC section 8).
+#[derive(Debug, Clone, Default)]
+pub struct LogCtx {
+    /// Method.
+    pub method: String,
+    /// Path as received.
+    pub path: String,
+    /// Route id or `-`.
+    pub route: Option<Arc<str>>,
+    /// Node id or `-`.
+    pub node: Option<Arc<str>>,
+    /// Conn id.
+    pub conn_id: Option<String>,
+    /// Hops during this request.
+    pub hops: u32,
+}
+
+impl Proxy {
+    /// Handles one downstream request; never fails (errors become responses).
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, dc: Arc<DownstreamConn>) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+        let start = Instant::now();
+        let mut log = LogCtx { method: req.method().to_string(), path: req.uri().path().to_string(), ..LogCtx::default() };
+        let resp = match self.proxy(req, &dc, start, &mut log).await {
+            Ok(resp) => resp,
+            Err(err) => {
+                let (mut resp, close) = respond(&err);
+                if close {
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                if err.is_node_fault() {
+                    tracing::warn!(error = %err, route = log.route.as_deref().unwrap_or("-"), "request failed");
+                }
+                self.finish(&log, resp.status().as_u16(), start, 0, 0);
+                resp
+            }
+        };
+        Ok(resp)
+    }
+
+    /// Records metrics and the access log line for a finished request.
+    pub fn finish(&self, log: &LogCtx, status: u16, start: Instant, bytes_in: u64, bytes_out: u64) {
+        let dash: Arc<str> = Arc::from("-");
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels { route: log.route.clone().unwrap_or_else(|| dash.clone()), node: log.node.clone().unwrap_or(dash), code: status })
+            .inc();
+        if self.settings.access_log {
+            let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(
+                target: "access",
+                method = %log.method,
+                path = %log.path,
+                status,
+                duration_ms = format_args!("{duration_ms:.3}"),
+                route = log.route.as_deref().unwrap_or("-"),
+                node = log.node.as_deref().unwrap_or("-"),
+                conn_id = log.conn_id.as_deref().unwrap_or("-"),
+                bytes_in,
+                bytes_out,
+                hops = log.hops,
+            );
+        }
+    }
+
+    async fn proxy(self: &Arc<Self>, mut req: Request<Incoming>, dc: &Arc<DownstreamConn>, start: Instant, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
+        let table = self.routing.table();
+        let host = request_host(&req)?;
+        let norm = path::normalize(req.uri().path());
+        let head = RequestHead { method: req.method(), host: host.as_deref().map(strip_port), path: &norm, headers: req.headers() };
+        let roll = rand::random::<f64>() * 100.0;
+        let Some(route) = table.match_route(&head, start, roll).cloned() else {
+            return Err(ProxyError::NoRoute { method: req.method().to_string(), path: req.uri().path().to_string() });
+        };
+        log.route = Some(route.id.clone());
+        let is_ws = headers::is_websocket_upgrade(req.headers());
+        let is_h2 = req.version() == http::Version::HTTP_2;
+        // Conn id: the client's (validated), or issued for upgrades and h2 connections.
+        let (conn_id, issued) = match req.headers().get(&self.settings.affinity_header) {
+            Some(v) => {
+                let id = self.ids.parse(v.as_bytes()).map_err(|source| ProxyError::BadConnId { header: self.settings.affinity_header.to_string(), source })?;
+                (Some(id.to_string()), false)
+            }
+            None if is_h2 => (Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()), !is_ws),
+            None if is_ws => (Some(self.ids.issue()), true),
+            None => (None, false),
+        };
+        log.conn_id = conn_id.clone();
+        if let Some(limit) = route.config.max_body {
+            let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > limit) {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+        }
+        let wanted = route.config.canary.as_ref().map(|c| version::wanted(c, req.headers(), req.uri().query())).unwrap_or_default();
+        let metadata_key = route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
+        let criteria = Criteria {
+            version: wanted.version.as_deref(),
+            metadata_key,
+            avoid_versions: &wanted.avoid,
+            exclude: &[],
+            zone: self.settings.zone.as_deref(),
+        };
+        let placement = self.hopper.place(conn_id.as_deref(), &table, &route.cluster, &criteria, start).await;
+        if let Some(miss) = &placement.version_miss {
+            let requested = wanted.version.as_deref().unwrap_or_default();
+            if route.config.canary.as_ref().is_some_and(|c| c.no_match == NoMatch::Reject) {
+                return Err(ProxyError::VersionRejected { cluster: route.cluster.name.to_string(), version: requested.to_string() });
+            }
+            self.metrics.canary_fallback.get_or_create(&ClusterLabel { cluster: route.cluster.name.clone() }).inc();
+            tracing::warn!(cluster = %route.cluster.name, requested_version = requested, candidates = miss.candidates, matched = miss.matched, "no node matches the requested version; using all candidates");
+        }
+        if placement.hopped_from.is_some() {
+            log.hops += 1;
+        }
+        let node = match placement.node {
+            Some(n) => n,
+            None => self.all_down(&table, &route)?,
+        };
+        if is_h2 && req.headers().get(&self.settings.affinity_header).is_none() {
+            dc.bound.send_if_modified(|b| {
+                let changed = b.as_ref().is_none_or(|r| r.id() != &node.id);
+                *b = Some(node.runtime.clone());
+                changed
+            });
+        }
+        let mut up_headers = req.headers().clone();
+        headers::strip_hop_by_hop(&mut up_headers);
+        headers::set_forwarded(&mut up_headers, dc.peer, host_value(&req, host.as_deref()).as_ref(), self.settings.trusted.as_deref());
+        if let Some(id) = &conn_id {
+            if let Ok(v) = HeaderValue::from_str(id) {
+                up_headers.insert(self.settings.affinity_header.clone(), v);
+            }
+        }
+        if is_h2 {
+            if let Some(h) = host_value(&req, host.as_deref()) {
+                up_headers.insert(header::HOST, h);
+            }
+        }
+        let path_and_query = upstream_path(&req, &norm, route.config.strip_prefix.as_deref());
+        let ctx = forward::Attempt { route: route.clone(), table: table.clone(), conn_id: conn_id.clone(), issued, wanted, start };
+        if is_ws {
+            let upgrade = hyper::upgrade::on(&mut req);
+            return websocket::proxy(self.clone(), ctx, node, req, up_headers, path_and_query, upgrade, log).await;
+        }
+        forward::forward(self.clone(), ctx, node, req, up_headers, path_and_query, log).await
+    }
+
+    /// No selectable node: the route's `on_all_down` (SPEC section 4).
+    fn all_down(&self, table: &RouteTable, route: &Route) -> Result<Arc<Node>, ProxyError> {
+        let fallback = || ProxyError::NoHealthyNode { cluster: route.cluster.name.to_string(), fallback: route.config.fallback.clone() };
+        match route.config.on_all_down {
+            OnAllDown::Fallback => Err(fallback()),
+            OnAllDown::FailOpen => {
+                let all: Vec<_> = route.cluster.nodes.iter().filter(|n| !n.runtime.is_draining()).map(|n| selection::Candidate { node: n.clone(), weight: u64::from(n.weight.max(1)) }).collect();
+                let _ = table;
+                let node = selection::picker::pick(&route.cluster, &all, &mut rand::rng()).ok_or_else(fallback)?;
+                self.metrics.fail_open.get_or_create(&ClusterLabel { cluster: route.cluster.name.clone() }).inc();
+                Ok(node)
+            }
+        }
+    }
+}
+
+/// The request's host: `Host`, or `:authority` for HTTP/2. Both present and different is 400 (CASE-12).
+fn request_host<B>(req: &Request<B>) -> Result<Option<String>, ProxyError> {
+    let host_hdr = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    let authority = req.uri().authority().map(|a| a.as_str());
+    match (host_hdr, authority) {
+        (Some(h), Some(a)) if req.version() == http::Version::HTTP_2 && !h.eq_ignore_ascii_case(a) => Err(ProxyError::BadRequest(":authority and host disagree")),
+        (Some(h), _) => Ok(Some(h.to_ascii_lowercase())),
+        (None, Some(a)) => Ok(Some(a.to_ascii_lowercase())),
+        (None, None) => Ok(None),
+    }
+}
+
+fn host_value<B>(req: &Request<B>, host: Option<&str>) -> Option<HeaderValue> {
+    req.headers().get(header::HOST).cloned().or_else(|| host.and_then(|h| HeaderValue::from_str(h).ok()))
+}
+
+fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.split(']').next().map_or(h, |s| &h[..s.len() + 1]);
+    }
+    h.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(h, |(host, _)| host)
+}
+
+/// The path and query sent upstream: the client's, with `strip_prefix` removed; the normalised path
+/// when normalisation removed dot segments (so the node resolves what was matched).
+fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> String {
+    let raw = req.uri().path();
+    let base = if raw.contains("/.") || raw.to_ascii_lowercase().contains("%2e") { norm } else { raw };
+    let mut p = match strip {
+        Some(s) if base.starts_with(s) => {
+            let rest = &base[s.len()..];
+            if rest.starts_with('/') {
+                rest.to_string()
+            } else {
+                format!("/{rest}")
+            }
+        }
+        _ => base.to_string(),
+    };
+    if let Some(q) = req.uri().query() {
+        p.push('?');
+        p.push_str(q);
+    }
+    p
+}

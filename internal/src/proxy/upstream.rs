@@ -1,0 +1,297 @@
+//! The upstream client: per-node pools of HTTP/1.1 connections and one multiplexed h2c connection
+//! per node, on hyper's low-level `client::conn` API so every failure can be attributed exactly:
+//! connect failed (nothing sent), request handed back unsent (stale pooled connection), or
+//! failed after sending (SPEC section 4 retry rules).
+//!
+//! Pooled HTTP/1.1 connections are checked before reuse, expire after `upstream_idle_timeout`, and
+//! a node's advertised `Keep-Alive: timeout=N` caps that (CASE-21). Connection tasks are spawned
+//! per connection and end when the connection closes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::ProxyBody;
+use crate::config::Protocol;
+use crate::registry::Node;
+
+/// Idle HTTP/1.1 connections kept per node; more are closed when returned.
+const MAX_IDLE_PER_NODE: usize = 256;
+/// Margin subtracted from a node's advertised keep-alive timeout, so we never race its close.
+const KEEPALIVE_MARGIN: Duration = Duration::from_millis(500);
+
+/// Why an upstream attempt failed.
+#[derive(Debug)]
+pub enum SendError {
+    /// TCP connect or handshake failed: nothing was sent; the request is handed back.
+    Connect(std::io::Error, Request<ProxyBody>),
+    /// The connection failed before the request was written; the request is handed back.
+    NotSent(hyper::Error, Request<ProxyBody>),
+    /// Failed after (part of) the request was written.
+    Sent(hyper::Error),
+}
+
+impl SendError {
+    /// Text for logs and the 502 body.
+    pub fn detail(&self) -> String {
+        match self {
+            SendError::Connect(e, _) => format!("connect: {e}"),
+            SendError::NotSent(e, _) => format!("connection closed before sending: {e}"),
+            SendError::Sent(e) => describe(e),
+        }
+    }
+}
+
+/// hyper's error with its cause chain, for a precise 502 message.
+pub fn describe(e: &hyper::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// True if an h2 error says the node did not process the stream (GOAWAY above its last stream id,
+/// or REFUSED_STREAM), so any request may be replayed (RFC 9113 section 8.7).
+pub fn is_unprocessed(e: &hyper::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = src {
+        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
+            return h2e.reason() == Some(h2::Reason::REFUSED_STREAM) || (h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        src = err.source();
+    }
+    false
+}
+
+struct Idle {
+    send: http1::SendRequest<ProxyBody>,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct NodePool {
+    idle: Vec<Idle>,
+    h2: Option<http2::SendRequest<ProxyBody>>,
+}
+
+/// A pooled HTTP/1.1 connection checked out for one request; give it back with [`Upstream::give_back`].
+pub struct Lease {
+    node: Arc<str>,
+    send: http1::SendRequest<ProxyBody>,
+    /// True if it came from the pool (it may be stale).
+    pub reused: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("node", &self.node).field("reused", &self.reused).finish()
+    }
+}
+
+/// The upstream client shared by every request.
+pub struct Upstream {
+    pools: Mutex<HashMap<Arc<str>, NodePool>>,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("connect_timeout", &self.connect_timeout).finish_non_exhaustive()
+    }
+}
+
+/// What one attempt returned: the response and, for HTTP/1.1, the connection to give back when the
+/// response body is done.
+pub struct Sent {
+    /// The node's response head and streaming body.
+    pub response: Response<Incoming>,
+    /// The HTTP/1.1 connection, reusable after the body ends.
+    pub lease: Option<Lease>,
+}
+
+impl Upstream {
+    /// A client with the given connect timeout and pooled idle timeout.
+    pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> Self {
+        Upstream { pools: Mutex::new(HashMap::new()), connect_timeout, idle_timeout }
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, NodePool>> {
+        self.pools.lock().expect("pool mutex is never poisoned: no panics while held")
+    }
+
+    /// Opens a TCP connection to `node` within the connect timeout.
+    ///
+    /// # Errors
+    /// The connect error or `TimedOut`.
+    pub async fn connect(&self, node: &Node) -> std::io::Result<TcpStream> {
+        let tcp = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(node.addr.as_str())).await {
+            Ok(r) => r?,
+            Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("connect timed out after {:?}", self.connect_timeout))),
+        };
+        let _ = tcp.set_nodelay(true);
+        Ok(tcp)
+    }
+
+    /// Sends `req` to `node` on a pooled or new connection. A pooled connection that turns out
+    /// stale before the request is written is replaced by a new one transparently.
+    ///
+    /// # Errors
+    /// [`SendError`] saying whether anything was sent.
+    pub async fn send(&self, node: &Node, req: Request<ProxyBody>) -> Result<Sent, SendError> {
+        match node.settings.protocol {
+            Protocol::Http1 => self.send_h1(node, req).await,
+            Protocol::H2c => self.send_h2(node, req).await,
+        }
+    }
+
+    async fn send_h1(&self, node: &Node, mut req: Request<ProxyBody>) -> Result<Sent, SendError> {
+        loop {
+            let mut lease = match self.checkout(node) {
+                Some(l) => l,
+                None => match self.open_h1(node).await {
+                    Ok(l) => l,
+                    Err(e) => return Err(SendError::Connect(e, req)),
+                },
+            };
+            match lease.send.try_send_request(req).await {
+                Ok(response) => return Ok(Sent { response, lease: Some(lease) }),
+                Err(mut e) => match e.take_message() {
+                    // Stale pooled connection: nothing went out, try a fresh one.
+                    Some(back) if lease.reused => {
+                        req = back;
+                        continue;
+                    }
+                    Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
+                    None => return Err(SendError::Sent(e.into_error())),
+                },
+            }
+        }
+    }
+
+    async fn send_h2(&self, node: &Node, mut req: Request<ProxyBody>) -> Result<Sent, SendError> {
+        let mut fresh = false;
+        loop {
+            let existing = self.pools().get(&node.id).and_then(|p| p.h2.clone()).filter(|s| !s.is_closed());
+            let mut send = match existing {
+                Some(s) => s,
+                None => {
+                    fresh = true;
+                    match self.open_h2(node).await {
+                        Ok(s) => s,
+                        Err(e) => return Err(SendError::Connect(e, req)),
+                    }
+                }
+            };
+            match send.try_send_request(req).await {
+                Ok(response) => return Ok(Sent { response, lease: None }),
+                Err(mut e) => match e.take_message() {
+                    Some(back) if !fresh => {
+                        self.drop_h2(node);
+                        req = back;
+                        continue;
+                    }
+                    Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
+                    None => {
+                        let err = e.into_error();
+                        if is_unprocessed(&err) {
+                            self.drop_h2(node);
+                        }
+                        return Err(SendError::Sent(err));
+                    }
+                },
+            }
+        }
+    }
+
+    fn drop_h2(&self, node: &Node) {
+        if let Some(p) = self.pools().get_mut(&node.id) {
+            p.h2 = None;
+        }
+    }
+
+    fn checkout(&self, node: &Node) -> Option<Lease> {
+        let now = Instant::now();
+        let mut pools = self.pools();
+        let pool = pools.get_mut(&node.id)?;
+        while let Some(idle) = pool.idle.pop() {
+            if idle.expires > now && idle.send.is_ready() && !idle.send.is_closed() {
+                return Some(Lease { node: node.id.clone(), send: idle.send, reused: true });
+            }
+        }
+        None
+    }
+
+    async fn open_h1(&self, node: &Node) -> std::io::Result<Lease> {
+        let tcp = self.connect(node).await?;
+        let (send, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(std::io::Error::other)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(Lease { node: node.id.clone(), send, reused: false })
+    }
+
+    async fn open_h2(&self, node: &Node) -> std::io::Result<http2::SendRequest<ProxyBody>> {
+        let tcp = self.connect(node).await?;
+        let (send, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(20))
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(std::io::Error::other)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream h2 connection ended");
+            }
+        });
+        self.pools().entry(node.id.clone()).or_default().h2 = Some(send.clone());
+        Ok(send)
+    }
+
+    /// Returns an HTTP/1.1 connection after its response body ended; `keepalive` is the node's
+    /// advertised idle timeout, if any.
+    pub fn give_back(&self, lease: Lease, keepalive: Option<Duration>) {
+        let ttl = match keepalive {
+            Some(k) => self.idle_timeout.min(k.saturating_sub(KEEPALIVE_MARGIN)),
+            None => self.idle_timeout,
+        };
+        if ttl.is_zero() || lease.send.is_closed() {
+            return;
+        }
+        let mut pools = self.pools();
+        let pool = pools.entry(lease.node.clone()).or_default();
+        if pool.idle.len() < MAX_IDLE_PER_NODE {
+            pool.idle.push(Idle { send: lease.send, expires: Instant::now() + ttl });
+        }
+    }
+
+    /// Drops every pooled connection of `node` (it was removed or ejected).
+    pub fn forget(&self, node: &str) {
+        self.pools().remove(node);
+    }
+}
+
+/// The node's `Keep-Alive: timeout=N` (seconds), if it advertised one.
+pub fn keepalive_timeout<B>(resp: &Response<B>) -> Option<Duration> {
+    let v = resp.headers().get("keep-alive")?.to_str().ok()?;
+    v.split(',').find_map(|p| {
+        let (k, val) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("timeout").then(|| val.trim().parse::<u64>().ok()).flatten().map(Duration::from_secs)
+    })
+}

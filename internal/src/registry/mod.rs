@@ -1,0 +1,432 @@
+//! The registry: every node and its live state (health, drain, in-flight count).
+//!
+//! Node *configuration* lives in the route table and is replaced whole on reload; node *runtime*
+//! ([`NodeRuntime`]) lives here, keyed by node id, so health counters, in-flight counts and drain
+//! state carry over a reload. Hot-path reads are atomics; transitions take a short mutex with no
+//! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
+
+pub mod health;
+pub mod probe;
+pub mod weight;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::{HealthConfig, NodeConfig, Protocol};
+use crate::metrics::Metrics;
+
+/// A node id (SPEC section 3: unique across clusters). Cheap to clone.
+pub type NodeId = Arc<str>;
+
+/// Health/operator state of a node as shown by `GET /admin/nodes` (SPEC section 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    /// Full weight (possibly still ramping in slow start).
+    Healthy,
+    /// `degrade_after` consecutive failures: weight x degraded_percent.
+    Degraded,
+    /// `eject_after` failures or passive ejection: weight 0.
+    Ejected,
+    /// Operator drain or removal: no new work.
+    Draining,
+    /// New in the table and still in warm-up.
+    Warming,
+}
+
+impl NodeState {
+    /// The SPEC's lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Healthy => "healthy",
+            NodeState::Degraded => "degraded",
+            NodeState::Ejected => "ejected",
+            NodeState::Draining => "draining",
+            NodeState::Warming => "warming",
+        }
+    }
+
+    /// Every state, for exporting one gauge per state.
+    pub const ALL: [NodeState; 5] = [
+        NodeState::Healthy,
+        NodeState::Degraded,
+        NodeState::Ejected,
+        NodeState::Draining,
+        NodeState::Warming,
+    ];
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const HEALTH_HEALTHY: u8 = 0;
+const HEALTH_DEGRADED: u8 = 1;
+const HEALTH_EJECTED: u8 = 2;
+
+/// Why a node's state changed; logged and used as the hop reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeReason {
+    /// Active probe results.
+    Probe,
+    /// Errors on real traffic.
+    Passive,
+    /// Failed the pre-swap connect probe of a reload.
+    Reload,
+}
+
+/// Signals a node's long-lived connections watch: usable or not, and the drain deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeSignal {
+    /// False once ejected or draining: bound connections should hop.
+    pub usable: bool,
+    /// Set while draining: what is left is closed at this instant.
+    pub drain_deadline: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    consecutive_failures: u32,
+    consecutive_successes: u32,
+    passive_errors: u32,
+    last_reason: String,
+}
+
+/// Live state of one node; survives table reloads (shared by node id).
+#[derive(Debug)]
+pub struct NodeRuntime {
+    id: NodeId,
+    health: AtomicU8,
+    draining: AtomicBool,
+    /// Milliseconds since the registry epoch when slow start began; 0 = not ramping.
+    ramp_started_ms: AtomicU64,
+    consecutive_failures: AtomicU32,
+    inflight: AtomicU64,
+    counters: Mutex<Counters>,
+    signal: watch::Sender<NodeSignal>,
+    epoch: Instant,
+}
+
+/// Settings a node's runtime needs from its cluster (refreshed on every table build).
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// Health settings of its cluster.
+    pub health: HealthConfig,
+    /// Upstream protocol of its cluster.
+    pub protocol: Protocol,
+}
+
+/// One node as the current route table sees it: config plus shared runtime.
+#[derive(Debug)]
+pub struct Node {
+    /// Id.
+    pub id: NodeId,
+    /// Cluster name.
+    pub cluster: Arc<str>,
+    /// `host:port`.
+    pub addr: String,
+    /// Configured weight.
+    pub weight: u32,
+    /// Metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Cluster settings.
+    pub settings: NodeSettings,
+    /// Live state, shared across tables.
+    pub runtime: Arc<NodeRuntime>,
+}
+
+impl Node {
+    /// Health weight in percent (0-100) at `now`: 100 healthy (ramping during slow start),
+    /// `degraded_percent` degraded, 0 ejected or draining (SPEC section 3 `[health]`).
+    pub fn health_percent(&self, now: Instant) -> u32 {
+        self.runtime.health_percent(&self.settings.health, now)
+    }
+
+    /// The state shown to operators, not counting warm-up (the route table adds that).
+    pub fn state(&self) -> NodeState {
+        self.runtime.state()
+    }
+
+    /// True if new work may be sent here: not draining and health weight above 0.
+    pub fn is_selectable(&self, now: Instant) -> bool {
+        self.health_percent(now) > 0
+    }
+}
+
+impl NodeRuntime {
+    fn new(id: NodeId) -> Self {
+        let (signal, _) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        NodeRuntime {
+            id,
+            health: AtomicU8::new(HEALTH_HEALTHY),
+            draining: AtomicBool::new(false),
+            ramp_started_ms: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            inflight: AtomicU64::new(0),
+            counters: Mutex::new(Counters::default()),
+            signal,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// Current state (draining wins over health).
+    pub fn state(&self) -> NodeState {
+        if self.draining.load(Ordering::Acquire) {
+            return NodeState::Draining;
+        }
+        match self.health.load(Ordering::Acquire) {
+            HEALTH_HEALTHY => NodeState::Healthy,
+            HEALTH_DEGRADED => NodeState::Degraded,
+            _ => NodeState::Ejected,
+        }
+    }
+
+    /// Health percent at `now`; see [`Node::health_percent`].
+    pub fn health_percent(&self, h: &HealthConfig, now: Instant) -> u32 {
+        if self.draining.load(Ordering::Acquire) {
+            return 0;
+        }
+        match self.health.load(Ordering::Acquire) {
+            HEALTH_HEALTHY => {
+                let started = self.ramp_started_ms.load(Ordering::Acquire);
+                match h.slow_start {
+                    Some(ramp) if started > 0 => {
+                        let elapsed = now.saturating_duration_since(self.epoch).as_millis() as u64;
+                        weight::slow_start_percent(h.degraded_percent, ramp, Duration::from_millis(elapsed.saturating_sub(started)))
+                    }
+                    _ => 100,
+                }
+            }
+            HEALTH_DEGRADED => u32::from(h.degraded_percent),
+            _ => 0,
+        }
+    }
+
+    /// Consecutive failed probes (or passive errors that ejected it).
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures.load(Ordering::Relaxed)
+    }
+
+    /// Requests and streams in flight on this node.
+    pub fn inflight(&self) -> u64 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Counts one request in flight until the guard drops.
+    pub fn start_request(self: &Arc<Self>) -> InflightGuard {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        InflightGuard(self.clone())
+    }
+
+    /// Subscribes to usable/drain changes (long-lived connections use this to hop).
+    pub fn subscribe(&self) -> watch::Receiver<NodeSignal> {
+        self.signal.subscribe()
+    }
+
+    /// Current signal value.
+    pub fn signal(&self) -> NodeSignal {
+        *self.signal.borrow()
+    }
+
+    fn publish(&self) {
+        let usable = !self.draining.load(Ordering::Acquire) && self.health.load(Ordering::Acquire) != HEALTH_EJECTED;
+        self.signal.send_if_modified(|s| {
+            let changed = s.usable != usable;
+            s.usable = usable;
+            changed
+        });
+    }
+
+    /// Records one active probe result; moves the node only at the configured counts
+    /// (SPEC section 3 `degrade_after`/`eject_after`/`recover_after`). Returns the new state if it changed.
+    pub fn record_probe(&self, h: &HealthConfig, ok: bool, detail: &str, now: Instant) -> Option<NodeState> {
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        let before = self.health.load(Ordering::Acquire);
+        let mut after = before;
+        if ok {
+            c.consecutive_failures = 0;
+            c.consecutive_successes = c.consecutive_successes.saturating_add(1);
+            if before != HEALTH_HEALTHY && c.consecutive_successes >= h.recover_after {
+                after = HEALTH_HEALTHY;
+                c.passive_errors = 0;
+            }
+        } else {
+            c.consecutive_successes = 0;
+            c.consecutive_failures = c.consecutive_failures.saturating_add(1);
+            if c.consecutive_failures >= h.eject_after {
+                after = HEALTH_EJECTED;
+            } else if c.consecutive_failures >= h.degrade_after && before == HEALTH_HEALTHY {
+                after = HEALTH_DEGRADED;
+            }
+        }
+        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
+        c.last_reason = detail.to_string();
+        drop(c);
+        self.apply(before, after, ChangeReason::Probe, detail, now)
+    }
+
+    /// Records an error seen on real traffic (connect error, reset, 5xx). Ejects at once after
+    /// `passive_consecutive_errors` in a row (SPEC section 3). Returns the new state if it changed.
+    pub fn record_passive_error(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
+        let Some(limit) = h.passive_consecutive_errors.map(NonZeroU32::get) else {
+            return None;
+        };
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        c.passive_errors = c.passive_errors.saturating_add(1);
+        let before = self.health.load(Ordering::Acquire);
+        if c.passive_errors < limit || before == HEALTH_EJECTED {
+            return None;
+        }
+        // Recovery needs `recover_after` fresh probe successes: that is the passive backoff.
+        c.consecutive_successes = 0;
+        c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
+        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
+        drop(c);
+        self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, detail, now)
+    }
+
+    /// Clears the passive error streak after a good answer from real traffic.
+    pub fn record_passive_success(&self) {
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        c.passive_errors = 0;
+    }
+
+    /// Marks the node ejected outright (a reload's failed connect probe).
+    pub fn eject(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        c.consecutive_successes = 0;
+        c.consecutive_failures = h.eject_after;
+        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
+        drop(c);
+        let before = self.health.load(Ordering::Acquire);
+        self.apply(before, HEALTH_EJECTED, ChangeReason::Reload, detail, now)
+    }
+
+    fn apply(&self, before: u8, after: u8, reason: ChangeReason, detail: &str, now: Instant) -> Option<NodeState> {
+        if before == after {
+            return None;
+        }
+        self.health.store(after, Ordering::Release);
+        if after == HEALTH_HEALTHY {
+            let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+            self.ramp_started_ms.store(ms.max(1), Ordering::Release);
+        } else {
+            self.ramp_started_ms.store(0, Ordering::Release);
+        }
+        self.publish();
+        let state = self.state();
+        tracing::info!(node = %self.id, from = health_name(before), to = state.as_str(), reason = ?reason, detail, "node state changed");
+        Some(state)
+    }
+
+    /// Starts draining: no new work; long-lived connections get until `deadline` (SPEC section 5).
+    pub fn start_drain(&self, deadline: Instant) {
+        self.draining.store(true, Ordering::Release);
+        self.signal.send_modify(|s| {
+            s.usable = false;
+            s.drain_deadline = Some(deadline);
+        });
+        tracing::info!(node = %self.id, "node draining");
+    }
+
+    /// Ends a drain: the node takes work again if healthy.
+    pub fn undrain(&self) {
+        self.draining.store(false, Ordering::Release);
+        self.signal.send_modify(|s| s.drain_deadline = None);
+        self.publish();
+        tracing::info!(node = %self.id, "node undrained");
+    }
+
+    /// True while draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+}
+
+fn health_name(h: u8) -> &'static str {
+    match h {
+        HEALTH_HEALTHY => "healthy",
+        HEALTH_DEGRADED => "degraded",
+        _ => "ejected",
+    }
+}
+
+/// Decrements a node's in-flight count on drop.
+#[derive(Debug)]
+pub struct InflightGuard(Arc<NodeRuntime>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// All node runtimes by id. Shared by every route table generation.
+#[derive(Debug)]
+pub struct Registry {
+    runtimes: Mutex<HashMap<NodeId, Arc<NodeRuntime>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Registry { runtimes: Mutex::new(HashMap::new()), metrics }
+    }
+
+    /// Builds a [`Node`] for a table, reusing the runtime of a node with the same id.
+    /// Returns the node and whether its runtime is new.
+    pub fn node(&self, cluster: &Arc<str>, cfg: &NodeConfig, settings: NodeSettings) -> (Arc<Node>, bool) {
+        let mut map = self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held");
+        let mut fresh = false;
+        let runtime = map
+            .entry(Arc::from(cfg.id.as_str()))
+            .or_insert_with(|| {
+                fresh = true;
+                Arc::new(NodeRuntime::new(Arc::from(cfg.id.as_str())))
+            })
+            .clone();
+        drop(map);
+        let node = Node {
+            id: runtime.id.clone(),
+            cluster: cluster.clone(),
+            addr: cfg.addr.clone(),
+            weight: cfg.weight,
+            metadata: cfg.metadata.clone(),
+            settings,
+            runtime,
+        };
+        (Arc::new(node), fresh)
+    }
+
+    /// The runtime of node `id`, if known.
+    pub fn get(&self, id: &str) -> Option<Arc<NodeRuntime>> {
+        self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held").get(id).cloned()
+    }
+
+    /// Forgets runtimes whose ids are not in `keep` (nodes removed by a reload, after their drain).
+    pub fn retain(&self, keep: &dyn Fn(&str) -> bool) {
+        self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held").retain(|id, _| keep(id));
+    }
+
+    /// Shared metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
+#[cfg(test)]
+mod tests;

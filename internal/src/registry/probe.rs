@@ -1,0 +1,147 @@
+//! One probe of one node: a TCP connect, or `GET <path>` over HTTP/1.1 or h2c with status-range and
+//! optional JSON-pointer checks (SPEC section 3 `[health]`). Never retries a real failure; an h2
+//! stream refused because the node is going away (GOAWAY) is retried once on a new connection,
+//! since that says nothing about the node's health (CASE-18).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+use crate::config::{HealthConfig, ProbeKind, Protocol};
+
+/// Most a probe reads of a response body for the JSON check (bytes).
+const MAX_PROBE_BODY: usize = 64 * 1024;
+
+/// What one probe saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// Passed every check.
+    Pass,
+    /// Failed; the text says why (status, body, timeout, connect error).
+    Fail(String),
+}
+
+impl ProbeOutcome {
+    /// True for [`ProbeOutcome::Pass`].
+    pub fn is_pass(&self) -> bool {
+        matches!(self, ProbeOutcome::Pass)
+    }
+}
+
+/// Probes `addr` (`host:port`) once with `h`, within `h.timeout` overall.
+pub async fn probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
+    match tokio::time::timeout(h.timeout, probe_inner(addr, protocol, h)).await {
+        Ok(outcome) => outcome,
+        Err(_) => ProbeOutcome::Fail(format!("timeout after {:?}", h.timeout)),
+    }
+}
+
+/// A bare TCP connect within `timeout`, used by reloads before a swap (SPEC section 6).
+///
+/// # Errors
+/// The connect error, or `TimedOut`.
+pub async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+    }
+}
+
+async fn probe_inner(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
+    if h.kind == ProbeKind::Tcp {
+        return match TcpStream::connect(addr).await {
+            Ok(_) => ProbeOutcome::Pass,
+            Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
+        };
+    }
+    match http_probe(addr, protocol, h).await {
+        Ok(outcome) => outcome,
+        // A stream refused by a GOAWAY is not the node's failure: try once on a new connection.
+        Err(e) if is_goaway_refusal(&e) => http_probe(addr, protocol, h)
+            .await
+            .unwrap_or_else(|e| ProbeOutcome::Fail(format!("request: {e}"))),
+        Err(e) => ProbeOutcome::Fail(format!("request: {e}")),
+    }
+}
+
+fn is_goaway_refusal(e: &hyper::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = src {
+        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
+            return h2e.is_go_away() || h2e.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        src = err.source();
+    }
+    e.is_canceled()
+}
+
+async fn http_probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> Result<ProbeOutcome, hyper::Error> {
+    let tcp = match TcpStream::connect(addr).await {
+        Ok(t) => t,
+        Err(e) => return Ok(ProbeOutcome::Fail(format!("connect: {e}"))),
+    };
+    let _ = tcp.set_nodelay(true);
+    let io = TokioIo::new(tcp);
+    let req = http::Request::get(h.path.as_str())
+        .header(http::header::HOST, addr)
+        .header(http::header::USER_AGENT, "hopping-gateway-health")
+        .body(Empty::<Bytes>::new())
+        .expect("a GET with a validated path and static headers is a valid request");
+    let resp = match protocol {
+        Protocol::Http1 => {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            send.send_request(req).await?
+        }
+        Protocol::H2c => {
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(conn);
+            let (mut parts, body) = req.into_parts();
+            parts.uri = format!("http://{addr}{}", h.path).parse().unwrap_or(parts.uri);
+            parts.headers.remove(http::header::HOST);
+            send.send_request(http::Request::from_parts(parts, body)).await?
+        }
+    };
+    let status = resp.status().as_u16();
+    if !h.expect_status.contains(&status) {
+        return Ok(ProbeOutcome::Fail(format!("status {status}")));
+    }
+    let Some(expect) = &h.expect_json else {
+        return Ok(ProbeOutcome::Pass);
+    };
+    let body = match Limited::new(resp.into_body(), MAX_PROBE_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Ok(ProbeOutcome::Fail(format!("body: {e}"))),
+    };
+    Ok(check_json(&body, &expect.pointer, &expect.equals))
+}
+
+/// Checks that the JSON `body` holds the string `equals` at RFC 6901 `pointer`.
+pub fn check_json(body: &[u8], pointer: &str, equals: &str) -> ProbeOutcome {
+    let v: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return ProbeOutcome::Fail(format!("body is not JSON: {e}")),
+    };
+    match v.pointer(pointer) {
+        Some(serde_json::Value::String(s)) if s == equals => ProbeOutcome::Pass,
+        Some(other) => ProbeOutcome::Fail(format!("body {pointer} = {other}, want {equals:?}")),
+        None => ProbeOutcome::Fail(format!("body has no {pointer}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_pointer_check() {
+        assert_eq!(check_json(br#"{"business":"UP"}"#, "/business", "UP"), ProbeOutcome::Pass);
+        assert!(!check_json(br#"{"business":"DOWN"}"#, "/business", "UP").is_pass());
+        assert!(!check_json(b"nope", "/business", "UP").is_pass());
+        assert!(!check_json(br#"{}"#, "/business", "UP").is_pass());
+    }
+}

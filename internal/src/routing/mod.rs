@@ -1,0 +1,13 @@
+//! Routing: the immutable route table (routes + clusters + nodes + generation), its atomic swap,
+//! reloads and warm-up.
+//!
+//! A request loads the live table once ([`Routing::table`]) and uses that snapshot to the end, so it
+//! sees the whole old table or the whole new one (SPEC section 6). Writers build and validate a new
+//! table beside the live one and `store` it in one step; there is never an empty or half table.
+
+pub mod path;
+pub mod reload;
+pub mod table;
+pub mod warmup;
+
+pub use table::{Cluster, Route, RouteTable};

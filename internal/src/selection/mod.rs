@@ -1,0 +1,86 @@
+//! Selection: candidate filters (canary version, zone), then a picker over effective weights
+//! (SPEC section 6). Pure functions of the table snapshot and the request's [`Criteria`]: nothing
+//! here keeps request data in shared fields, so every piece is testable alone.
+
+pub mod picker;
+pub mod version;
+pub mod zone;
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::registry::{Node, NodeId};
+use crate::routing::{Cluster, RouteTable};
+
+/// What one request asks of selection, decided once per request.
+#[derive(Debug, Default, Clone)]
+pub struct Criteria<'a> {
+    /// Wanted version (from header, query or a split), matched to node metadata.
+    pub version: Option<&'a str>,
+    /// Metadata key holding a node's version.
+    pub metadata_key: &'a str,
+    /// Versions reserved for splits: requests outside every bucket avoid their nodes (while others are healthy).
+    pub avoid_versions: &'a [String],
+    /// Nodes already tried by this request.
+    pub exclude: &'a [NodeId],
+    /// The gateway's zone.
+    pub zone: Option<&'a str>,
+}
+
+/// A selectable node with its effective weight.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Effective weight (> 0).
+    pub weight: u64,
+}
+
+/// Outcome of the version filter, for the no-match WARN and counter (SPEC section 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionMiss {
+    /// Selectable candidates before the filter.
+    pub candidates: usize,
+    /// Candidates matching the version (0).
+    pub matched: usize,
+}
+
+/// What [`select`] found.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Chosen node, `None` if no candidate is selectable.
+    pub node: Option<Arc<Node>>,
+    /// Set when a version was requested and no selectable node had it.
+    pub version_miss: Option<VersionMiss>,
+}
+
+/// Selectable candidates of `cluster` at `now` (effective weight > 0, not excluded).
+pub fn candidates(table: &RouteTable, cluster: &Cluster, exclude: &[NodeId], now: Instant) -> Vec<Candidate> {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| !exclude.contains(&n.id))
+        .filter_map(|n| {
+            let weight = table.effective_weight(n, now);
+            (weight > 0).then(|| Candidate { node: n.clone(), weight })
+        })
+        .collect()
+}
+
+/// Runs the filters then the cluster's picker.
+pub fn select(table: &RouteTable, cluster: &Cluster, c: &Criteria<'_>, now: Instant) -> Selection {
+    let all = candidates(table, cluster, c.exclude, now);
+    let (filtered, version_miss) = version::filter(all, c);
+    let filtered = zone::filter(filtered, c.zone);
+    let node = picker::pick(cluster, &filtered, &mut rand::rng());
+    Selection { node, version_miss }
+}
+
+/// True if `node` satisfies the request's version constraint (a bound node must, to keep its binding).
+pub fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
+    match c.version {
+        Some(v) => version::node_version(node, c.metadata_key).is_some_and(|nv| nv == v),
+        None => true,
+    }
+}

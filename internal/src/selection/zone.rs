@@ -1,0 +1,19 @@
+//! The zone filter (SPEC section 6): same-zone nodes first when the gateway has a zone; all nodes
+//! when none is selectable there. Nodes without a zone never match a zone.
+
+use super::Candidate;
+
+/// Keeps candidates in `zone` if any; otherwise all.
+pub fn filter(all: Vec<Candidate>, zone: Option<&str>) -> Vec<Candidate> {
+    let Some(zone) = zone else { return all };
+    let same: Vec<Candidate> = all
+        .iter()
+        .filter(|c| c.node.metadata.iter().any(|(k, v)| k.eq_ignore_ascii_case("zone") && v == zone))
+        .cloned()
+        .collect();
+    if same.is_empty() {
+        all
+    } else {
+        same
+    }
+}

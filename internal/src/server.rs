@@ -1,0 +1,272 @@
+//! Listeners, connection limits, task wiring, signals, and [`run`] (the Go original's `cmd/server/main.go` wiring).
+//!
+//! Spawns: the data-plane accept loop (one task per connection, bounded by a semaphore), the admin
+//! accept loop, the reload triggers (file watch, SIGHUP) and, through [`Routing`], the health
+//! checks. On the shutdown future: readiness goes false, accepting stops, every connection is
+//! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets),
+//! and in-flight work gets up to `shutdown_timeout`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::admin::Admin;
+use crate::config::{Config, IdMode, StoreKind};
+use crate::drain;
+use crate::hopper::affinity::{AffinityStore, MemoryStore};
+use crate::hopper::{ConnIds, Hopper};
+use crate::metrics::Metrics;
+use crate::proxy::upstream::Upstream;
+use crate::proxy::{DownstreamConn, Proxy, ProxySettings};
+use crate::registry::Registry;
+use crate::routing::reload::Routing;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Signed ids without a key.
+    #[error("affinity.ids = \"signed\" needs a key in env var {0}")]
+    MissingSecret(String),
+    /// The affinity store could not start.
+    #[error("affinity store: {0}")]
+    Store(String),
+}
+
+/// What [`run`] needs besides the config.
+pub struct Options {
+    /// Validated config.
+    pub config: Config,
+    /// File to re-read on reload; `None` = embedded defaults.
+    pub file: Option<PathBuf>,
+    /// CLI overrides re-applied to every reloaded config.
+    pub overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+/// Runs the gateway until `shutdown` resolves, then shuts down gracefully.
+///
+/// # Errors
+/// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
+pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let cfg = opts.config.clone();
+    let data = TcpListener::bind(cfg.server.listen).await.map_err(|source| ServerError::Bind { addr: cfg.server.listen, source })?;
+    let admin_l = TcpListener::bind(cfg.server.admin_listen).await.map_err(|source| ServerError::Bind { addr: cfg.server.admin_listen, source })?;
+    let metrics = Arc::new(Metrics::new());
+    let registry = Arc::new(Registry::new(metrics.clone()));
+    let store = match &cfg.affinity.store {
+        StoreKind::Memory => AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl)),
+        StoreKind::Redis { url } => return Err(ServerError::Store(format!("redis store ({url}) is not available in this build"))),
+    };
+    let ids = conn_ids(&cfg)?;
+    let routing = Arc::new(Routing::new(opts.config, opts.file.clone(), opts.overrides, registry, metrics.clone()));
+    let hopper = Arc::new(Hopper::new(store, metrics.clone()));
+    let (signal, watch) = drain::channel();
+    let proxy = Arc::new(Proxy {
+        routing: routing.clone(),
+        hopper: hopper.clone(),
+        ids,
+        upstream: Arc::new(Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)),
+        metrics: metrics.clone(),
+        settings: ProxySettings {
+            affinity_header: cfg.affinity.header.clone(),
+            trusted: cfg.server.trusted_proxies.clone(),
+            limits: cfg.limits.clone(),
+            access_log: cfg.server.access_log,
+            zone: cfg.server.zone.clone(),
+        },
+        shutdown: watch.clone(),
+    });
+    let ready = Arc::new(AtomicBool::new(true));
+    let admin = Arc::new(Admin { routing: routing.clone(), hopper: hopper.clone(), metrics: metrics.clone(), token: cfg.server.admin_token.clone(), ready: ready.clone() });
+    tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
+
+    let mut tasks = JoinSet::new();
+    tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
+    tasks.spawn(accept_admin(admin_l, admin, watch.clone()));
+    tasks.spawn(crate::routing::reload::watch_triggers(routing.clone(), opts.file, watch.clone()));
+    drop(watch);
+
+    shutdown.await;
+    tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
+    ready.store(false, Ordering::Release);
+    signal.fire();
+    drop(proxy);
+    let finished = tokio::time::timeout(cfg.server.shutdown_timeout, async {
+        while tasks.join_next().await.is_some() {}
+        signal.closed().await;
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!("shutdown timeout reached; closing what is left");
+        tasks.abort_all();
+    }
+    routing.shutdown().await;
+    hopper.store().shutdown().await;
+    tracing::info!("hopping-gateway stopped");
+    Ok(())
+}
+
+fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
+    if cfg.affinity.ids == IdMode::Client {
+        return Ok(ConnIds::new(IdMode::Client, Vec::new()));
+    }
+    let key = std::env::var(&cfg.affinity.secret_env).ok().filter(|k| !k.is_empty()).ok_or_else(|| ServerError::MissingSecret(cfg.affinity.secret_env.clone()))?;
+    let mut keys = vec![key.into_bytes()];
+    if let Ok(old) = std::env::var(&cfg.affinity.old_secrets_env) {
+        keys.extend(old.split(',').map(str::trim).filter(|k| !k.is_empty()).map(|k| k.as_bytes().to_vec()));
+    }
+    Ok(ConnIds::new(IdMode::Signed, keys))
+}
+
+fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
+    let l = &p.settings.limits;
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(l.header_read_timeout)
+        .max_headers(l.max_headers)
+        .max_buf_size((l.max_request_line + l.max_header_bytes).max(8192));
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(l.max_header_bytes + l.max_request_line).unwrap_or(u32::MAX))
+        .keep_alive_interval(Duration::from_secs(30));
+    b
+}
+
+async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain::Watch) {
+    let limit = Arc::new(Semaphore::new(proxy.settings.limits.max_connections));
+    let builder = Arc::new(data_builder(&proxy));
+    let mut conns = JoinSet::new();
+    let mut warned = false;
+    loop {
+        let permit = tokio::select! {
+            _ = watch.signaled() => break,
+            p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        if limit.available_permits() == 0 && !warned {
+            warned = true;
+            tracing::warn!(max_connections = proxy.settings.limits.max_connections, "connection limit reached; new connections wait");
+        } else if limit.available_permits() > 0 {
+            warned = false;
+        }
+        let (tcp, peer) = tokio::select! {
+            _ = watch.signaled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        conns.spawn(serve_data(tcp, peer, proxy.clone(), builder.clone(), watch.clone(), permit));
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+async fn serve_data(tcp: TcpStream, peer: SocketAddr, proxy: Arc<Proxy>, builder: Arc<auto::Builder<TokioExecutor>>, mut watch: drain::Watch, _permit: tokio::sync::OwnedSemaphorePermit) {
+    let dc = Arc::new(DownstreamConn::new(peer));
+    let _gauge = proxy.metrics.connection("http");
+    let svc_proxy = proxy.clone();
+    let svc_dc = dc.clone();
+    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
+    tokio::pin!(conn);
+    let mut bound = dc.bound.subscribe();
+    let mut node_signal: Option<tokio::sync::watch::Receiver<crate::registry::NodeSignal>> = None;
+    let mut closing = false;
+    loop {
+        let node_changed = async {
+            match node_signal.as_mut() {
+                Some(rx) => rx.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %peer, error = %e, "downstream connection ended with error");
+                }
+                return;
+            }
+            _ = watch.signaled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            r = bound.changed() => {
+                if r.is_err() { continue; }
+                node_signal = bound.borrow_and_update().as_ref().map(|rt| rt.subscribe());
+            }
+            alive = node_changed, if !closing => {
+                let usable = node_signal.as_ref().is_none_or(|rx| rx.borrow().usable);
+                if alive && !usable {
+                    // The h2 connection's node drains or was ejected: GOAWAY, in-flight streams finish,
+                    // the client's next connection binds to a healthy node (SPEC section 5).
+                    closing = true;
+                    tracing::info!(peer = %peer, "node of this h2 connection is going away; sending GOAWAY");
+                    if let Some(id) = dc.conn_id.get() {
+                        proxy.hopper.store().remove(id).await;
+                    }
+                    conn.as_mut().graceful_shutdown();
+                } else if !alive {
+                    node_signal = None;
+                }
+            }
+        }
+    }
+}
+
+async fn accept_admin(listener: TcpListener, admin: Arc<Admin>, mut watch: drain::Watch) {
+    let mut conns = JoinSet::new();
+    loop {
+        let (tcp, _) = tokio::select! {
+            _ = watch.signaled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let a = admin.clone();
+        conns.spawn(async move {
+            let svc = service_fn(move |req| a.clone().handle(req));
+            let b = hyper::server::conn::http1::Builder::new();
+            if let Err(e) = b.serve_connection(TokioIo::new(tcp), svc).await {
+                tracing::debug!(error = %e, "admin connection ended with error");
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    conns.abort_all();
+}
