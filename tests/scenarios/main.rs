@@ -1,0 +1,6 @@
+//! Integration scenarios: one module per behaviour area, each starting real processes on
+//! ephemeral loopback ports through `integration_tests` (tests/support).
+
+#![allow(missing_docs)]
+
+mod core;
