@@ -1,0 +1,385 @@
+//! Accept loops and per-connection driving for both listeners.
+//!
+//! Owns: the hyper connection builders, the per-connection idle keep-alive close
+//! (`POST /control/keepalive`), and the in-flight accounting it relies on.
+//! Every connection is one task in the node's task set; it ends when the client leaves, when the
+//! idle close fires (HTTP/1.1 only), or after a graceful close on shutdown. Never closes a
+//! connection while a request on it is in flight or a request head is partly received.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use hyper::service::service_fn;
+use hyper::Version;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::http::RespBody;
+use crate::State;
+
+/// HTTP/1.1 header field limit: far above the gateway's, so the mock never rejects what the
+/// gateway forwards (the gateway's own limits are what tests exercise).
+const H1_MAX_HEADERS: usize = 1000;
+/// h2 header list limit (256 KiB), for the same reason (hyper's default is 16 KiB).
+const H2_MAX_HEADER_LIST: u32 = 256 * 1024;
+/// Pause after a failed accept (e.g. out of file descriptors) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts forever on the main port, serving each connection as HTTP/1.1 or h2c.
+pub(crate) async fn accept_http(listener: TcpListener, state: Arc<State>) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().max_headers(H1_MAX_HEADERS);
+    builder.http2().max_header_list_size(H2_MAX_HEADER_LIST);
+    let builder = Arc::new(builder);
+    loop {
+        let stream = accept(&listener).await;
+        let task = serve_http(stream, Arc::clone(&state), Arc::clone(&builder));
+        state.tasks.spawn(task);
+    }
+}
+
+/// Accepts forever on the gRPC port, serving each connection as h2c only.
+pub(crate) async fn accept_grpc(listener: TcpListener, state: Arc<State>) {
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.max_header_list_size(H2_MAX_HEADER_LIST);
+    let builder = Arc::new(builder);
+    loop {
+        let stream = accept(&listener).await;
+        let task = serve_grpc(stream, Arc::clone(&state), Arc::clone(&builder));
+        state.tasks.spawn(task);
+    }
+}
+
+/// Returns the next accepted stream, retrying (with a short pause) on accept errors.
+async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                // Nagle would hold small SSE events and ticks back; losing it is only slower.
+                if let Err(err) = stream.set_nodelay(true) {
+                    eprintln!("mock-backend: set_nodelay failed: {err}");
+                }
+                return stream;
+            }
+            Err(err) => {
+                eprintln!("mock-backend: accept failed: {err}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+}
+
+async fn serve_grpc(
+    stream: TcpStream,
+    state: Arc<State>,
+    builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+) {
+    // Only the stream count (for GOAWAY) is used here: h2 connections are never idle-closed.
+    let tracker = Arc::new(ConnTracker::new());
+    let shutdown = state.shutdown.subscribe();
+    let service = {
+        let tracker = Arc::clone(&tracker);
+        service_fn(move |req| crate::grpc::handle(Arc::clone(&state), Arc::clone(&tracker), req))
+    };
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let idle = std::future::pending();
+    drive(conn, |c| c.graceful_shutdown(), &tracker, idle, shutdown).await;
+}
+
+async fn serve_http(
+    stream: TcpStream,
+    state: Arc<State>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+) {
+    let tracker = Arc::new(ConnTracker::new());
+    let io = TokioIo::new(CountingIo {
+        inner: stream,
+        tracker: Arc::clone(&tracker),
+    });
+    let shutdown = state.shutdown.subscribe();
+    let idle = idle_close(Arc::clone(&tracker), state.idle_ms.subscribe());
+    let service = {
+        let tracker = Arc::clone(&tracker);
+        service_fn(move |req| crate::http::handle(Arc::clone(&state), Arc::clone(&tracker), req))
+    };
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    drive(conn, |c| c.graceful_shutdown(), &tracker, idle, shutdown).await;
+}
+
+/// Polls `conn` to completion; starts its graceful shutdown (h1: close when idle, h2: GOAWAY)
+/// when `idle` fires, the tracker asks for a GOAWAY, or the node stops.
+async fn drive<C, E>(
+    conn: C,
+    graceful: impl Fn(Pin<&mut C>),
+    tracker: &ConnTracker,
+    idle: impl Future<Output = ()>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    C: Future<Output = Result<(), E>>,
+{
+    tokio::pin!(conn);
+    tokio::pin!(idle);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            // A client that goes away mid-request is routine for a test backend: the connection's
+            // error has no one to be reported to, so it ends the task quietly.
+            _ = conn.as_mut() => return,
+            () = &mut idle, if !closing => {
+                graceful(conn.as_mut());
+                closing = true;
+            }
+            () = tracker.goaway.notified(), if !closing => {
+                graceful(conn.as_mut());
+                closing = true;
+            }
+            // Err means the node's State is gone: stop as well.
+            _ = shutdown.wait_for(|stop| *stop), if !closing => {
+                graceful(conn.as_mut());
+                closing = true;
+            }
+        }
+    }
+}
+
+/// Resolves once the connection has been idle (no request in flight, no byte received since
+/// the last response) for the configured `idle_ms`; never resolves while `idle_ms` is 0 or the
+/// connection is exempt (h2, upgraded).
+async fn idle_close(tracker: Arc<ConnTracker>, mut idle_ms: watch::Receiver<u64>) {
+    loop {
+        let ms = *idle_ms.borrow_and_update();
+        if tracker.exempt.load(Ordering::Relaxed) {
+            return std::future::pending().await;
+        }
+        if ms == 0 {
+            if idle_ms.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            continue;
+        }
+        let limit = Duration::from_millis(ms);
+        let deadline = match tracker.idle_since() {
+            Some(since) if Instant::now() >= since + limit => return,
+            Some(since) => Some(since + limit),
+            None => None,
+        };
+        // Re-evaluate on whichever comes first: the deadline, a response finishing, a new setting.
+        tokio::select! {
+            () = sleep_until_opt(deadline) => {}
+            () = tracker.became_idle.notified() => {}
+            changed = idle_ms.changed() => if changed.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever when there is none.
+pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What one HTTP connection has been doing, for the idle keep-alive close.
+#[derive(Debug)]
+pub(crate) struct ConnTracker {
+    /// Bytes read from the socket so far.
+    bytes_read: AtomicU64,
+    idle: Mutex<IdleState>,
+    /// Signalled when the last in-flight response finishes.
+    became_idle: Notify,
+    /// Set for h2 and upgraded connections, which are never idle-closed.
+    exempt: AtomicBool,
+    /// Non-control requests (streams) seen, for `/control/goaway`.
+    streams: AtomicU64,
+    /// Signalled when the connection should send a graceful GOAWAY.
+    goaway: Notify,
+}
+
+#[derive(Debug)]
+struct IdleState {
+    in_flight: u32,
+    /// When the last response finished (or the connection was accepted).
+    since: Instant,
+    /// `bytes_read` at that moment: any byte after it is the start of a new request.
+    read_mark: u64,
+}
+
+impl ConnTracker {
+    fn new() -> Self {
+        Self {
+            bytes_read: AtomicU64::new(0),
+            idle: Mutex::new(IdleState {
+                in_flight: 0,
+                since: Instant::now(),
+                read_mark: 0,
+            }),
+            became_idle: Notify::new(),
+            exempt: AtomicBool::new(false),
+            streams: AtomicU64::new(0),
+            goaway: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IdleState> {
+        // Every update is a single step, so a poisoned state is still consistent.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the request's HTTP version; returns a guard that counts the request as in flight
+    /// until dropped (attach it to the response body). h2 connections become exempt.
+    pub(crate) fn start(self: &Arc<Self>, version: Version) -> InFlight {
+        if version >= Version::HTTP_2 {
+            self.exempt();
+        }
+        self.lock().in_flight += 1;
+        InFlight {
+            tracker: Arc::clone(self),
+        }
+    }
+
+    /// Counts one non-control stream; on an h2 connection, asks for a graceful GOAWAY once
+    /// `goaway_after` (0 = never) streams have been seen.
+    pub(crate) fn count_stream(&self, version: Version, goaway_after: u64) {
+        let seen = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        if version >= Version::HTTP_2 && goaway_after > 0 && seen >= goaway_after {
+            self.goaway.notify_one();
+        }
+    }
+
+    /// Marks the connection as never idle-closed (it is being upgraded).
+    pub(crate) fn exempt(&self) {
+        self.exempt.store(true, Ordering::Relaxed);
+    }
+
+    /// Returns when the connection became idle, or `None` while it is busy.
+    fn idle_since(&self) -> Option<Instant> {
+        let idle = self.lock();
+        let quiet = self.bytes_read.load(Ordering::SeqCst) == idle.read_mark;
+        (idle.in_flight == 0 && quiet).then_some(idle.since)
+    }
+}
+
+/// Counts one request as in flight while alive.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    tracker: Arc<ConnTracker>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut idle = self.tracker.lock();
+        idle.in_flight = idle.in_flight.saturating_sub(1);
+        if idle.in_flight == 0 {
+            idle.since = Instant::now();
+            idle.read_mark = self.tracker.bytes_read.load(Ordering::SeqCst);
+        }
+        drop(idle);
+        self.tracker.became_idle.notify_one();
+    }
+}
+
+/// A response body that keeps its request counted as in flight until hyper drops it
+/// (after the last byte is written, or when the client goes away).
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    inner: RespBody,
+    _in_flight: InFlight,
+}
+
+impl Tracked {
+    /// Takes a body and the request's in-flight guard; returns the body carrying the guard.
+    pub(crate) fn new(inner: RespBody, in_flight: InFlight) -> Self {
+        Self {
+            inner,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A TCP stream that counts the bytes read from it.
+struct CountingIo {
+    inner: TcpStream,
+    tracker: Arc<ConnTracker>,
+}
+
+impl AsyncRead for CountingIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len().saturating_sub(before);
+        if read > 0 {
+            let read = u64::try_from(read).unwrap_or(u64::MAX);
+            self.tracker.bytes_read.fetch_add(read, Ordering::SeqCst);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for CountingIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

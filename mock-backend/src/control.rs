@@ -1,0 +1,166 @@
+//! `/control/*`: the knobs tests turn on a running node.
+//!
+//! Owns the request-side view of the shared `State`: health switch, delay, hang, idle
+//! keep-alive close (optionally advertised), h2 GOAWAY after N streams, and request stats.
+//! Control requests are never counted, delayed or held, so a test can always reach a node it
+//! has made slow or unresponsive.
+
+use std::sync::atomic::Ordering;
+
+use hyper::{Method, Response, StatusCode};
+use serde_json::json;
+
+use crate::http::{error_response, json_response, query_param, RespBody};
+use crate::State;
+
+/// One `/control/<action>`.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Health,
+    Delay,
+    Hang,
+    Unhang,
+    Stats,
+    ResetStats,
+    Keepalive,
+    Goaway,
+}
+
+impl Action {
+    fn parse(action: &str) -> Option<Self> {
+        Some(match action {
+            "health" => Self::Health,
+            "delay" => Self::Delay,
+            "hang" => Self::Hang,
+            "unhang" => Self::Unhang,
+            "stats" => Self::Stats,
+            "reset-stats" => Self::ResetStats,
+            "keepalive" => Self::Keepalive,
+            "goaway" => Self::Goaway,
+            _ => return None,
+        })
+    }
+
+    fn method(self) -> Method {
+        match self {
+            Self::Stats => Method::GET,
+            Self::Health
+            | Self::Delay
+            | Self::Hang
+            | Self::Unhang
+            | Self::ResetStats
+            | Self::Keepalive
+            | Self::Goaway => Method::POST,
+        }
+    }
+}
+
+/// Takes the method, the path after `/control/` and the raw query; returns the answer.
+pub(crate) fn handle(
+    state: &State,
+    method: &Method,
+    action: &str,
+    query: Option<&str>,
+) -> Response<RespBody> {
+    let Some(parsed) = Action::parse(action) else {
+        let error = format!("unknown control action {action:?}");
+        return error_response(state, StatusCode::NOT_FOUND, &error);
+    };
+    let expected = parsed.method();
+    if *method != expected {
+        let error = format!("/control/{action} takes {expected}");
+        return error_response(state, StatusCode::METHOD_NOT_ALLOWED, &error);
+    }
+    match parsed {
+        Action::Health => set_health(state, query),
+        Action::Delay => set_delay(state, query),
+        Action::Hang | Action::Unhang => {
+            let hang = matches!(parsed, Action::Hang);
+            state.hang.send_replace(hang);
+            json_response(StatusCode::OK, &json!({"node": state.id, "hang": hang}))
+        }
+        Action::Stats => stats_response(state),
+        Action::ResetStats => {
+            let mut stats = state.stats();
+            stats.requests = 0;
+            stats.paths.clear();
+            drop(stats);
+            stats_response(state)
+        }
+        Action::Keepalive => set_keepalive(state, query),
+        Action::Goaway => set_goaway(state, query),
+    }
+}
+
+fn set_health(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let down = match query_param(query, "state").as_deref() {
+        Some("down") => true,
+        Some("up") => false,
+        _ => return error_response(state, StatusCode::BAD_REQUEST, "state=down|up is required"),
+    };
+    state.down.store(down, Ordering::Relaxed);
+    let label = if down { "down" } else { "up" };
+    json_response(StatusCode::OK, &json!({"node": state.id, "state": label}))
+}
+
+fn set_delay(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let Some(ms) = parse_u64(query, "ms") else {
+        return error_response(
+            state,
+            StatusCode::BAD_REQUEST,
+            "ms=N (milliseconds) is required",
+        );
+    };
+    state.delay_ms.store(ms, Ordering::Relaxed);
+    json_response(StatusCode::OK, &json!({"node": state.id, "delay_ms": ms}))
+}
+
+fn set_keepalive(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let Some(ms) = parse_u64(query, "idle_ms") else {
+        return error_response(
+            state,
+            StatusCode::BAD_REQUEST,
+            "idle_ms=N (milliseconds) is required",
+        );
+    };
+    let advertise = matches!(
+        query_param(query, "advertise").as_deref(),
+        Some("1" | "true")
+    );
+    state
+        .advertise_keepalive
+        .store(advertise, Ordering::Relaxed);
+    state.idle_ms.send_replace(ms);
+    let body = json!({"node": state.id, "idle_ms": ms, "advertise": advertise});
+    json_response(StatusCode::OK, &body)
+}
+
+fn set_goaway(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let Some(after) = parse_u64(query, "after") else {
+        return error_response(
+            state,
+            StatusCode::BAD_REQUEST,
+            "after=N (streams) is required",
+        );
+    };
+    state.goaway_after.store(after, Ordering::Relaxed);
+    json_response(
+        StatusCode::OK,
+        &json!({"node": state.id, "goaway_after": after}),
+    )
+}
+
+fn parse_u64(query: Option<&str>, key: &str) -> Option<u64> {
+    query_param(query, key)?.parse().ok()
+}
+
+fn stats_response(state: &State) -> Response<RespBody> {
+    let stats = state.stats();
+    let body = json!({
+        "node": state.id,
+        "requests": stats.requests,
+        "paths": stats.paths,
+    });
+    drop(stats);
+    json_response(StatusCode::OK, &body)
+}

@@ -1,0 +1,362 @@
+//! The main port's router and its plain HTTP endpoints (SPEC section 9).
+//!
+//! Owns: routing, `/health`, `/actuator/health/business`, `/data`, `/echo`, `/sse`,
+//! `/download`, `/status/<code>`, `/abort`, the 404 answer, response helpers and query parsing.
+//! Every response gets `x-node-id` (and `Keep-Alive: timeout=N` on HTTP/1.x while an idle
+//! close is set with `advertise=1`). Request bodies are hashed as they stream and never
+//! buffered whole; streamed responses are generated lazily, one chunk at a time.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode, Version};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::time::{interval_at, Instant, MissedTickBehavior};
+
+use crate::conn::{ConnTracker, Tracked};
+use crate::{State, DOWNLOAD_CHUNK, DOWNLOAD_PERIOD};
+
+/// Every response body the mock produces: never fails, may stream.
+pub(crate) type RespBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Gap between two `/sse` events.
+const SSE_EVERY: Duration = Duration::from_millis(100);
+
+/// The service error that makes hyper drop a request unanswered (`/abort`): HTTP/1.1 closes
+/// the connection, h2 resets the stream.
+#[derive(Debug)]
+pub(crate) struct Abort;
+
+impl fmt::Display for Abort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("request aborted on purpose by /abort")
+    }
+}
+
+impl std::error::Error for Abort {}
+
+/// Takes one request on the main port; returns its response, or [`Abort`] for `/abort`.
+/// Control requests skip counting, hang and delay; every other request goes through them.
+pub(crate) async fn handle(
+    state: Arc<State>,
+    tracker: Arc<ConnTracker>,
+    req: Request<Incoming>,
+) -> Result<Response<Tracked>, Abort> {
+    let version = req.version();
+    let in_flight = tracker.start(version);
+    let mut resp = match req.uri().path().strip_prefix("/control/") {
+        Some(action) => crate::control::handle(&state, req.method(), action, req.uri().query()),
+        None => {
+            tracker.count_stream(version, state.goaway_after.load(Ordering::Relaxed));
+            route(&state, &tracker, req).await?
+        }
+    };
+    add_node_headers(&state, resp.headers_mut());
+    let idle_ms = *state.idle_ms.borrow();
+    if version <= Version::HTTP_11
+        && idle_ms > 0
+        && state.advertise_keepalive.load(Ordering::Relaxed)
+    {
+        let secs = idle_ms.div_ceil(1000);
+        if let Ok(value) = HeaderValue::from_str(&format!("timeout={secs}")) {
+            resp.headers_mut().insert("keep-alive", value);
+        }
+    }
+    Ok(resp.map(|body| Tracked::new(body, in_flight)))
+}
+
+/// Adds `x-node-id` (and the version/zone labels when configured) to a response.
+pub(crate) fn add_node_headers(state: &State, headers: &mut hyper::HeaderMap) {
+    headers.insert("x-node-id", state.id_header.clone());
+    if let Some(version) = &state.version_header {
+        headers.insert("x-node-version", version.clone());
+    }
+    if let Some(zone) = &state.zone_header {
+        headers.insert("x-node-zone", zone.clone());
+    }
+}
+
+async fn route(
+    state: &Arc<State>,
+    tracker: &ConnTracker,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, Abort> {
+    let path = req.uri().path().to_owned();
+    state.admit(&path).await;
+    Ok(match path.as_str() {
+        "/health" => health(state),
+        "/actuator/health/business" => business_health(state),
+        "/data" => text(
+            StatusCode::OK,
+            format!("Data from Node {} (Port {})", state.id, state.port),
+        ),
+        "/echo" => echo(state, req).await,
+        p if p.starts_with("/echo/") => echo(state, req).await,
+        "/ws" => crate::ws::upgrade(state, tracker, req),
+        "/sse" => sse(state),
+        "/download" => download(state, req.uri().query()),
+        "/abort" => return Err(abort(req).await),
+        p => match p.strip_prefix("/status/") {
+            Some(code) => status(state, code),
+            None => not_found(state, p),
+        },
+    })
+}
+
+/// `/abort[?after_bytes=N]`: reads the body (all of it, or its first N bytes), then fails.
+async fn abort(req: Request<Incoming>) -> Abort {
+    let limit = query_param(req.uri().query(), "after_bytes").and_then(|n| n.parse::<u64>().ok());
+    let mut body = req.into_body();
+    let mut seen: u64 = 0;
+    while limit.is_none_or(|limit| seen < limit) {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                let len = frame.data_ref().map_or(0, |data| data.len());
+                seen += u64::try_from(len).unwrap_or(u64::MAX);
+            }
+            Some(Err(_)) | None => break,
+        }
+    }
+    Abort
+}
+
+/// `GET /health` on either port: `200 OK`, or `503` while set down.
+pub(crate) fn health(state: &State) -> Response<RespBody> {
+    if state.is_down() {
+        text(StatusCode::SERVICE_UNAVAILABLE, "DOWN")
+    } else {
+        text(StatusCode::OK, "OK")
+    }
+}
+
+fn business_health(state: &State) -> Response<RespBody> {
+    if state.is_down() {
+        json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({"business": "DOWN"}),
+        )
+    } else {
+        json_response(StatusCode::OK, &json!({"business": "UP"}))
+    }
+}
+
+/// Echoes the request as JSON, hashing the body chunk by chunk.
+async fn echo(state: &State, req: Request<Incoming>) -> Response<RespBody> {
+    let (parts, mut body) = req.into_parts();
+    let mut hasher = Sha256::new();
+    let mut body_len: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    hasher.update(data);
+                    body_len += u64::try_from(data.len()).unwrap_or(u64::MAX);
+                }
+            }
+            Err(err) => {
+                let error =
+                    format!("reading the request body failed after {body_len} bytes: {err}");
+                return error_response(state, StatusCode::BAD_REQUEST, &error);
+            }
+        }
+    }
+    let headers: Vec<[String; 2]> = parts
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            [name.as_str().to_owned(), value]
+        })
+        .collect();
+    let body = json!({
+        "node": state.id,
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "query": parts.uri.query().unwrap_or(""),
+        "version": format!("{:?}", parts.version),
+        "authority": parts.uri.authority().map(|a| a.as_str()),
+        "headers": headers,
+        "body_len": body_len,
+        "body_sha256": hex::encode(hasher.finalize()),
+    });
+    json_response(StatusCode::OK, &body)
+}
+
+/// `text/event-stream` with `data: <id> <seq>` every 100 ms until the client leaves.
+fn sse(state: &State) -> Response<RespBody> {
+    let mut ticks = interval_at(Instant::now() + SSE_EVERY, SSE_EVERY);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let id: Arc<str> = Arc::from(state.id.as_str());
+    let events = stream::unfold((ticks, 1_u64), move |(mut ticks, seq)| {
+        let id = Arc::clone(&id);
+        async move {
+            ticks.tick().await;
+            let event = Bytes::from(format!("data: {id} {seq}\n\n"));
+            Some((Ok(Frame::data(event)), (ticks, seq + 1)))
+        }
+    });
+    let mut resp = Response::new(StreamBody::new(events).boxed_unsync());
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// `?bytes=N[&chunked=1]`: N pattern bytes (byte i = i % 251) in 64 KiB chunks, made lazily.
+fn download(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let Some(total) = query_param(query, "bytes").and_then(|n| n.parse::<u64>().ok()) else {
+        return error_response(
+            state,
+            StatusCode::BAD_REQUEST,
+            "bytes=N (a u64) is required",
+        );
+    };
+    let chunked = matches!(query_param(query, "chunked").as_deref(), Some("1" | "true"));
+    let pattern = state.pattern.clone();
+    let chunks = stream::unfold(0_u64, move |offset| {
+        let pattern = pattern.clone();
+        async move {
+            let left = total.checked_sub(offset).filter(|left| *left > 0)?;
+            let len = usize::try_from(left).map_or(DOWNLOAD_CHUNK, |left| left.min(DOWNLOAD_CHUNK));
+            let start =
+                usize::try_from(offset % DOWNLOAD_PERIOD).expect("a value below 251 fits in usize");
+            let chunk = pattern.slice(start..start + len);
+            let next = offset + u64::try_from(len).expect("a chunk length fits in u64");
+            Some((Ok(Frame::data(chunk)), next))
+        }
+    });
+    let mut resp = Response::new(StreamBody::new(chunks).boxed_unsync());
+    let headers = resp.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if !chunked {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(total));
+    }
+    resp
+}
+
+/// `/status/<code>`: that status with `{"node":..,"status":code}` (no body for 204/304).
+fn status(state: &State, code: &str) -> Response<RespBody> {
+    let status = code
+        .parse::<u16>()
+        .ok()
+        .filter(|code| (200..=599).contains(code))
+        .and_then(|code| StatusCode::from_u16(code).ok());
+    let Some(status) = status else {
+        let error = format!("status code {code:?} is not a number in 200..=599");
+        return error_response(state, StatusCode::BAD_REQUEST, &error);
+    };
+    if matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED) {
+        let mut resp = Response::new(Empty::new().boxed_unsync());
+        *resp.status_mut() = status;
+        return resp;
+    }
+    json_response(
+        status,
+        &json!({"node": state.id, "status": status.as_u16()}),
+    )
+}
+
+fn not_found(state: &State, path: &str) -> Response<RespBody> {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"node": state.id, "error": "not found", "path": path}),
+    )
+}
+
+/// Takes a status and a message; returns `{"node":..,"error":message}` with that status.
+pub(crate) fn error_response(
+    state: &State,
+    status: StatusCode,
+    message: &str,
+) -> Response<RespBody> {
+    json_response(status, &json!({"node": state.id, "error": message}))
+}
+
+/// Takes a status and a JSON value; returns it as an `application/json` response.
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<RespBody> {
+    full(status, "application/json", value.to_string())
+}
+
+/// Takes a status and a text; returns it as a `text/plain` response.
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
+    full(status, "text/plain; charset=utf-8", body)
+}
+
+fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<RespBody> {
+    let mut resp = Response::new(Full::new(body.into()).boxed_unsync());
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+/// Takes a raw query string and a key; returns the first value for that key, percent-decoded
+/// (`+` as space), `Some("")` for `key` or `key=`, `None` when absent.
+pub(crate) fn query_param(query: Option<&str>, key: &str) -> Option<String> {
+    query?
+        .split('&')
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(k, _)| percent_decode(k) == key)
+        .map(|(_, v)| percent_decode(v))
+}
+
+/// Decodes `%XX` escapes and `+`; malformed escapes are kept as written.
+fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_param_decodes_and_distinguishes_empty_from_absent() {
+        let q = Some("a=1&protocol=&close_reason=bye%20now+x&flag");
+        assert_eq!(query_param(q, "a").as_deref(), Some("1"));
+        assert_eq!(query_param(q, "protocol").as_deref(), Some(""));
+        assert_eq!(query_param(q, "close_reason").as_deref(), Some("bye now x"));
+        assert_eq!(query_param(q, "flag").as_deref(), Some(""));
+        assert_eq!(query_param(q, "missing"), None);
+        assert_eq!(query_param(None, "a"), None);
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}

@@ -1,0 +1,336 @@
+//! The mock backend node used by hopping-gateway's tests (SPEC section 9).
+//!
+//! One process (or one in-process instance, via [`bind`] + [`BoundMock::serve`]) plays one node:
+//! - the main port serves HTTP/1.1 and h2c prior knowledge: `GET /health`,
+//!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...]`, `GET /ws`, `GET /sse`,
+//!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
+//! - `/control/*` turns the knobs: `POST health?state=down|up`, `POST delay?ms=N`,
+//!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
+//!   `POST keepalive?idle_ms=N[&advertise=1]`, `POST goaway?after=N`;
+//! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo` plus `GET /health`).
+//!
+//! Every response carries `x-node-id`. The knobs live in one shared `State` of atomics and watch
+//! channels, so every connection sees a change at once. Every connection and WebSocket task is
+//! spawned into one tracked task set; [`BoundMock::serve`] stops accepting when its shutdown
+//! future completes, asks every connection to close gracefully, waits a short grace period and
+//! aborts what is left. This crate never exits the process itself.
+
+mod conn;
+mod control;
+pub mod grpc;
+mod http;
+mod ws;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use hyper::header::HeaderValue;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// How many recent request paths `GET /control/stats` reports.
+const STATS_PATHS: usize = 100;
+/// How long connections get to finish after shutdown before they are aborted: a test backend
+/// must stop promptly, and hung requests would otherwise hold it forever.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// Size of one `/download` chunk (64 KiB).
+const DOWNLOAD_CHUNK: usize = 64 * 1024;
+/// `/download` byte `i` is `i % DOWNLOAD_PERIOD`: a prime period, so chunk boundaries never align with it.
+const DOWNLOAD_PERIOD: u64 = 251;
+
+/// Configuration of one mock node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MockConfig {
+    /// Main port (HTTP/1.1 + h2c). `0` binds an ephemeral port; see [`BoundMock::local_addr`].
+    pub port: u16,
+    /// Node id, returned in bodies and in the `x-node-id` response header. Must be a valid header value.
+    pub id: String,
+    /// Optional version label, sent back in the `x-node-version` response header.
+    pub version: Option<String>,
+    /// Optional zone label, sent back in the `x-node-zone` response header.
+    pub zone: Option<String>,
+    /// gRPC (h2c only) port; `None` serves no gRPC, `Some(0)` binds an ephemeral port.
+    pub grpc_port: Option<u16>,
+    /// Address both listeners bind to. Default `127.0.0.1`.
+    pub listen_host: IpAddr,
+}
+
+impl MockConfig {
+    /// Takes a port (0 = ephemeral) and a node id; returns a config with no version, zone or
+    /// gRPC port, listening on `127.0.0.1`.
+    pub fn new(port: u16, id: impl Into<String>) -> Self {
+        Self {
+            port,
+            id: id.into(),
+            version: None,
+            zone: None,
+            grpc_port: None,
+            listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+}
+
+/// A mock node whose listeners are bound but not yet serving.
+#[derive(Debug)]
+pub struct BoundMock {
+    http: TcpListener,
+    grpc: Option<TcpListener>,
+    http_addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
+    state: Arc<State>,
+}
+
+/// Takes a config and binds its listeners; returns the bound node, ready for [`BoundMock::serve`].
+///
+/// # Errors
+/// Fails when the node id is not a valid header value or a port cannot be bound.
+pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
+    let id_header = HeaderValue::from_str(&config.id)
+        .with_context(|| format!("node id {:?} is not a valid header value", config.id))?;
+    let label = |name: &str, value: &Option<String>| -> anyhow::Result<Option<HeaderValue>> {
+        value
+            .as_deref()
+            .map(HeaderValue::from_str)
+            .transpose()
+            .with_context(|| format!("{name} {value:?} is not a valid header value"))
+    };
+    let version_header = label("version", &config.version)?;
+    let zone_header = label("zone", &config.zone)?;
+
+    let http = TcpListener::bind((config.listen_host, config.port))
+        .await
+        .with_context(|| format!("binding {}:{}", config.listen_host, config.port))?;
+    let http_addr = http.local_addr().context("reading the bound address")?;
+    let grpc = match config.grpc_port {
+        Some(port) => Some(
+            TcpListener::bind((config.listen_host, port))
+                .await
+                .with_context(|| format!("binding gRPC {}:{port}", config.listen_host))?,
+        ),
+        None => None,
+    };
+    let grpc_addr = grpc
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .context("reading the bound gRPC address")?;
+
+    let state = Arc::new(State {
+        id: config.id,
+        port: http_addr.port(),
+        id_header,
+        version_header,
+        zone_header,
+        down: AtomicBool::new(false),
+        delay_ms: AtomicU64::new(0),
+        hang: watch::Sender::new(false),
+        idle_ms: watch::Sender::new(0),
+        advertise_keepalive: AtomicBool::new(false),
+        goaway_after: AtomicU64::new(0),
+        stats: Mutex::new(Stats::default()),
+        shutdown: watch::Sender::new(false),
+        tasks: TaskSet::default(),
+        pattern: download_pattern(),
+    });
+    Ok(BoundMock {
+        http,
+        grpc,
+        http_addr,
+        grpc_addr,
+        state,
+    })
+}
+
+impl BoundMock {
+    /// Returns the bound address of the main (HTTP/1.1 + h2c) port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Returns the bound gRPC address, or `None` when no gRPC port was configured.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
+    }
+
+    /// Serves until `shutdown` completes, then closes connections gracefully (h2 GOAWAY,
+    /// WebSocket close 1001), waits up to one second and aborts what is left.
+    ///
+    /// # Errors
+    /// None today (accept errors are retried); the `Result` leaves room for fatal listener errors.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let state = self.state;
+        let http_loop = conn::accept_http(self.http, Arc::clone(&state));
+        let grpc_loop = async {
+            match self.grpc {
+                Some(listener) => conn::accept_grpc(listener, Arc::clone(&state)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = http_loop => {}
+            () = grpc_loop => {}
+            () = shutdown => {}
+        }
+        state.shutdown.send_replace(true);
+        state.tasks.drain(SHUTDOWN_GRACE).await;
+        Ok(())
+    }
+}
+
+/// Takes a config and a stop signal; binds, prints `mock-backend <id> listening on <addr>` (plus a
+/// `mock-backend <id> grpc listening on <addr>` line when gRPC is on) to stdout, and serves until
+/// `shutdown` completes.
+///
+/// # Errors
+/// Fails when binding fails (see [`bind`]) or stdout cannot be written.
+pub async fn run(config: MockConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+
+    let id = config.id.clone();
+    let bound = bind(config).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "mock-backend {id} listening on {}", bound.local_addr())?;
+        if let Some(addr) = bound.grpc_addr() {
+            writeln!(out, "mock-backend {id} grpc listening on {addr}")?;
+        }
+        out.flush()?;
+    }
+    bound.serve(shutdown).await
+}
+
+/// Builds the `/download` pattern: one chunk plus one period, so any chunk is a slice of it.
+fn download_pattern() -> Bytes {
+    let len = DOWNLOAD_CHUNK as u64 + DOWNLOAD_PERIOD;
+    (0..len)
+        .map(|i| u8::try_from(i % DOWNLOAD_PERIOD).expect("i % 251 fits in a byte"))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Runtime state shared by every connection of one node.
+#[derive(Debug)]
+struct State {
+    id: String,
+    /// The bound main port, as reported by `/data`.
+    port: u16,
+    id_header: HeaderValue,
+    version_header: Option<HeaderValue>,
+    zone_header: Option<HeaderValue>,
+    /// Business health switch: `true` while set down.
+    down: AtomicBool,
+    /// Latency added before every non-control response.
+    delay_ms: AtomicU64,
+    /// `true` while requests are held unanswered.
+    hang: watch::Sender<bool>,
+    /// Idle keep-alive close for HTTP/1.1 connections, in ms; 0 = never.
+    idle_ms: watch::Sender<u64>,
+    /// Whether HTTP/1.1 responses advertise `Keep-Alive: timeout=<idle>` while `idle_ms` is set.
+    advertise_keepalive: AtomicBool,
+    /// h2 connections get a graceful GOAWAY after this many streams; 0 = never.
+    goaway_after: AtomicU64,
+    stats: Mutex<Stats>,
+    /// Flips to `true` once, when the node stops.
+    shutdown: watch::Sender<bool>,
+    tasks: TaskSet,
+    pattern: Bytes,
+}
+
+/// Requests seen (control requests excluded).
+#[derive(Debug, Default)]
+struct Stats {
+    requests: u64,
+    paths: VecDeque<String>,
+}
+
+impl State {
+    /// Counts a non-control request, then holds it while the node hangs and applies the delay.
+    /// Node shutdown releases held requests, so h2 stream tasks (spawned outside the task set)
+    /// cannot outlive the node.
+    async fn admit(&self, path: &str) {
+        self.record(path);
+        let mut hang = self.hang.subscribe();
+        let mut shutdown = self.shutdown.subscribe();
+        // wait_for's guards hold the watch locks: the select drops them at once (`_`) and an Err
+        // cannot happen, since both senders live in State, which the caller borrows.
+        tokio::select! {
+            _ = hang.wait_for(|hung| !*hung) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        let delay = self.delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                _ = shutdown.wait_for(|stop| *stop) => {}
+            }
+        }
+    }
+
+    fn record(&self, path: &str) {
+        let mut stats = self.stats();
+        stats.requests += 1;
+        if stats.paths.len() == STATS_PATHS {
+            stats.paths.pop_front();
+        }
+        stats.paths.push_back(path.to_owned());
+    }
+
+    fn stats(&self) -> MutexGuard<'_, Stats> {
+        // Stats stay consistent even if a holder panicked: every update is a single step.
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+}
+
+/// Tracked spawned tasks (connections, WebSockets), joined or aborted on shutdown.
+#[derive(Debug, Default)]
+struct TaskSet {
+    set: Mutex<JoinSet<()>>,
+}
+
+impl TaskSet {
+    fn lock(&self) -> MutexGuard<'_, JoinSet<()>> {
+        self.set.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Spawns `task`, first reaping finished tasks so the set stays bounded by live tasks.
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut set = self.lock();
+        while let Some(done) = set.try_join_next() {
+            report_join(done);
+        }
+        set.spawn(task);
+    }
+
+    /// Waits up to `grace` for every task, then aborts the rest.
+    async fn drain(&self, grace: Duration) {
+        let mut set = std::mem::take(&mut *self.lock());
+        let all_done = async {
+            while let Some(done) = set.join_next().await {
+                report_join(done);
+            }
+        };
+        if tokio::time::timeout(grace, all_done).await.is_err() {
+            set.shutdown().await;
+        }
+    }
+}
+
+/// A task that panicked is a bug in the mock: make it visible on stderr.
+fn report_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(err) = done {
+        if err.is_panic() {
+            eprintln!("mock-backend: task panicked: {err}");
+        }
+    }
+}
