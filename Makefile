@@ -1,0 +1,35 @@
+# hopping-gateway — see README.md. Every target uses the release profile (one build serves run, test and bench).
+CARGO ?= cargo
+
+.PHONY: build run test lint fmt bench fuzz clean
+
+build:
+	$(CARGO) build --release --workspace
+
+## Two mock backends (8081, 8082) and the gateway on 8000 with the embedded Go-compatible defaults.
+run: build
+	./scripts/run.sh
+
+## The whole suite: unit tests, mock-backend tests and the integration scenarios (real processes).
+test:
+	$(CARGO) build --release --workspace --all-targets
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --release --workspace --profile ci; \
+	else \
+		echo "cargo-nextest not found; using cargo test"; \
+		$(CARGO) test --release --workspace -- --test-threads=4; \
+	fi
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## Side-by-side benchmark against nginx and HAProxy (not part of test or CI).
+bench: build
+	./bench/run.sh
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make run`: two mock backends and the gateway with the embedded Go-compatible defaults (SPEC section 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=target/release
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo; echo "stopped mock backends and gateway"
+}
+trap cleanup EXIT INT TERM
+
+"$BIN/mock-backend" 8081 node-1 & pids+=($!)
+"$BIN/mock-backend" 8082 node-2 & pids+=($!)
+"$BIN/hopping-gateway" & pids+=($!)
+
+for _ in $(seq 1 50); do
+  curl -fs http://127.0.0.1:9901/readyz >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+cat <<'TXT'
+
+hopping-gateway is up: data plane http://localhost:8000, admin http://127.0.0.1:9901
+Try, in another terminal:
+
+  curl -s localhost:8000/data                                 # balanced over node-1 and node-2
+  curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # bound: always the same node
+  curl -s 127.0.0.1:9901/admin/conns/demo-1                   # the binding and its TTL
+  curl -s 127.0.0.1:9901/admin/nodes                          # node states and effective weights
+
+Watch a hop: kill the node demo-1 is bound to, then ask again:
+  pkill -f 'mock-backend 8081 node-1'                         # (or 8082 node-2)
+  curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # served by the other node; the log says
+                                                              # "Hopping triggered for conn demo-1 from ... to ..."
+  curl -s 127.0.0.1:9901/metrics | grep hopping_count
+
+"Alive but useless": curl -s -XPOST 'localhost:8082/control/health?state=down'  (ejected after 3 probes, 6 s)
+Drain a node:       curl -s -XPOST '127.0.0.1:9901/admin/nodes/node-2/drain?period=10s'
+
+Ctrl-C stops all three.
+TXT
+wait
