@@ -31,5 +31,9 @@ fmt:
 bench: build
 	./bench/run.sh
 
+## cargo-fuzz targets (config parser, conn ids, request heads), FUZZ_SECONDS each (default 60).
+fuzz:
+	./scripts/fuzz.sh
+
 clean:
 	$(CARGO) clean

@@ -80,6 +80,17 @@ pub struct ClusterLabel {
     pub cluster: Arc<str>,
 }
 
+/// `{cluster,node,to}` of `gateway_health_transitions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    /// Cluster name.
+    pub cluster: Arc<str>,
+    /// Node id.
+    pub node: Arc<str>,
+    /// State entered (`healthy`, `degraded`, `ejected`).
+    pub to: &'static str,
+}
+
 /// `{route,reason}` of `gateway_retries_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabels {
@@ -119,6 +130,8 @@ pub struct Metrics {
     pub retries: Family<RetryLabels, Counter>,
     /// `gateway_fail_open_total{cluster}`: requests sent while every node was down.
     pub fail_open: Family<ClusterLabel, Counter>,
+    /// `gateway_health_transitions_total{cluster,node,to}`: health state changes (probe, passive, reload).
+    pub health_transitions: Family<TransitionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -158,6 +171,8 @@ impl Metrics {
         registry.register("gateway_retries", "Upstream attempts retried on another connection or node", retries.clone());
         let fail_open = Family::<ClusterLabel, Counter>::default();
         registry.register("gateway_fail_open", "Requests sent with every node down (on_all_down = fail_open)", fail_open.clone());
+        let health_transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register("gateway_health_transitions", "Node health state changes by the state entered", health_transitions.clone());
         Metrics {
             registry,
             hops,
@@ -173,6 +188,7 @@ impl Metrics {
             canary_fallback,
             retries,
             fail_open,
+            health_transitions,
         }
     }
 

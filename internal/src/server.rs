@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use crate::admin::Admin;
 use crate::config::{Config, IdMode, StoreKind};
 use crate::drain;
-use crate::hopper::affinity::{AffinityStore, MemoryStore};
+use crate::hopper::affinity::{AffinityStore, MemoryStore, RedisSettings, RedisStore};
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
@@ -79,7 +79,16 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = match &cfg.affinity.store {
         StoreKind::Memory => AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl)),
-        StoreKind::Redis { url } => return Err(ServerError::Store(format!("redis store ({url}) is not available in this build"))),
+        StoreKind::Redis { url } => {
+            let settings = RedisSettings {
+                url: url.clone(),
+                key_prefix: cfg.affinity.key_prefix.clone(),
+                ttl: cfg.affinity.ttl,
+                timeout: cfg.affinity.redis_timeout,
+                max_entries: cfg.affinity.max_entries,
+            };
+            AffinityStore::Redis(RedisStore::connect(settings, metrics.clone()).await.map_err(|e| ServerError::Store(e.to_string()))?)
+        }
     };
     let ids = conn_ids(&cfg)?;
     let routing = Arc::new(Routing::new(opts.config, opts.file.clone(), opts.overrides, registry, metrics.clone()));
@@ -148,8 +157,10 @@ fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(l.header_read_timeout)
-        .max_headers(l.max_headers)
-        .max_buf_size((l.max_request_line + l.max_header_bytes).max(8192));
+        // hyper's own limits sit above ours so that proxy::guard answers 414/431 with a JSON body;
+        // past these hyper refuses by itself (414 for targets over 65,534 bytes, 431 otherwise).
+        .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
+        .max_buf_size((l.max_request_line + l.max_header_bytes).saturating_mul(2).max(128 * 1024));
     b.http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(l.max_header_bytes + l.max_request_line).unwrap_or(u32::MAX))

@@ -9,7 +9,10 @@
 //! Query knobs: `protocol=X` (select X; empty selects none), `tick_ms=N` (text `tick <id> <seq>`
 //! every N ms), `ping_every_ms=N` (Ping frames), `close_after_ms=N&close_code=C&close_reason=R`
 //! (send Close after N ms; code default 1000), `drop_after_ms=N` (drop the TCP connection after
-//! N ms without a Close frame).
+//! N ms without a Close frame), `echo_headers=1` (the hello also carries `headers`: the handshake
+//! headers as `[name, value]` pairs in received order, names lower-case), `report_pings=1` (each
+//! Ping received is also answered by a text message `ping <payload>`, so a test can tell the node
+//! saw it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,12 +106,19 @@ pub(crate) fn upgrade(
         }
     };
     let knobs = Knobs::parse(query);
-    let hello = json!({
+    let mut hello = json!({
         "node": state.id,
         "conn_id": header_text(headers, "x-conn-id"),
         "hopped_from": header_text(headers, "x-hopped-from"),
-    })
-    .to_string();
+    });
+    if query_param(query, "echo_headers").as_deref() == Some("1") {
+        let pairs: Vec<[String; 2]> = headers
+            .iter()
+            .map(|(name, value)| [name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()])
+            .collect();
+        hello["headers"] = json!(pairs);
+    }
+    let hello = hello.to_string();
 
     tracker.exempt();
     let on_upgrade = hyper::upgrade::on(&mut req);
@@ -171,6 +181,7 @@ struct Knobs {
     close_code: u16,
     close_reason: String,
     drop_after: Option<Duration>,
+    report_pings: bool,
 }
 
 impl Knobs {
@@ -191,6 +202,7 @@ impl Knobs {
                 .unwrap_or(1000),
             close_reason: query_param(query, "close_reason").unwrap_or_default(),
             drop_after: ms("drop_after_ms"),
+            report_pings: query_param(query, "report_pings").as_deref() == Some("1"),
         }
     }
 }
@@ -223,6 +235,10 @@ async fn session(
                 None | Some(Err(_)) => return,
                 Some(Ok(Message::Text(text))) if open => Some(Message::Text(text)),
                 Some(Ok(Message::Binary(data))) if open => Some(Message::Binary(data)),
+                // tungstenite queued the Pong; sending the report flushes both.
+                Some(Ok(Message::Ping(payload))) if open && knobs.report_pings => {
+                    Some(Message::text(format!("ping {}", String::from_utf8_lossy(&payload))))
+                }
                 // tungstenite queued the Pong (or the Close reply): a flush sends it now.
                 Some(Ok(Message::Ping(_) | Message::Close(_))) => None,
                 Some(Ok(_)) => continue,

@@ -4,3 +4,8 @@
 #![allow(missing_docs)]
 
 mod core;
+mod drain;
+mod h2;
+mod websocket;
+mod health;
+mod canary;

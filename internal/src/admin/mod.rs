@@ -87,7 +87,7 @@ impl Admin {
             }
             (&Method::GET, ["admin", "nodes"]) => json_resp(StatusCode::OK, &self.nodes()),
             (&Method::POST, ["admin", "nodes", id, action @ ("drain" | "undrain")]) => self.drain(id, action, &query),
-            (&Method::GET, ["admin", "routes"]) => json_resp(StatusCode::OK, &routes_json(&self.routing.table())),
+            (&Method::GET, ["admin", "routes"]) => json_resp(StatusCode::OK, &routes_json(&self.routing.table(), self.routing.has_previous())),
             (&Method::POST, ["admin", "reload"]) => reload_resp(self.routing.reload().await),
             (&Method::POST, ["admin", "rollback"]) => reload_resp(self.routing.rollback("rollback").await),
             (&Method::GET, ["admin", "conns", id]) => match self.hopper.store().lookup(id).await {
@@ -179,7 +179,10 @@ fn reload_resp(r: Result<u64, ReloadError>) -> Response<AdminBody> {
     }
 }
 
-fn routes_json(t: &RouteTable) -> Value {
+/// `GET /admin/routes` (SPEC section 8): the live table in matching order (most specific first),
+/// its clusters with each node's state and warm-up percent, and whether a rollback target exists.
+fn routes_json(t: &RouteTable, rollback_available: bool) -> Value {
+    let now = Instant::now();
     let routes: Vec<Value> = t
         .routes
         .iter()
@@ -198,7 +201,8 @@ fn routes_json(t: &RouteTable) -> Value {
                 "retries": r.config.retries,
                 "websocket": format!("{:?}", r.config.websocket).to_lowercase(),
                 "on_all_down": match r.config.on_all_down { crate::config::OnAllDown::Fallback => "fallback", crate::config::OnAllDown::FailOpen => "fail_open" },
-                "warming": r.warmup.as_ref().is_some_and(|w| w.active(Instant::now())),
+                "warming": r.warmup.as_ref().is_some_and(|w| w.active(now)),
+                "warmup_percent": r.warmup.as_ref().map_or(100, |w| w.percent(now)),
             })
         })
         .collect();
@@ -210,10 +214,13 @@ fn routes_json(t: &RouteTable) -> Value {
                 "name": &*c.name,
                 "protocol": match c.protocol { crate::config::Protocol::Http1 => "http1", crate::config::Protocol::H2c => "h2c" },
                 "lb": format!("{:?}", c.lb),
-                "nodes": c.nodes.iter().map(|n| json!({"id": &*n.id, "addr": n.addr, "weight": n.weight})).collect::<Vec<_>>(),
+                "nodes": c.nodes.iter().map(|n| json!({
+                    "id": &*n.id, "addr": n.addr, "weight": n.weight,
+                    "state": t.node_state(n, now).as_str(), "warmup_percent": t.node_warmup_percent(&n.id, now),
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
     clusters.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    json!({"generation": t.generation, "routes": routes, "clusters": clusters})
+    json!({"generation": t.generation, "routes": routes, "clusters": clusters, "rollback_available": rollback_available})
 }

@@ -77,10 +77,16 @@ impl Hopper {
         };
         let bound = self.store.get(conn).await;
         let bound_node = bound.as_deref().and_then(|id| cluster.node(id));
-        if bound.is_some() && unusable_reason(bound_node, c, now).is_none() {
+        let bound_reason = bound.as_ref().map(|_| unusable_reason(bound_node, c, now));
+        if bound_reason == Some(None) {
             return Placement { node: bound_node.cloned(), hopped_from: None, version_miss: None };
         }
         let s = selection::select(table, cluster, c, now);
+        // Bound to a usable node that lacks the requested version, and no node has it: the request
+        // falls back to all candidates anyway, so the binding stays (no hop on every such request).
+        if bound_reason == Some(Some("version")) && s.version_miss.is_some() {
+            return Placement { node: bound_node.cloned(), hopped_from: None, version_miss: s.version_miss };
+        }
         let Some(chosen) = s.node else {
             return Placement { node: None, hopped_from: None, version_miss: s.version_miss };
         };
@@ -121,5 +127,108 @@ impl Hopper {
             self.metrics.hop(reason);
             tracing::info!(conn_id = conn, from = old, to = %node.id, reason, "Hopping triggered for conn {} from {} to {}", conn, old, node.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::load_str;
+    use crate::registry::Registry;
+
+    const CONFIG: &str = r#"
+[[clusters]]
+name = "c"
+  [[clusters.nodes]]
+  id = "a"
+  addr = "127.0.0.1:1"
+  metadata = { version = "v1" }
+  [[clusters.nodes]]
+  id = "b"
+  addr = "127.0.0.1:2"
+  metadata = { version = "v2" }
+
+[[routes]]
+id = "r"
+match = { path_prefix = "/" }
+cluster = "c"
+"#;
+
+    fn setup() -> (Hopper, Arc<RouteTable>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let registry = Registry::new(metrics.clone());
+        let cfg = Arc::new(load_str(CONFIG, "t.toml").expect("valid"));
+        let table = Arc::new(RouteTable::build(cfg, &registry, 1, None));
+        let store = AffinityStore::Memory(affinity::MemoryStore::new(100, Duration::from_secs(60)));
+        (Hopper::new(store, metrics.clone()), table, metrics)
+    }
+
+    fn crit(version: Option<&str>) -> Criteria<'_> {
+        Criteria { version, metadata_key: "version", avoid_versions: &[], exclude: &[], zone: None }
+    }
+
+    fn version_hops(m: &Metrics) -> u64 {
+        m.hops.get_or_create(&crate::metrics::ReasonLabel { reason: "version" }).get()
+    }
+
+    #[tokio::test]
+    async fn bound_id_follows_the_requested_version() {
+        let (hopper, table, metrics) = setup();
+        let cluster = table.clusters.get("c").expect("cluster").clone();
+        let now = Instant::now();
+        let place = |v: Option<&'static str>| {
+            let (h, t, c) = (&hopper, &table, &cluster);
+            async move { h.place(Some("conn-1"), t, c, &crit(v), now).await }
+        };
+        // First request binds to the v1 node.
+        let p = place(Some("v1")).await;
+        assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
+        assert!(p.hopped_from.is_none());
+        // No version: the binding holds.
+        assert_eq!(place(None).await.node.map(|n| n.id.to_string()).as_deref(), Some("a"));
+        // A v2 request re-binds it, counted as a `version` hop.
+        let p = place(Some("v2")).await;
+        assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
+        assert_eq!(p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)), Some(("a", "version")));
+        assert_eq!(version_hops(&metrics), 1);
+        assert_eq!(hopper.store().get("conn-1").await.as_deref(), Some("b"));
+        // Further v2 and unversioned requests stay.
+        for v in [Some("v2"), None, Some("v2")] {
+            let p = place(v).await;
+            assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
+            assert!(p.hopped_from.is_none());
+        }
+        // A version no node has: falls back, reports the miss, keeps the binding (no hop).
+        let p = place(Some("v3")).await;
+        assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
+        assert!(p.hopped_from.is_none());
+        assert_eq!(p.version_miss, Some(VersionMiss { candidates: 2, matched: 0 }));
+        assert_eq!(version_hops(&metrics), 1);
+    }
+
+    #[tokio::test]
+    async fn bound_id_hops_off_an_ejected_node() {
+        let (hopper, table, metrics) = setup();
+        let cluster = table.clusters.get("c").expect("cluster").clone();
+        let now = Instant::now();
+        let p = hopper.place(Some("conn-2"), &table, &cluster, &crit(Some("v2")), now).await;
+        let b = p.node.expect("placed");
+        assert_eq!(&*b.id, "b");
+        b.runtime.eject(&b.settings.health, "test", now);
+        let p = hopper.place(Some("conn-2"), &table, &cluster, &crit(None), now).await;
+        assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
+        assert_eq!(p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)), Some(("b", "ejected")));
+        assert_eq!(metrics.hops.get_or_create(&crate::metrics::ReasonLabel { reason: "ejected" }).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn requests_without_conn_id_are_not_bound() {
+        let (hopper, table, _) = setup();
+        let cluster = table.clusters.get("c").expect("cluster").clone();
+        let p = hopper.place(None, &table, &cluster, &crit(Some("v2")), Instant::now()).await;
+        assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
+        assert!(hopper.store().get("conn-x").await.is_none());
     }
 }

@@ -111,7 +111,7 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                     p.metrics.hop_latency.observe(t.elapsed().as_secs_f64());
                 }
                 p.metrics.request_duration.observe(ctx.start.elapsed().as_secs_f64());
-                return Ok(respond_with(&p, &ctx, sent, inflight, tap, log.clone()));
+                return Ok(respond_with(&p, &ctx, &node, sent, inflight, tap, log.clone()));
             }
             Ok(Err(e)) => e,
         };
@@ -181,9 +181,11 @@ async fn moved(p: &Proxy, ctx: &Attempt, old: &Node, next: Arc<Node>, reason: &'
     next
 }
 
-fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, sent: super::upstream::Sent, inflight: crate::registry::InflightGuard, tap: BodyTap, log: LogCtx) -> Response<ProxyBody> {
+fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, node: &Node, sent: super::upstream::Sent, inflight: crate::registry::InflightGuard, tap: BodyTap, log: LogCtx) -> Response<ProxyBody> {
     let keepalive = keepalive_timeout(&sent.response);
     let (mut parts, incoming) = sent.response.into_parts();
+    // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
+    let incoming = super::grpc::relay(&parts.headers, incoming, node, &log.grpc_status);
     headers::strip_hop_by_hop(&mut parts.headers);
     // TE is a request header; a node has no business sending it back.
     parts.headers.remove(header::TE);

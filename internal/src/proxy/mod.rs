@@ -8,6 +8,8 @@
 
 pub mod body;
 pub mod forward;
+pub mod grpc;
+pub mod guard;
 pub mod headers;
 pub mod respond;
 pub mod upstream;
@@ -107,6 +109,11 @@ pub struct LogCtx {
     pub conn_id: Option<String>,
     /// Hops during this request.
     pub hops: u32,
+    /// The gRPC status the response ended with, when it is gRPC (CASE-07).
+    pub grpc_status: grpc::GrpcStatus,
+    /// The route table snapshot that served the request: [`Proxy::finish`] counts the outcome on
+    /// its warm-ups (SPEC section 6 automatic rollback).
+    pub table: Option<Arc<RouteTable>>,
 }
 
 impl Proxy {
@@ -133,6 +140,9 @@ impl Proxy {
 
     /// Records metrics and the access log line for a finished request.
     pub fn finish(&self, log: &LogCtx, status: u16, start: Instant, bytes_in: u64, bytes_out: u64) {
+        if let Some(table) = &log.table {
+            table.record_outcome(log.route.as_deref(), log.node.as_deref(), status, Instant::now());
+        }
         let dash: Arc<str> = Arc::from("-");
         self.metrics
             .requests
@@ -152,11 +162,13 @@ impl Proxy {
                 bytes_in,
                 bytes_out,
                 hops = log.hops,
+                grpc_status = log.grpc_status.get(),
             );
         }
     }
 
     async fn proxy(self: &Arc<Self>, mut req: Request<Incoming>, dc: &Arc<DownstreamConn>, start: Instant, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
+        guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
         let host = request_host(&req)?;
         let norm = path::normalize(req.uri().path());
@@ -166,6 +178,7 @@ impl Proxy {
             return Err(ProxyError::NoRoute { method: req.method().to_string(), path: req.uri().path().to_string() });
         };
         log.route = Some(route.id.clone());
+        log.table = Some(table.clone());
         let is_ws = headers::is_websocket_upgrade(req.headers());
         let is_h2 = req.version() == http::Version::HTTP_2;
         // Conn id: the client's (validated), or issued for upgrades and h2 connections.

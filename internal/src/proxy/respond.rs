@@ -79,6 +79,18 @@ pub enum ProxyError {
         /// Route timeout in ms.
         timeout_ms: u128,
     },
+    /// The request target is longer than the request-line limit (SPEC section 4: 414).
+    #[error("request line longer than {limit} bytes")]
+    UriTooLong {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The header block is larger, or has more fields, than allowed (SPEC section 4: 431).
+    #[error("request header block larger than {limit}")]
+    HeadersTooLarge {
+        /// The limit broken, e.g. `32768 bytes` or `100 fields`.
+        limit: String,
+    },
     /// The gateway is shutting down.
     #[error("gateway is shutting down")]
     ShuttingDown,
@@ -127,6 +139,8 @@ pub fn respond(err: &ProxyError) -> (Response<ProxyBody>, bool) {
         ProxyError::Connect { .. } => (json_error(StatusCode::BAD_GATEWAY, &msg), false),
         ProxyError::Upstream { .. } => (json_error(StatusCode::BAD_GATEWAY, &msg), false),
         ProxyError::Timeout { .. } => (json_error(StatusCode::GATEWAY_TIMEOUT, &msg), false),
+        ProxyError::UriTooLong { .. } => (json_error(StatusCode::URI_TOO_LONG, &msg), true),
+        ProxyError::HeadersTooLarge { .. } => (json_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &msg), true),
         ProxyError::ShuttingDown => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), true),
     }
 }

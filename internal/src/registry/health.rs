@@ -4,30 +4,110 @@
 //! nodes, restarts tasks whose settings changed and cancels tasks of removed nodes. Each task owns a
 //! cancellation token; [`HealthChecker::shutdown`] cancels and joins them all. Probe failures are
 //! logged at debug; state transitions (in [`super::NodeRuntime`]) at info.
+//!
+//! # Guard against a gateway-side timeout storm
+//!
+//! A gateway that is itself starved (CPU, file descriptors, a stalled runtime) sees every probe
+//! time out at once, and would eject every node of a cluster although the nodes are fine. Two
+//! defences:
+//!
+//! - probes share a bounded concurrency ([`MAX_CONCURRENT_PROBES`] permits); a probe's `timeout`
+//!   starts only once it holds a permit, so waiting for a permit never counts as a node timeout;
+//! - **the last-node rule**: when a probe *timeout* would eject a node whose failure streak is made
+//!   of timeouts only, and every *other* node of its cluster is already unusable (ejected or
+//!   draining) and also timed out on its latest probe within the same window
+//!   ([`storm_window`]: two intervals plus one timeout), the whole cluster is failing by timeout in
+//!   the same interval. That is treated as the gateway's own problem: the node is kept degraded
+//!   instead of ejected (one WARN per storm). Any non-timeout failure (status, body, refused
+//!   connect) or passive ejection still ejects it, and a cluster with a single node never loses it
+//!   to probe timeouts alone.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::{probe, ProbeOutcome};
-use super::{Node, NodeId};
+use super::{Node, NodeId, NodeRuntime, ProbeResult};
 use crate::config::{HealthConfig, Protocol};
 
+/// Probes in flight at once across all nodes: enough for hundreds of nodes at second intervals,
+/// few enough that a probe burst cannot starve the data plane of sockets or CPU.
+pub const MAX_CONCURRENT_PROBES: usize = 64;
+
 struct Task {
-    key: (String, Protocol, HealthConfig),
+    key: (String, Protocol, HealthConfig, Arc<str>),
     cancel: CancellationToken,
     handle: JoinHandle<()>,
 }
 
+/// The latest probe of one node, as the timeout-storm guard sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastProbe {
+    /// When the probe finished.
+    pub at: Instant,
+    /// True if it failed by timeout.
+    pub timeout: bool,
+}
+
+/// One other node of the cluster, as the timeout-storm guard sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// False when ejected or draining.
+    pub usable: bool,
+    /// Its latest probe, if any.
+    pub last: Option<LastProbe>,
+}
+
+/// How recent a peer's timeout must be to count as "the same interval": two probe intervals (one
+/// for the jittered schedule, one for a permit wait) plus one probe timeout.
+pub fn storm_window(h: &HealthConfig) -> Duration {
+    h.interval * 2 + h.timeout
+}
+
+/// The last-node rule (module docs): true if a node whose probe just timed out must not be ejected,
+/// because every other node of its cluster (`peers`) is unusable and timed out on its latest probe
+/// within `window` of `now`. With no peers it is the cluster's only node: true.
+pub fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
+    peers.iter().all(|p| !p.usable && p.last.is_some_and(|l| l.timeout && now.saturating_duration_since(l.at) <= window))
+}
+
+/// The probe view of one cluster shared by its nodes' tasks (for the last-node rule).
+#[derive(Debug, Default)]
+struct ClusterView {
+    members: Mutex<HashMap<NodeId, (Arc<NodeRuntime>, Option<LastProbe>)>>,
+    /// Set once the storm WARN was logged; cleared when any probe of the cluster ends otherwise.
+    warned: AtomicBool,
+}
+
+impl ClusterView {
+    /// Records `id`'s result and returns its peers as they stand now.
+    fn record(&self, id: &NodeId, last: LastProbe) -> Vec<Peer> {
+        let mut m = self.members.lock().expect("cluster view mutex is never poisoned: no panics while held");
+        if let Some(entry) = m.get_mut(id) {
+            entry.1 = Some(last);
+        }
+        m.iter().filter(|(k, _)| *k != id).map(|(_, (rt, last))| Peer { usable: rt.signal().usable, last: *last }).collect()
+    }
+}
+
 /// Owns the probe tasks of every node in the live table.
-#[derive(Default)]
 pub struct HealthChecker {
     tasks: Mutex<HashMap<NodeId, Task>>,
+    clusters: Mutex<HashMap<Arc<str>, Arc<ClusterView>>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Default for HealthChecker {
+    fn default() -> Self {
+        HealthChecker { tasks: Mutex::default(), clusters: Mutex::default(), permits: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)) }
+    }
 }
 
 impl std::fmt::Debug for HealthChecker {
@@ -42,13 +122,15 @@ impl HealthChecker {
         Self::default()
     }
 
-    /// Makes the running tasks match `nodes` (every node of the live table).
+    /// Makes the running tasks match `nodes` (every node of the live table), and the per-cluster
+    /// views of the timeout-storm guard match the table's clusters.
     pub fn reconcile(&self, nodes: &[Arc<Node>]) {
+        let views = self.reconcile_views(nodes);
         let mut tasks = self.tasks.lock().expect("health task map is never poisoned: no panics while held");
         let mut keep: HashMap<NodeId, ()> = HashMap::new();
         for node in nodes {
             keep.insert(node.id.clone(), ());
-            let key = (node.addr.clone(), node.settings.protocol, node.settings.health.clone());
+            let key = (node.addr.clone(), node.settings.protocol, node.settings.health.clone(), node.cluster.clone());
             if let Some(t) = tasks.get(&node.id) {
                 if t.key == key && !t.handle.is_finished() {
                     continue;
@@ -56,7 +138,8 @@ impl HealthChecker {
                 t.cancel.cancel();
             }
             let cancel = CancellationToken::new();
-            let handle = tokio::spawn(run(node.clone(), cancel.clone()));
+            let view = views.get(&node.cluster).cloned().expect("every node's cluster has a view: built from the same list");
+            let handle = tokio::spawn(run(node.clone(), view, self.permits.clone(), cancel.clone()));
             tasks.insert(node.id.clone(), Task { key, cancel, handle });
         }
         tasks.retain(|id, t| {
@@ -66,6 +149,26 @@ impl HealthChecker {
             }
             k
         });
+    }
+
+    /// Updates the cluster views' membership (keeping the latest probe of nodes that stay).
+    fn reconcile_views(&self, nodes: &[Arc<Node>]) -> HashMap<Arc<str>, Arc<ClusterView>> {
+        let mut clusters = self.clusters.lock().expect("cluster view map is never poisoned: no panics while held");
+        let mut wanted: HashMap<Arc<str>, Vec<&Arc<Node>>> = HashMap::new();
+        for n in nodes {
+            wanted.entry(n.cluster.clone()).or_default().push(n);
+        }
+        clusters.retain(|name, _| wanted.contains_key(name));
+        for (name, members) in &wanted {
+            let view = clusters.entry(name.clone()).or_default();
+            let mut m = view.members.lock().expect("cluster view mutex is never poisoned: no panics while held");
+            let old = std::mem::take(&mut *m);
+            for n in members {
+                let last = old.get(&n.id).and_then(|(_, l)| *l);
+                m.insert(n.id.clone(), (n.runtime.clone(), last));
+            }
+        }
+        clusters.clone()
     }
 
     /// Cancels every probe task and waits for them to end.
@@ -93,7 +196,7 @@ fn jitter(interval: Duration) -> Duration {
     Duration::from_millis(if max == 0 { 0 } else { rand::rng().random_range(0..=max) })
 }
 
-async fn run(node: Arc<Node>, cancel: CancellationToken) {
+async fn run(node: Arc<Node>, view: Arc<ClusterView>, permits: Arc<Semaphore>, cancel: CancellationToken) {
     let h = &node.settings.health;
     // First probe soon (jittered) so a dead node at start-up is seen within one interval.
     let mut next = Instant::now() + jitter(h.interval);
@@ -104,19 +207,47 @@ async fn run(node: Arc<Node>, cancel: CancellationToken) {
         }
         let outcome = tokio::select! {
             _ = cancel.cancelled() => return,
-            o = probe(&node.addr, node.settings.protocol, h) => o,
+            o = probe_with_permit(&node, &permits) => o,
         };
+        let Some(outcome) = outcome else { return };
         let now = Instant::now();
-        match &outcome {
-            ProbeOutcome::Pass => {
-                node.runtime.record_probe(h, true, "ok", now);
-            }
-            ProbeOutcome::Fail(why) => {
-                tracing::debug!(node = %node.id, cluster = %node.cluster, reason = %why, "probe failed");
-                node.runtime.record_probe(h, false, why, now);
-            }
-        }
+        observe(&node, &view, &outcome, now);
         next = now + interval_with_jitter(h);
+    }
+}
+
+/// Runs one probe once a permit is free; the probe's own timeout starts after the wait.
+/// `None` if the semaphore is closed (never, while the checker lives).
+async fn probe_with_permit(node: &Node, permits: &Semaphore) -> Option<ProbeOutcome> {
+    let _permit = permits.acquire().await.ok()?;
+    Some(probe(&node.addr, node.settings.protocol, &node.settings.health).await)
+}
+
+/// Feeds one probe outcome to the node's ladder, applying the last-node rule to timeouts.
+fn observe(node: &Node, view: &ClusterView, outcome: &ProbeOutcome, now: Instant) {
+    let h = &node.settings.health;
+    let (result, detail) = match outcome {
+        ProbeOutcome::Pass => (ProbeResult::Pass, "ok".to_string()),
+        ProbeOutcome::Fail(why) => (ProbeResult::Fail, why.clone()),
+        ProbeOutcome::Timeout(t) => (ProbeResult::Timeout, format!("timeout after {t:?}")),
+    };
+    if result != ProbeResult::Pass {
+        tracing::debug!(node = %node.id, cluster = %node.cluster, reason = %detail, "probe failed");
+    }
+    let timeout = result == ProbeResult::Timeout;
+    let peers = view.record(&node.id, LastProbe { at: now, timeout });
+    let hold = timeout && hold_last_node(&peers, now, storm_window(h));
+    if !timeout {
+        view.warned.store(false, Ordering::Relaxed);
+    }
+    let effect = node.runtime.record_probe_result(h, result, hold, &detail, now);
+    if effect.held && !view.warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            cluster = %node.cluster,
+            node = %node.id,
+            nodes = peers.len() + 1,
+            "every node of the cluster failed its probes by timeout in the same interval; treating it as a gateway-side problem and keeping the last node (not ejected on timeouts alone)"
+        );
     }
 }
 
@@ -126,4 +257,34 @@ fn interval_with_jitter(h: &HealthConfig) -> Duration {
     let max = base.as_millis() as u64 / 10;
     let j = if max == 0 { 0 } else { rand::rng().random_range(0..=max) };
     base.saturating_sub(Duration::from_millis(j))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(usable: bool, last: Option<(u64, bool)>, t0: Instant) -> Peer {
+        Peer { usable, last: last.map(|(ms, timeout)| LastProbe { at: t0 + Duration::from_millis(ms), timeout }) }
+    }
+
+    #[test]
+    fn last_node_rule_table() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_millis(1_000);
+        let window = Duration::from_millis(600);
+        // (peers, expected hold, why)
+        let cases: Vec<(Vec<Peer>, bool, &str)> = vec![
+            (vec![], true, "only node of its cluster"),
+            (vec![peer(false, Some((900, true)), t0)], true, "peer ejected and timed out just now"),
+            (vec![peer(true, Some((900, true)), t0)], false, "peer still usable: not the last node"),
+            (vec![peer(false, Some((900, false)), t0)], false, "peer failed by status: not a timeout storm"),
+            (vec![peer(false, Some((300, true)), t0)], false, "peer's timeout is older than the window"),
+            (vec![peer(false, None, t0)], false, "peer never probed"),
+            (vec![peer(false, Some((950, true)), t0), peer(false, Some((800, true)), t0)], true, "all peers ejected by recent timeouts"),
+            (vec![peer(false, Some((950, true)), t0), peer(true, Some((800, true)), t0)], false, "one peer still usable"),
+        ];
+        for (peers, want, why) in cases {
+            assert_eq!(hold_last_node(&peers, now, window), want, "{why}");
+        }
+    }
 }

@@ -6,12 +6,12 @@
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
 pub mod health;
+pub mod passive;
 pub mod probe;
 pub mod weight;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::{HealthConfig, NodeConfig, Protocol};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TransitionLabels};
 
 /// A node id (SPEC section 3: unique across clusters). Cheap to clone.
 pub type NodeId = Arc<str>;
@@ -72,7 +72,7 @@ const HEALTH_HEALTHY: u8 = 0;
 const HEALTH_DEGRADED: u8 = 1;
 const HEALTH_EJECTED: u8 = 2;
 
-/// Why a node's state changed; logged and used as the hop reason.
+/// Why a node's state changed; logged with every transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeReason {
     /// Active probe results.
@@ -81,6 +81,38 @@ pub enum ChangeReason {
     Passive,
     /// Failed the pre-swap connect probe of a reload.
     Reload,
+}
+
+impl ChangeReason {
+    /// Lower-case name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeReason::Probe => "probe",
+            ChangeReason::Passive => "passive",
+            ChangeReason::Reload => "reload",
+        }
+    }
+}
+
+/// One active probe's result as the weight ladder sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    /// Passed every check.
+    Pass,
+    /// Failed by status, body or connect error: the node answered (or refused) for itself.
+    Fail,
+    /// No answer within the probe's `timeout`: may be the node, may be the gateway (see [`health`]).
+    Timeout,
+}
+
+/// What [`NodeRuntime::record_probe_result`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeEffect {
+    /// The new state, if it changed.
+    pub changed: Option<NodeState>,
+    /// True if the node reached `eject_after` on timeouts alone and was kept (degraded) because
+    /// the caller's timeout-storm guard asked for it.
+    pub held: bool,
 }
 
 /// Signals a node's long-lived connections watch: usable or not, and the drain deadline.
@@ -96,7 +128,15 @@ pub struct NodeSignal {
 struct Counters {
     consecutive_failures: u32,
     consecutive_successes: u32,
+    /// True while every failure of the current streak was a probe timeout.
+    timeout_streak: bool,
     passive_errors: u32,
+    /// Passive ejections since the last stable recovery (the backoff exponent).
+    passive_ejections: u32,
+    /// A passively ejected node is not recovered by probes before this instant.
+    backoff_until: Option<Instant>,
+    /// When the node last became healthy again.
+    recovered_at: Option<Instant>,
     last_reason: String,
 }
 
@@ -113,6 +153,10 @@ pub struct NodeRuntime {
     counters: Mutex<Counters>,
     signal: watch::Sender<NodeSignal>,
     epoch: Instant,
+    /// Cluster name of the live table (for transition logs and counters); updated on every build.
+    cluster: Mutex<Arc<str>>,
+    /// Where transitions are counted; `None` in unit tests.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// Settings a node's runtime needs from its cluster (refreshed on every table build).
@@ -162,9 +206,11 @@ impl Node {
 }
 
 impl NodeRuntime {
-    fn new(id: NodeId) -> Self {
+    fn new(id: NodeId, cluster: Arc<str>, metrics: Option<Arc<Metrics>>) -> Self {
         let (signal, _) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
         NodeRuntime {
+            cluster: Mutex::new(cluster),
+            metrics,
             id,
             health: AtomicU8::new(HEALTH_HEALTHY),
             draining: AtomicBool::new(false),
@@ -180,6 +226,11 @@ impl NodeRuntime {
     /// This node's id.
     pub fn id(&self) -> &NodeId {
         &self.id
+    }
+
+    /// The cluster this node belongs to in the live table.
+    pub fn cluster(&self) -> Arc<str> {
+        self.cluster.lock().expect("cluster mutex is never poisoned: no panics while held").clone()
     }
 
     /// Current state (draining wins over health).
@@ -250,24 +301,49 @@ impl NodeRuntime {
         });
     }
 
-    /// Records one active probe result; moves the node only at the configured counts
-    /// (SPEC section 3 `degrade_after`/`eject_after`/`recover_after`). Returns the new state if it changed.
+    /// Records one active probe result (`ok` = passed); see [`NodeRuntime::record_probe_result`].
+    /// A failure given here is never treated as a timeout. Returns the new state if it changed.
     pub fn record_probe(&self, h: &HealthConfig, ok: bool, detail: &str, now: Instant) -> Option<NodeState> {
+        let result = if ok { ProbeResult::Pass } else { ProbeResult::Fail };
+        self.record_probe_result(h, result, false, detail, now).changed
+    }
+
+    /// Records one active probe result and moves the node only at the configured counts
+    /// (SPEC section 3 `[health]`):
+    ///
+    /// - `degrade_after` failures in a row: degraded (weight x `degraded_percent`);
+    /// - `eject_after` failures in a row: ejected (weight 0), unless `hold_timeout_eject` is set and
+    ///   every failure of the streak was a [`ProbeResult::Timeout`]: then the node stays degraded
+    ///   (the caller's guard against a gateway-side timeout storm, see [`health`]);
+    /// - `recover_after` successes in a row: healthy again, ramping over `slow_start`; a node
+    ///   ejected by passive errors also waits out its backoff ([`passive`]).
+    pub fn record_probe_result(&self, h: &HealthConfig, result: ProbeResult, hold_timeout_eject: bool, detail: &str, now: Instant) -> ProbeEffect {
         let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
         let before = self.health.load(Ordering::Acquire);
         let mut after = before;
-        if ok {
+        let mut held = false;
+        if result == ProbeResult::Pass {
             c.consecutive_failures = 0;
             c.consecutive_successes = c.consecutive_successes.saturating_add(1);
-            if before != HEALTH_HEALTHY && c.consecutive_successes >= h.recover_after {
+            let backoff_over = c.backoff_until.is_none_or(|t| now >= t);
+            if before != HEALTH_HEALTHY && c.consecutive_successes >= h.recover_after && backoff_over {
                 after = HEALTH_HEALTHY;
                 c.passive_errors = 0;
+                c.backoff_until = None;
+                c.recovered_at = Some(now);
             }
         } else {
+            let timeout = result == ProbeResult::Timeout;
             c.consecutive_successes = 0;
+            c.timeout_streak = if c.consecutive_failures == 0 { timeout } else { c.timeout_streak && timeout };
             c.consecutive_failures = c.consecutive_failures.saturating_add(1);
             if c.consecutive_failures >= h.eject_after {
-                after = HEALTH_EJECTED;
+                if before != HEALTH_EJECTED && hold_timeout_eject && c.timeout_streak {
+                    held = true;
+                    after = HEALTH_DEGRADED;
+                } else {
+                    after = HEALTH_EJECTED;
+                }
             } else if c.consecutive_failures >= h.degrade_after && before == HEALTH_HEALTHY {
                 after = HEALTH_DEGRADED;
             }
@@ -275,33 +351,7 @@ impl NodeRuntime {
         self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
         c.last_reason = detail.to_string();
         drop(c);
-        self.apply(before, after, ChangeReason::Probe, detail, now)
-    }
-
-    /// Records an error seen on real traffic (connect error, reset, 5xx). Ejects at once after
-    /// `passive_consecutive_errors` in a row (SPEC section 3). Returns the new state if it changed.
-    pub fn record_passive_error(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
-        let Some(limit) = h.passive_consecutive_errors.map(NonZeroU32::get) else {
-            return None;
-        };
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
-        c.passive_errors = c.passive_errors.saturating_add(1);
-        let before = self.health.load(Ordering::Acquire);
-        if c.passive_errors < limit || before == HEALTH_EJECTED {
-            return None;
-        }
-        // Recovery needs `recover_after` fresh probe successes: that is the passive backoff.
-        c.consecutive_successes = 0;
-        c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
-        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
-        drop(c);
-        self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, detail, now)
-    }
-
-    /// Clears the passive error streak after a good answer from real traffic.
-    pub fn record_passive_success(&self) {
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
-        c.passive_errors = 0;
+        ProbeEffect { changed: self.apply(before, after, ChangeReason::Probe, detail, now), held }
     }
 
     /// Marks the node ejected outright (a reload's failed connect probe).
@@ -327,9 +377,13 @@ impl NodeRuntime {
             self.ramp_started_ms.store(0, Ordering::Release);
         }
         self.publish();
-        let state = self.state();
-        tracing::info!(node = %self.id, from = health_name(before), to = state.as_str(), reason = ?reason, detail, "node state changed");
-        Some(state)
+        let to = health_name(after);
+        let cluster = self.cluster();
+        if let Some(m) = &self.metrics {
+            m.health_transitions.get_or_create(&TransitionLabels { cluster: cluster.clone(), node: self.id.clone(), to }).inc();
+        }
+        tracing::info!(cluster = %cluster, node = %self.id, from = health_name(before), to, reason = reason.as_str(), detail, "node state changed");
+        Some(self.state())
     }
 
     /// Starts draining: no new work; long-lived connections get until `deadline` (SPEC section 5).
@@ -396,10 +450,11 @@ impl Registry {
             .entry(Arc::from(cfg.id.as_str()))
             .or_insert_with(|| {
                 fresh = true;
-                Arc::new(NodeRuntime::new(Arc::from(cfg.id.as_str())))
+                Arc::new(NodeRuntime::new(Arc::from(cfg.id.as_str()), cluster.clone(), Some(self.metrics.clone())))
             })
             .clone();
         drop(map);
+        *runtime.cluster.lock().expect("cluster mutex is never poisoned: no panics while held") = cluster.clone();
         let node = Node {
             id: runtime.id.clone(),
             cluster: cluster.clone(),

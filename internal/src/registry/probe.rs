@@ -20,8 +20,10 @@ const MAX_PROBE_BODY: usize = 64 * 1024;
 pub enum ProbeOutcome {
     /// Passed every check.
     Pass,
-    /// Failed; the text says why (status, body, timeout, connect error).
+    /// Failed; the text says why (status, body, connect error).
     Fail(String),
+    /// No complete answer within the probe's `timeout` (the duration given).
+    Timeout(Duration),
 }
 
 impl ProbeOutcome {
@@ -35,7 +37,7 @@ impl ProbeOutcome {
 pub async fn probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
     match tokio::time::timeout(h.timeout, probe_inner(addr, protocol, h)).await {
         Ok(outcome) => outcome,
-        Err(_) => ProbeOutcome::Fail(format!("timeout after {:?}", h.timeout)),
+        Err(_) => ProbeOutcome::Timeout(h.timeout),
     }
 }
 

@@ -11,3 +11,6 @@ pub mod table;
 pub mod warmup;
 
 pub use table::{Cluster, Route, RouteTable};
+
+#[cfg(test)]
+mod tests;

@@ -1,34 +1,54 @@
 //! [`Routing`]: owns the live [`RouteTable`] behind `ArcSwap`, and every way to change it: reload
-//! (file watch, SIGHUP, admin), rollback, and drain of nodes a reload removed.
+//! (file watch, SIGHUP, `POST /admin/reload`), rollback (`POST /admin/rollback`, failed warm-up),
+//! and the drain of nodes a reload removed.
 //!
-//! Reloads are serialised by an async mutex and each one reads the file when it gets the lock, so
-//! triggers that arrive together coalesce and the newest file always ends up live (SPEC section 6).
-//! Before a swap, nodes new in the table get a concurrent TCP connect probe: more than half failing
-//! refuses the reload; otherwise the failing ones start ejected.
+//! - **Swap.** A new table is built and validated beside the live one and published with one
+//!   `store`; a request loads the table once and keeps that snapshot, so it sees the whole old or
+//!   the whole new table. Node runtime state is keyed by node id in the registry and carries over.
+//! - **Coalescing.** Reloads are serialised by an async mutex and read the file only once they hold
+//!   it. Every trigger takes a ticket; a reload covers every ticket issued before it read the file,
+//!   and triggers still waiting behind it with such a ticket share its result instead of running
+//!   again. Whatever the interleaving, the file as it was at the last trigger ends up live.
+//! - **Pre-swap probe.** Nodes new in the table (new id, or an id with a new address) get a
+//!   concurrent TCP connect probe bounded by [`DEFAULT_RELOAD_PROBE_TIMEOUT`]: more than half
+//!   failing refuses the reload; otherwise the failing ones start ejected (before the swap, so no
+//!   request reaches them) and recover through their health checks.
+//! - **Rollback.** The config the live table replaced is kept; rollback swaps it back in (without
+//!   warm-up) and keeps the rolled-back one, so a second rollback undoes the first.
+//! - **Warm-up watch.** [`watch_triggers`] also runs the warm-up watcher: every
+//!   [`WARMUP_CHECK_INTERVAL`] it rolls the live table back when a warm-up's error rate passes its
+//!   `max_error_rate` (logged, counted as `gateway_reloads_total{result="rolled_back"}`).
+//! - **Removed nodes** drain ([`DEFAULT_REMOVED_DRAIN`]): in-flight requests finish, long-lived
+//!   connections hop; their runtimes are forgotten after the drain once nothing is in flight.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::config::{self, Config, ConfigError, ConfigIssue};
 use crate::metrics::Metrics;
 use crate::registry::health::HealthChecker;
 use crate::registry::probe::connect_probe;
-use crate::registry::Registry;
+use crate::registry::{NodeId, Registry};
 
 use super::table::RouteTable;
+use super::warmup::{MIN_ROLLBACK_SAMPLE, WARMUP_CHECK_INTERVAL};
 
 /// How long a pre-swap connect probe may take: a hung node must not stall a reload for long.
 pub const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pre-swap probes run at most this many at once (a table adding hundreds of nodes stays bounded).
+pub const RELOAD_PROBE_CONCURRENCY: usize = 64;
 /// Drain period for nodes a reload removed (SPEC section 5: they drain like an operator drain).
 pub const DEFAULT_REMOVED_DRAIN: Duration = Duration::from_secs(30);
 
 /// Why a reload or rollback was refused; the live table is unchanged in every case.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ReloadError {
     /// The file is invalid.
     #[error("{0}")]
@@ -40,7 +60,7 @@ pub enum ReloadError {
         failed: usize,
         /// New nodes probed.
         total: usize,
-        /// Per node: `key` = node id.
+        /// Per failed node: `key` = `clusters[i].nodes[j]`, message names the node and the error.
         issues: Vec<ConfigIssue>,
     },
     /// No config file to reload from (started with the embedded defaults).
@@ -70,14 +90,21 @@ impl ReloadError {
 /// The live route table and its history.
 pub struct Routing {
     live: ArcSwap<RouteTable>,
+    /// The config of the table the live one replaced (rollback target).
     previous: Mutex<Option<Arc<Config>>>,
     registry: Arc<Registry>,
     health: HealthChecker,
     metrics: Arc<Metrics>,
     file: Option<PathBuf>,
     overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
+    /// Serialises reloads, applies and rollbacks. Never held by request handling.
     lock: tokio::sync::Mutex<()>,
-    removed_by_reload: Mutex<HashSet<String>>,
+    /// Reload tickets issued (one per trigger).
+    tickets: AtomicU64,
+    /// The last reload: the highest ticket it covered and its result.
+    last_reload: Mutex<Option<(u64, Result<u64, ReloadError>)>>,
+    /// Nodes a reload removed, with their drain deadline.
+    removed_by_reload: Mutex<HashMap<NodeId, Instant>>,
 }
 
 impl std::fmt::Debug for Routing {
@@ -87,8 +114,9 @@ impl std::fmt::Debug for Routing {
 }
 
 impl Routing {
-    /// Builds generation 1 from `config` and starts its health checks. `file` is re-read on reload;
-    /// `overrides` (CLI flags) are applied to every config loaded from it.
+    /// Builds generation 1 from `config` (no warm-up) and starts its health checks; must run
+    /// inside the tokio runtime. `file` is re-read on reload; `overrides` (CLI flags) are applied
+    /// to every config loaded from it.
     pub fn new(
         config: Config,
         file: Option<PathBuf>,
@@ -109,7 +137,9 @@ impl Routing {
             file,
             overrides,
             lock: tokio::sync::Mutex::new(()),
-            removed_by_reload: Mutex::new(HashSet::new()),
+            tickets: AtomicU64::new(0),
+            last_reload: Mutex::new(None),
+            removed_by_reload: Mutex::new(HashMap::new()),
         }
     }
 
@@ -123,16 +153,37 @@ impl Routing {
         &self.registry
     }
 
-    /// Re-reads the config file and applies it. Returns the new generation.
+    /// True if a rollback target exists (`GET /admin/routes`).
+    pub fn has_previous(&self) -> bool {
+        self.previous.lock().expect("previous mutex is never poisoned").is_some()
+    }
+
+    /// Re-reads the config file and applies it; returns the live generation afterwards. Concurrent
+    /// calls coalesce (module docs): a call may return the result of a reload that started after
+    /// it was made, which read the same or a newer file.
     ///
     /// # Errors
-    /// [`ReloadError`]; the live table stays.
+    /// [`ReloadError::Invalid`] (counted `invalid`), [`ReloadError::ProbeFailed`] (counted
+    /// `probe_failed`), [`ReloadError::NoFile`]; the live table stays in every case.
     pub async fn reload(&self) -> Result<u64, ReloadError> {
+        let ticket = self.tickets.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = self.lock.lock().await;
+        if let Some((covered, result)) = &*self.last_reload.lock().expect("last_reload mutex is never poisoned") {
+            if *covered >= ticket {
+                return result.clone();
+            }
+        }
+        // Every ticket issued so far was issued before the file is read below: this reload covers it.
+        let covered = self.tickets.load(Ordering::Acquire);
+        let result = self.reload_locked().await;
+        *self.last_reload.lock().expect("last_reload mutex is never poisoned") = Some((covered, result.clone()));
+        result
+    }
+
+    async fn reload_locked(&self) -> Result<u64, ReloadError> {
         let Some(path) = self.file.clone() else {
             return Err(ReloadError::NoFile);
         };
-        // Read under the lock: whoever runs last reads the newest file.
         let loaded = tokio::task::spawn_blocking(move || config::load_path(&path))
             .await
             .expect("config loading does not panic");
@@ -140,113 +191,130 @@ impl Routing {
             Ok(c) => c,
             Err(e) => {
                 self.metrics.reload("invalid");
-                tracing::warn!(errors = %e, "reload refused: invalid config");
+                tracing::warn!(errors = %e, "reload refused: invalid config; the live table stays");
                 return Err(e.into());
             }
         };
         (self.overrides)(&mut cfg);
-        self.apply_locked(cfg, true).await
+        self.apply_locked(cfg).await
     }
 
-    /// Applies `cfg` as a new table (used by reload and tests). Returns the new generation.
+    /// Applies `cfg` as a new table, with the pre-swap probe and warm-up (used by reload and
+    /// tests). Returns the new generation.
     ///
     /// # Errors
     /// [`ReloadError::ProbeFailed`]; the live table stays.
     pub async fn apply(&self, cfg: Config) -> Result<u64, ReloadError> {
         let _guard = self.lock.lock().await;
-        self.apply_locked(cfg, true).await
+        self.apply_locked(cfg).await
     }
 
-    /// Restores the previous table (`POST /admin/rollback`, warm-up failure).
+    /// Restores the previous table (`POST /admin/rollback`), counted as `gateway_reloads_total{result}`.
+    /// Returns the new generation.
     ///
     /// # Errors
     /// [`ReloadError::NoPrevious`].
     pub async fn rollback(&self, result: &'static str) -> Result<u64, ReloadError> {
         let _guard = self.lock.lock().await;
+        self.rollback_locked(result)
+    }
+
+    /// Rolls back only if generation `generation` is still live (the warm-up watcher judged that
+    /// table). `Ok(None)` if another swap came first.
+    ///
+    /// # Errors
+    /// [`ReloadError::NoPrevious`].
+    pub async fn rollback_from(&self, generation: u64, result: &'static str) -> Result<Option<u64>, ReloadError> {
+        let _guard = self.lock.lock().await;
+        if self.live.load().generation != generation {
+            return Ok(None);
+        }
+        self.rollback_locked(result).map(Some)
+    }
+
+    fn rollback_locked(&self, result: &'static str) -> Result<u64, ReloadError> {
         let prev = self.previous.lock().expect("previous mutex is never poisoned").clone();
         let Some(prev) = prev else {
             return Err(ReloadError::NoPrevious);
         };
-        let g = self.swap((*prev).clone(), false);
+        let live = self.live.load_full();
+        // No warm-up for a rollback: it restores a table that was already serving.
+        let table = RouteTable::build(prev, &self.registry, live.generation + 1, None);
+        let g = self.commit(table, &live);
         self.metrics.reload(result);
-        tracing::warn!(generation = g, result, "route table rolled back");
+        tracing::warn!(generation = g, from_generation = live.generation, result, "route table rolled back");
         Ok(g)
     }
 
-    async fn apply_locked(&self, cfg: Config, probe: bool) -> Result<u64, ReloadError> {
+    async fn apply_locked(&self, cfg: Config) -> Result<u64, ReloadError> {
         let live = self.live.load_full();
-        let old_ids: HashSet<&str> = live.config.clusters.iter().flat_map(|c| c.nodes.iter().map(|n| n.id.as_str())).collect();
-        let new_nodes: Vec<(String, String)> = cfg
-            .clusters
-            .iter()
-            .flat_map(|c| c.nodes.iter())
-            .filter(|n| !old_ids.contains(n.id.as_str()))
-            .map(|n| (n.id.clone(), n.addr.clone()))
-            .collect();
-        let mut failed_ids = Vec::new();
-        if probe && !new_nodes.is_empty() {
-            let probes = new_nodes.iter().map(|(id, addr)| async move { (id.clone(), connect_probe(addr, DEFAULT_RELOAD_PROBE_TIMEOUT).await) });
-            for (id, r) in futures_util::future::join_all(probes).await {
-                if let Err(e) = r {
-                    failed_ids.push((id, e.to_string()));
-                }
-            }
-            if failed_ids.len() * 2 > new_nodes.len() {
-                self.metrics.reload("probe_failed");
-                let issues = failed_ids
-                    .iter()
-                    .map(|(id, e)| ConfigIssue { key: format!("node {id}"), line: 0, column: 0, message: format!("connect probe failed: {e}") })
-                    .collect();
-                let err = ReloadError::ProbeFailed { failed: failed_ids.len(), total: new_nodes.len(), issues };
-                tracing::warn!(error = %err, "reload refused");
-                return Err(err);
-            }
+        let to_probe = nodes_to_probe(&live, &cfg);
+        let total = to_probe.len();
+        let probes = futures_util::stream::iter(to_probe.into_iter().map(|(key, id, addr)| async move {
+            let r = connect_probe(&addr, DEFAULT_RELOAD_PROBE_TIMEOUT).await;
+            (key, id, addr, r)
+        }))
+        .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+        let failed: Vec<_> = probes.into_iter().filter_map(|(key, id, addr, r)| r.err().map(|e| (key, id, addr, e))).collect();
+        if failed.len() * 2 > total {
+            self.metrics.reload("probe_failed");
+            let issues = failed
+                .iter()
+                .map(|(key, id, addr, e)| ConfigIssue { key: key.clone(), line: 0, column: 0, message: format!("node {id} ({addr}): connect probe failed: {e}") })
+                .collect();
+            let err = ReloadError::ProbeFailed { failed: failed.len(), total, issues };
+            tracing::warn!(error = %err, failed = ?failed.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(), "reload refused; the live table stays");
+            return Err(err);
         }
-        let g = self.swap(cfg, true);
-        let table = self.live.load();
+        let table = RouteTable::build(Arc::new(cfg), &self.registry, live.generation + 1, Some(&live));
+        // Eject before the swap: no request of the new table may reach a node that did not connect.
         let now = Instant::now();
-        for (id, why) in failed_ids {
-            if let Some(n) = table.node(&id) {
-                n.runtime.eject(&n.settings.health, &format!("connect probe failed: {why}"), now);
+        for (_, id, addr, e) in &failed {
+            if let Some(n) = table.node(id) {
+                tracing::warn!(node = %id, addr = %addr, error = %e, "new node failed its connect probe; it starts ejected");
+                n.runtime.eject(&n.settings.health, &format!("connect probe failed: {e}"), now);
             }
         }
+        let g = self.commit(table, &live);
         self.metrics.reload("ok");
         Ok(g)
     }
 
-    /// Builds and swaps in a table for `cfg`; the old config becomes the rollback target when `remember`.
-    fn swap(&self, cfg: Config, remember: bool) -> u64 {
-        let live = self.live.load_full();
-        let generation = live.generation + 1;
-        let table = RouteTable::build(Arc::new(cfg), &self.registry, generation, Some(&live));
-        let new_ids: HashSet<String> = table.nodes().iter().map(|n| n.id.to_string()).collect();
+    /// Publishes `table` in place of `live`, keeps `live`'s config as the rollback target, drains
+    /// nodes no longer in the table and undrains nodes back in it. Returns the new generation.
+    fn commit(&self, table: RouteTable, live: &RouteTable) -> u64 {
+        let generation = table.generation;
+        let new_ids: HashSet<NodeId> = table.nodes().iter().map(|n| n.id.clone()).collect();
+        let now = Instant::now();
+        let mut removed = self.removed_by_reload.lock().expect("removed mutex is never poisoned");
         // Nodes back in the table after a removal take work again.
-        {
-            let mut removed = self.removed_by_reload.lock().expect("removed mutex is never poisoned");
-            for id in new_ids.iter() {
-                if removed.remove(id) {
-                    if let Some(rt) = self.registry.get(id) {
-                        rt.undrain();
-                    }
+        for id in &new_ids {
+            if removed.remove(id).is_some() {
+                if let Some(rt) = self.registry.get(id) {
+                    rt.undrain();
                 }
             }
         }
         self.health.reconcile(&table.nodes());
         let table = Arc::new(table);
         self.live.store(table.clone());
-        if remember {
-            *self.previous.lock().expect("previous mutex is never poisoned") = Some(live.config.clone());
-        }
-        self.metrics.generation.set(generation as i64);
+        *self.previous.lock().expect("previous mutex is never poisoned") = Some(live.config.clone());
+        self.metrics.generation.set(i64::try_from(generation).unwrap_or(i64::MAX));
         tracing::info!(generation, routes = table.routes.len(), nodes = new_ids.len(), "route table swapped");
         // Removed nodes drain like an operator drain (SPEC section 5).
-        let deadline = Instant::now() + DEFAULT_REMOVED_DRAIN;
-        let mut removed = self.removed_by_reload.lock().expect("removed mutex is never poisoned");
+        let deadline = now + DEFAULT_REMOVED_DRAIN;
         for n in live.nodes() {
-            if !new_ids.contains(&*n.id) && removed.insert(n.id.to_string()) {
+            if !new_ids.contains(&n.id) && !removed.contains_key(&n.id) {
+                removed.insert(n.id.clone(), deadline);
+                tracing::info!(node = %n.id, drain_ms = DEFAULT_REMOVED_DRAIN.as_millis() as u64, "node removed by reload; draining");
                 n.runtime.start_drain(deadline);
             }
         }
+        // Forget removed nodes whose drain is over and that have nothing in flight.
+        removed.retain(|id, deadline| *deadline > now || self.registry.get(id).is_some_and(|rt| rt.inflight() > 0));
+        self.registry.retain(&|id| new_ids.contains(id) || removed.contains_key(id));
         generation
     }
 
@@ -256,12 +324,60 @@ impl Routing {
     }
 }
 
+/// Nodes of `cfg` that `live` does not have at the same address: `(key, id, addr)`.
+fn nodes_to_probe(live: &RouteTable, cfg: &Config) -> Vec<(String, String, String)> {
+    let old: HashMap<&str, &str> = live.config.clusters.iter().flat_map(|c| c.nodes.iter().map(|n| (n.id.as_str(), n.addr.as_str()))).collect();
+    cfg.clusters
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| c.nodes.iter().enumerate().map(move |(j, n)| (i, j, n)))
+        .filter(|(_, _, n)| old.get(n.id.as_str()) != Some(&n.addr.as_str()))
+        .map(|(i, j, n)| (format!("clusters[{i}].nodes[{j}]"), n.id.clone(), n.addr.clone()))
+        .collect()
+}
+
+/// Runs the warm-up watcher until `watch` fires: every [`WARMUP_CHECK_INTERVAL`], a live table
+/// with a warm-up whose error rate is above `max_error_rate` (with at least
+/// [`MIN_ROLLBACK_SAMPLE`] requests) is rolled back (SPEC section 6).
+pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch) {
+    let mut tick = tokio::time::interval(WARMUP_CHECK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = watch.signaled() => return,
+            _ = tick.tick() => {}
+        }
+        let table = routing.table();
+        let Some(b) = table.warmup_breach(Instant::now(), MIN_ROLLBACK_SAMPLE) else {
+            continue;
+        };
+        tracing::warn!(
+            generation = table.generation,
+            subject = %b.subject,
+            requests = b.outcomes.requests,
+            errors = b.outcomes.errors,
+            error_rate = b.outcomes.rate(),
+            max_error_rate = b.max_error_rate,
+            "warm-up error rate above max_error_rate; rolling back the route table"
+        );
+        match routing.rollback_from(table.generation, "rolled_back").await {
+            Ok(Some(_)) | Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "warm-up rollback impossible; the table stays"),
+        }
+    }
+}
+
 /// Debounce for file-change events: editors write a file in several steps.
 const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// Runs reload triggers until `watch` fires: SIGHUP and changes to `file` (watched through its
-/// directory so editors that replace the file are seen). Triggers coalesce in [`Routing::reload`].
-pub async fn watch_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut watch: crate::drain::Watch) {
+/// Runs the reload triggers and the warm-up watcher ([`watch_warmup`]) until `watch` fires.
+/// Triggers: SIGHUP and changes to `file` (watched through its directory so editors that replace
+/// the file are seen, debounced by [`FILE_DEBOUNCE`]); they coalesce in [`Routing::reload`].
+pub async fn watch_triggers(routing: Arc<Routing>, file: Option<PathBuf>, watch: crate::drain::Watch) {
+    tokio::join!(reload_triggers(routing.clone(), file, watch.clone()), watch_warmup(routing, watch));
+}
+
+async fn reload_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut watch: crate::drain::Watch) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
     let _watcher = file.as_ref().and_then(|f| file_watcher(f, tx.clone()));
     #[cfg(unix)]
@@ -288,7 +404,8 @@ pub async fn watch_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut wa
         };
         match routing.reload().await {
             Ok(g) => tracing::info!(source, generation = g, "reloaded"),
-            Err(e) => tracing::warn!(source, error = %e, "reload refused; the live table stays"),
+            // Already logged (and counted) where it was refused.
+            Err(e) => tracing::debug!(source, error = %e, "reload trigger refused"),
         }
     }
 }

@@ -84,3 +84,6 @@ pub fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
         None => true,
     }
 }
+
+#[cfg(test)]
+mod tests;

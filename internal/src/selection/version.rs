@@ -1,5 +1,7 @@
-//! The canary version filter (SPEC section 6).
+//! The canary version filter and the per-request version decision (SPEC section 3 `[routes.canary]`,
+//! section 6). Pure functions: nothing here keeps request data between calls.
 
+use crate::config::Config;
 use crate::registry::Node;
 
 use super::{Candidate, Criteria, VersionMiss};
@@ -97,4 +99,59 @@ fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|kv| kv.trim().split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+}
+
+/// A node metadata key that equals a route's canary `metadata_key` only when case is ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyCaseMismatch {
+    /// Route whose canary block names the key.
+    pub route: String,
+    /// Cluster of the node.
+    pub cluster: String,
+    /// Node id.
+    pub node: String,
+    /// The key as the node's metadata spells it.
+    pub found: String,
+    /// The key as the route's canary block spells it.
+    pub configured: String,
+}
+
+/// Every node metadata key that differs only in case from the canary `metadata_key` of a route
+/// targeting the node's cluster (matching ignores case, so such a config works, but it is most
+/// likely a typo worth a warning). One entry per route, node and key.
+pub fn metadata_key_case_mismatches(config: &Config) -> Vec<KeyCaseMismatch> {
+    let mut out = Vec::new();
+    for route in &config.routes {
+        let Some(canary) = &route.canary else { continue };
+        let configured = canary.metadata_key.as_str();
+        for cluster in config.clusters.iter().filter(|c| c.name == route.cluster) {
+            for node in &cluster.nodes {
+                for key in node.metadata.keys().filter(|k| k.as_str() != configured && k.eq_ignore_ascii_case(configured)) {
+                    out.push(KeyCaseMismatch {
+                        route: route.id.clone(),
+                        cluster: cluster.name.clone(),
+                        node: node.id.clone(),
+                        found: key.clone(),
+                        configured: configured.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Logs one WARN per [`metadata_key_case_mismatches`] entry; called once per loaded config (when
+/// its route table is built).
+pub fn warn_metadata_key_case(config: &Config) {
+    for m in metadata_key_case_mismatches(config) {
+        tracing::warn!(
+            route = %m.route,
+            cluster = %m.cluster,
+            node = %m.node,
+            found = %m.found,
+            configured = %m.configured,
+            "node metadata key differs only in case from the canary metadata_key; matched case-insensitively"
+        );
+    }
 }

@@ -45,3 +45,13 @@ async fn memory_store_ttl_slides() {
     tokio::time::advance(Duration::from_secs(11)).await;
     assert_eq!(s.get("x"), None, "unused past the TTL");
 }
+
+#[tokio::test]
+async fn redis_store_conforms() {
+    let redis = super::redis::tests::TestRedis::start().await;
+    let ttl = Duration::from_secs(60);
+    let store = super::RedisStore::connect(redis.settings(ttl), Arc::new(crate::metrics::Metrics::new())).await.expect("redis store");
+    let store = AffinityStore::Redis(store);
+    run(&store, ttl).await;
+    store.shutdown().await;
+}

@@ -5,11 +5,13 @@
 //! fail a request: a backend degrades (local cache, counted errors) and answers as best it can.
 
 pub mod memory;
+pub mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use memory::MemoryStore;
+pub use self::memory::MemoryStore;
+pub use self::redis::{RedisSettings, RedisStore, StoreError};
 
 /// One binding as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,8 @@ pub struct Binding {
 pub enum AffinityStore {
     /// Bounded in-process LRU with sliding TTL.
     Memory(MemoryStore),
+    /// Redis shared by replicas, with a local cache in front (SPEC section 7).
+    Redis(RedisStore),
 }
 
 impl AffinityStore {
@@ -32,6 +36,7 @@ impl AffinityStore {
     pub async fn get(&self, conn: &str) -> Option<Arc<str>> {
         match self {
             AffinityStore::Memory(m) => m.get(conn),
+            AffinityStore::Redis(r) => r.get(conn).await,
         }
     }
 
@@ -40,6 +45,7 @@ impl AffinityStore {
     pub async fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
         match self {
             AffinityStore::Memory(m) => m.bind(conn, node),
+            AffinityStore::Redis(r) => r.bind(conn, node).await,
         }
     }
 
@@ -48,6 +54,7 @@ impl AffinityStore {
     pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
         match self {
             AffinityStore::Memory(m) => m.hop(conn, from, to),
+            AffinityStore::Redis(r) => r.hop(conn, from, to).await,
         }
     }
 
@@ -55,6 +62,7 @@ impl AffinityStore {
     pub async fn remove(&self, conn: &str) -> bool {
         match self {
             AffinityStore::Memory(m) => m.remove(conn),
+            AffinityStore::Redis(r) => r.remove(conn).await,
         }
     }
 
@@ -62,6 +70,7 @@ impl AffinityStore {
     pub async fn lookup(&self, conn: &str) -> Option<Binding> {
         match self {
             AffinityStore::Memory(m) => m.lookup(conn),
+            AffinityStore::Redis(r) => r.lookup(conn).await,
         }
     }
 
@@ -69,6 +78,7 @@ impl AffinityStore {
     pub async fn shutdown(&self) {
         match self {
             AffinityStore::Memory(_) => {}
+            AffinityStore::Redis(r) => r.shutdown().await,
         }
     }
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Profiles the gateway's request path under valgrind (not part of make bench; see bench/README.md).
+#
+#   bench/profile.sh [callgrind|dhat] [plain|connid-log]
+#
+# Starts a backend nginx (return 200) and the gateway (--workers 1) under the chosen valgrind tool,
+# sends PROFILE_REQUESTS (20000) keep-alive requests with `oha -n` (-c 8), stops the gateway and
+# prints where the output is.
+# `plain`: no conn id, access log off. `connid-log`: every request carries X-Conn-Id (memory store)
+# and the access log is on (written to a file). The profiled binary is copied next to the output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+TOOL=${1:-callgrind}
+MODE=${2:-plain}
+N=${PROFILE_REQUESTS:-20000}
+OUT=${PROFILE_OUT:-$ROOT/target/bench-profile}
+mkdir -p "$OUT"
+export PATH="$PATH:/usr/sbin:$HOME/.cargo/bin"
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+command -v oha >/dev/null || cargo install oha --locked
+
+W=$(mktemp -d /tmp/hopgw-profile.XXXXXX)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+read -r BP GP AP <<<"$(python3 -c 'import socket
+s=[socket.socket() for _ in range(3)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')"
+
+mkdir -p "$W/backend"
+cat >"$W/backend/nginx.conf" <<EOF
+$([ "$(id -u)" -eq 0 ] && echo "user root;")
+worker_processes 1;
+daemon off;
+pid $W/backend/nginx.pid;
+error_log $W/backend/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $W/backend/body;
+  keepalive_requests 100000000;
+  server { listen 127.0.0.1:$BP; location / { default_type text/plain; return 200 "hello from the bench backend\n"; } }
+}
+EOF
+nginx -p "$W/backend" -e "$W/backend/error.log" -c "$W/backend/nginx.conf" &
+PIDS+=($!)
+
+cat >"$W/gw.toml" <<EOF
+[server]
+shutdown_timeout = "1s"
+[health]
+interval = "30s"
+[[clusters]]
+name = "bench"
+  [[clusters.nodes]]
+  id = "node-1"
+  addr = "127.0.0.1:$BP"
+[[routes]]
+id = "all"
+match = { path_prefix = "/" }
+cluster = "bench"
+EOF
+
+access=off
+hdr=()
+if [ "$MODE" = connid-log ]; then access=on; hdr=(-H "X-Conn-Id: bench-conn-0001"); fi
+case $TOOL in
+  callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no) ;;
+  dhat) vg=(valgrind --tool=dhat --dhat-out-file="$OUT/dhat.$MODE.json") ;;
+  *) echo "tool: callgrind or dhat" >&2; exit 2 ;;
+esac
+cp "$ROOT/target/release/hopping-gateway" "$OUT/hopping-gateway.$MODE"
+"${vg[@]}" "$OUT/hopping-gateway.$MODE" --config "$W/gw.toml" --listen "127.0.0.1:$GP" \
+  --admin-listen "127.0.0.1:$AP" --workers 1 --access-log "$access" >"$W/gw.log" 2>"$OUT/$TOOL.$MODE.valgrind.log" &
+GWPID=$!
+PIDS+=("$GWPID")
+for _ in $(seq 1 600); do curl -fs -o /dev/null "http://127.0.0.1:$AP/readyz" && break; sleep 0.1; done
+curl -fs -o /dev/null "http://127.0.0.1:$GP/" || { echo "gateway not answering" >&2; exit 1; }
+oha -n "$N" -c 8 --no-tui "${hdr[@]}" "http://127.0.0.1:$GP/" | tee "$OUT/$TOOL.$MODE.oha.txt" | grep -E 'Success rate|Requests/sec|\[' || true
+kill -TERM "$GWPID"
+wait "$GWPID" 2>/dev/null || true
+echo "output: $OUT/$TOOL.$MODE.* (requests: $N, plus 1 check request)"

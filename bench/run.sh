@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# `make bench`: hopping-gateway side by side with nginx and HAProxy (see bench/README.md).
+#
+# One run, interleaved rounds (direct, gateway, nginx, HAProxy, ... then again), medians per figure.
+# Each proxy is pinned to one core with one worker; the load generator, the backend and redis-server
+# share the other core. Figures: max req/s at BENCH_CONNS keep-alive connections (wrk), p50/p99/p99.9
+# at a fixed BENCH_RATE req/s (oha), proxy CPU µs per request (utime+stime from /proc/<pid>/stat over
+# the requests served), peak RSS (VmHWM), upstream connection reuse (backend nginx stub_status:
+# accepts vs requests), and WebSocket RSS per idle connection plus echo p99 (bench wsload client).
+#
+# Env: BENCH_SECONDS (10) per measurement, BENCH_ROUNDS (3), BENCH_RATE (2000), BENCH_CONNS (64),
+# BENCH_RATE_CONNS (16), BENCH_WS_STEPS ("2000,10000", capped by the open-files limit), BENCH_WS_RATE
+# (1000 echo messages/s), BENCH_WS (1; 0 skips the WebSocket part), BENCH_NOTE (a line for the report),
+# BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1).
+# Quick run: BENCH_SECONDS=3 BENCH_ROUNDS=1 make bench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+SECS=${BENCH_SECONDS:-10}
+ROUNDS=${BENCH_ROUNDS:-3}
+RATE=${BENCH_RATE:-2000}
+CONNS=${BENCH_CONNS:-64}
+RATE_CONNS=${BENCH_RATE_CONNS:-16}
+WS=${BENCH_WS:-1}
+WS_STEPS=${BENCH_WS_STEPS:-2000,10000}
+WS_RATE=${BENCH_WS_RATE:-1000}
+PCPU=${BENCH_PROXY_CPU:-1}
+LCPU=${BENCH_LOAD_CPU:-0}
+CONN_ID=bench-conn-0001
+
+log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- tools (installed when missing)
+need_apt=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]} with apt-get"
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+export PATH="$PATH:/usr/sbin:$HOME/.cargo/bin"
+if ! command -v oha >/dev/null 2>&1; then
+  log "installing oha (cargo install oha --locked; compiles for a few minutes)"
+  cargo install oha --locked
+fi
+
+log "building the wsload client (tests/examples/wsload.rs)"
+cargo build --release -q -p integration-tests --features bench --example wsload
+GW=$ROOT/target/release/hopping-gateway
+MOCK=$ROOT/target/release/mock-backend
+WSLOAD=$ROOT/target/release/examples/wsload
+[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] || die "binaries missing: run make build"
+
+# ---------------------------------------------------------------- work dir, processes, cleanup
+W=$(mktemp -d /tmp/hopgw-bench.XXXXXX)
+chmod 755 "$W"
+RAW=$W/raw.tsv
+: >"$RAW"
+PIDS=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local i
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Stops one started process (by pid) and forgets it.
+stop() {
+  local pid=$1 keep=() p
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${PIDS[@]}"; do [ "$p" != "$pid" ] && keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# start NAME CPU CMD... : runs CMD pinned to CPU, output to $W/NAME.log; sets STARTED to its pid.
+start() {
+  local name=$1 cpu=$2
+  shift 2
+  taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 &
+  STARTED=$!
+  PIDS+=("$STARTED")
+}
+
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+wait_http() { # URL [what]
+  for _ in $(seq 1 200); do
+    curl -fs -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.05
+  done
+  die "${2:-$1} did not answer (logs in $W)"
+}
+
+wait_tcp() { # PORT what
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  die "$2 did not listen on $1 (logs in $W)"
+}
+
+# Sum over the pids of utime+stime (clock ticks), and of a /proc/<pid>/status field (KiB).
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+status_kib() { local f=$1 t=0 p; shift; for p in "$@"; do t=$((t + $(awk -v f="$f:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo $t; }
+CLK_TCK=$(getconf CLK_TCK)
+
+# Backend nginx stub_status: "accepts requests" (the stub call itself is subtracted by the report).
+stub() { curl -fs --max-time 2 "http://127.0.0.1:$BACKEND_PORT/stub" | awk 'NR == 3 {print $1, $3}'; }
+
+# Open-files limit caps the WebSocket steps: a proxy holds two sockets per connection.
+NOFILE=$(ulimit -n)
+[ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -gt "$NOFILE" ] && ulimit -n "$(ulimit -Hn)" && NOFILE=$(ulimit -n)
+[ "$NOFILE" = unlimited ] && NOFILE=1048576
+WS_CAP=$(((NOFILE - 200) / 2))
+WS_STEPS=$(echo "$WS_STEPS" | tr ',' '\n' | awk -v cap="$WS_CAP" '{print ($1 > cap ? cap : $1)}' | paste -sd, -)
+
+read -r BACKEND_PORT GW_PORT GW_ADMIN GWLOG_PORT GWLOG_ADMIN GWR_PORT GWR_ADMIN NGINX_PORT HAPROXY_PORT REDIS_PORT <<<"$(free_ports 10)"
+
+# ---------------------------------------------------------------- configs
+NGINX_USER=; [ "$(id -u)" -eq 0 ] && NGINX_USER="user root;"
+backend_conf() {
+  mkdir -p "$W/backend"
+  cat >"$W/backend/nginx.conf" <<EOF
+$NGINX_USER
+worker_processes 1;
+daemon off;
+pid $W/backend/nginx.pid;
+error_log $W/backend/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off;
+  client_body_temp_path $W/backend/body;
+  keepalive_requests 100000000;
+  keepalive_timeout 600s;
+  server {
+    listen 127.0.0.1:$BACKEND_PORT backlog=4096;
+    location = /stub { stub_status; }
+    location / { default_type text/plain; return 200 "hello from the bench backend\n"; }
+  }
+}
+EOF
+}
+
+nginx_conf() { # UPSTREAM_PORT WS(0|1)
+  local up=$1 ws=$2 dir=$W/nginx-proxy
+  mkdir -p "$dir"
+  local extra=""
+  [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
+  [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
+  cat >"$dir/nginx.conf" <<EOF
+$NGINX_USER
+worker_processes 1;
+worker_rlimit_nofile $NOFILE;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections $((NOFILE - 100)); }
+http {
+  access_log off;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  keepalive_requests 100000000;
+  keepalive_timeout 600s;
+  map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
+  upstream node { server 127.0.0.1:$up; keepalive 128; keepalive_requests 100000000; keepalive_timeout 600s; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT backlog=4096;
+    location / {
+      proxy_pass http://node;
+      proxy_http_version 1.1;
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      $extra
+    }
+  }
+}
+EOF
+}
+
+haproxy_conf() { # UPSTREAM_PORT
+  cat >"$W/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn $(((NOFILE - 100) / 2))
+defaults
+  mode http
+  option http-keep-alive
+  option forwardfor
+  http-reuse always
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 600s
+  timeout tunnel 3600s
+frontend fe
+  bind 127.0.0.1:$HAPROXY_PORT
+  default_backend nodes
+backend nodes
+  server n1 127.0.0.1:$1
+EOF
+}
+
+gw_conf() { # FILE UPSTREAM_PORT
+  cat >"$1" <<EOF
+[server]
+shutdown_timeout = "1s"
+
+[health]
+interval = "30s"
+timeout = "2s"
+
+[[clusters]]
+name = "bench"
+  [[clusters.nodes]]
+  id = "node-1"
+  addr = "127.0.0.1:$2"
+
+[[routes]]
+id = "all"
+match = { path_prefix = "/" }
+cluster = "bench"
+EOF
+}
+
+start_nginx() { # -> NGINX_PIDS (master + worker)
+  start nginx-proxy "$PCPU" nginx -p "$W/nginx-proxy" -e "$W/nginx-proxy/error.log" -c "$W/nginx-proxy/nginx.conf"
+  NGINX_MASTER=$STARTED
+  wait_tcp "$NGINX_PORT" nginx
+  NGINX_PIDS="$NGINX_MASTER $(pgrep -P "$NGINX_MASTER" | paste -sd' ' -)"
+}
+start_haproxy() {
+  start haproxy "$PCPU" haproxy -db -f "$W/haproxy.cfg"
+  HAPROXY_PID=$STARTED
+  wait_tcp "$HAPROXY_PORT" haproxy
+}
+start_gw() { # NAME PORT ADMIN CONF EXTRA... -> STARTED
+  local name=$1 port=$2 admin=$3 conf=$4
+  shift 4
+  start "$name" "$PCPU" "$GW" --config "$conf" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --workers 1 "$@"
+  wait_http "http://127.0.0.1:$admin/readyz" "$name"
+}
+
+# ---------------------------------------------------------------- HTTP phase
+log "work dir $W; proxies on cpu $PCPU, load+backend on cpu $LCPU; ${ROUNDS} rounds x ${SECS}s; WebSocket steps $WS_STEPS"
+backend_conf
+start backend "$LCPU" nginx -p "$W/backend" -e "$W/backend/error.log" -c "$W/backend/nginx.conf"
+wait_http "http://127.0.0.1:$BACKEND_PORT/" backend
+start redis "$LCPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no
+wait_tcp "$REDIS_PORT" redis-server
+
+gw_conf "$W/gw.toml" "$BACKEND_PORT"
+start_gw gw "$GW_PORT" "$GW_ADMIN" "$W/gw.toml" --access-log off
+GW_PID=$STARTED
+# The access-log gateway writes its log to a file (appended; truncated after each measurement).
+taskset -c "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GWLOG_PORT" --admin-listen "127.0.0.1:$GWLOG_ADMIN" \
+  --workers 1 --access-log on >>"$W/gw-access.log" 2>&1 &
+GWLOG_PID=$!
+PIDS+=("$GWLOG_PID")
+wait_http "http://127.0.0.1:$GWLOG_ADMIN/readyz" gw-accesslog
+start_gw gw-redis "$GWR_PORT" "$GWR_ADMIN" "$W/gw.toml" --access-log off --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
+GWR_PID=$STARTED
+nginx_conf "$BACKEND_PORT" 0
+start_nginx
+haproxy_conf "$BACKEND_PORT"
+start_haproxy
+
+# name | port | pids | extra header
+TARGETS=(direct gateway gateway+accesslog gateway+connid-memory gateway+connid-redis nginx haproxy)
+declare -A T_PORT=([direct]=$BACKEND_PORT [gateway]=$GW_PORT [gateway+accesslog]=$GWLOG_PORT
+  [gateway+connid-memory]=$GW_PORT [gateway+connid-redis]=$GWR_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
+declare -A T_PIDS=([direct]="" [gateway]=$GW_PID [gateway+accesslog]=$GWLOG_PID
+  [gateway+connid-memory]=$GW_PID [gateway+connid-redis]=$GWR_PID [nginx]=$NGINX_PIDS [haproxy]=$HAPROXY_PID)
+declare -A T_HDR=([gateway+connid-memory]=1 [gateway+connid-redis]=1)
+
+for t in "${TARGETS[@]}"; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Conn-Id: $CONN_ID" "http://127.0.0.1:${T_PORT[$t]}/")
+  [ "$code" = 200 ] || die "$t answers $code instead of 200 (logs in $W)"
+done
+log "all targets answer 200; warming up"
+for t in "${TARGETS[@]}"; do
+  hdr=(); [ -n "${T_HDR[$t]:-}" ] && hdr=(-H "X-Conn-Id: $CONN_ID")
+  taskset -c "$LCPU" wrk -t1 -c"$CONNS" -d1s "${hdr[@]}" "http://127.0.0.1:${T_PORT[$t]}/" >/dev/null
+done
+
+emit() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; } # target round metric value
+
+# measure KIND TARGET ROUND: one wrk (max) or oha (fixed rate) run with CPU and backend deltas.
+measure() {
+  local kind=$1 t=$2 r=$3 url="http://127.0.0.1:${T_PORT[$t]}/" pids=${T_PIDS[$t]} out=$W/out.$kind
+  local hdr=() c0=0 c1=0 s0 s1
+  [ -n "${T_HDR[$t]:-}" ] && hdr=(-H "X-Conn-Id: $CONN_ID")
+  s0=$(stub)
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && c0=$(cpu_ticks $pids)
+  if [ "$kind" = max ]; then
+    taskset -c "$LCPU" wrk -t1 -c"$CONNS" -d"${SECS}s" "${hdr[@]}" "$url" >"$out"
+  else
+    taskset -c "$LCPU" oha -z "${SECS}s" -w -q "$RATE" -c "$RATE_CONNS" --worker-threads 1 --no-tui --output-format json "${hdr[@]}" "$url" >"$out"
+  fi
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && c1=$(cpu_ticks $pids)
+  s1=$(stub)
+  emit "$t" "$r" "$kind.cpu_ticks" $((c1 - c0))
+  emit "$t" "$r" "$kind.backend" "$s0 $s1"
+  emit "$t" "$r" "$kind.out" "$(base64 -w0 <"$out")"
+  [ "$t" = gateway+accesslog ] && truncate -s 0 "$W/gw-access.log"
+  return 0
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  for t in "${TARGETS[@]}"; do
+    log "round $r/$ROUNDS max  $t"
+    measure max "$t" "$r"
+  done
+  for t in "${TARGETS[@]}"; do
+    log "round $r/$ROUNDS rate $t"
+    measure rate "$t" "$r"
+  done
+done
+for t in "${TARGETS[@]}"; do
+  pids=${T_PIDS[$t]}
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && emit "$t" 0 peak_rss_kib "$(status_kib VmHWM $pids)"
+done
+
+# ---------------------------------------------------------------- WebSocket phase (fresh proxies)
+for p in "$NGINX_MASTER" "$HAPROXY_PID" "$GW_PID" "$GWLOG_PID" "$GWR_PID"; do stop "$p"; done
+if [ "$WS" = 1 ]; then
+  ws_run() { # TARGET URL PIDS...
+    local t=$1 url=$2
+    shift 2
+    local pidargs=() p
+    for p in "$@"; do pidargs+=(--pid "$p"); done
+    log "websocket $t: steps $WS_STEPS"
+    taskset -c "$LCPU" "$WSLOAD" --url "$url" --steps "$WS_STEPS" --echo-secs "$SECS" --echo-rate "$WS_RATE" \
+      "${pidargs[@]}" >"$W/ws-$t.json" 2>"$W/ws-$t.err" || log "wsload against $t failed: $(tail -1 "$W/ws-$t.err")"
+    emit "$t" 0 ws "$(base64 -w0 <"$W/ws-$t.json")"
+  }
+  ws_node() { # -> STARTED (a fresh mock-backend per target, so TIME_WAIT and state never carry over)
+    WS_NODE_PORT=$(free_ports 1)
+    start "ws-node-$1" "$LCPU" "$MOCK" "$WS_NODE_PORT" "ws-$1"
+    wait_http "http://127.0.0.1:$WS_NODE_PORT/health" "mock-backend ws-$1"
+  }
+  ws_node direct
+  ws_run direct "ws://127.0.0.1:$WS_NODE_PORT/ws"
+  stop "$STARTED"
+
+  ws_node gateway; node=$STARTED
+  gw_conf "$W/gw-ws.toml" "$WS_NODE_PORT"
+  start_gw gw-ws "$GW_PORT" "$GW_ADMIN" "$W/gw-ws.toml" --access-log off
+  ws_run gateway "ws://127.0.0.1:$GW_PORT/ws" "$STARTED"
+  stop "$STARTED"; stop "$node"
+
+  ws_node nginx; node=$STARTED
+  nginx_conf "$WS_NODE_PORT" 1
+  start_nginx
+  # shellcheck disable=SC2086
+  ws_run nginx "ws://127.0.0.1:$NGINX_PORT/ws" $NGINX_PIDS
+  stop "$NGINX_MASTER"; stop "$node"
+
+  ws_node haproxy; node=$STARTED
+  haproxy_conf "$WS_NODE_PORT"
+  start_haproxy
+  ws_run haproxy "ws://127.0.0.1:$HAPROXY_PORT/ws" "$HAPROXY_PID"
+  stop "$HAPROXY_PID"; stop "$node"
+fi
+
+# ---------------------------------------------------------------- report
+versions="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | head -1 | awk '{print $3}'), $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), $(oha --version | head -1)"
+python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.md" \
+  --readme "$( [ "${BENCH_UPDATE_README:-1}" = 1 ] && echo "$ROOT/bench/README.md" )" \
+  --seconds "$SECS" --rounds "$ROUNDS" --rate "$RATE" --conns "$CONNS" --rate-conns "$RATE_CONNS" \
+  --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
+log "wrote bench/results/latest.md"
+cat "$ROOT/bench/results/latest.md"

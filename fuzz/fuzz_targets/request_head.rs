@@ -1,0 +1,20 @@
+//! Request heads parsed as hyper does (httparse) and then checked by `proxy::guard` never panic,
+//! and no head with both Content-Length and Transfer-Encoding passes.
+#![no_main]
+use internal::config::Config;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    let Ok(httparse::Status::Complete(_)) = req.parse(data) else { return };
+    let mut b = http::Request::builder().method(req.method.unwrap_or("GET")).uri(req.path.unwrap_or("/"));
+    for h in req.headers.iter() {
+        b = b.header(h.name, h.value);
+    }
+    let Ok(request) = b.body(()) else { return };
+    let limits = Config::go_defaults().limits;
+    let both = request.headers().contains_key("content-length") && request.headers().contains_key("transfer-encoding");
+    let verdict = internal::proxy::guard::check_head(&request, &limits);
+    assert!(!(both && verdict.is_ok()), "CL+TE passed the guard");
+});

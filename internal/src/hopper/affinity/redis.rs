@@ -1,0 +1,497 @@
+//! The Redis affinity store (SPEC section 7): Redis is the source of truth for bindings, shared by
+//! gateway replicas; a bounded local cache ([`MemoryStore`]) in front of it keeps Redis off the
+//! per-request path.
+//!
+//! Schema (documented for other gateways in the README): key `<prefix>conn:<conn-id>` holds the
+//! node id as a plain string with a sliding TTL (`PX`); hops are an atomic compare-and-set script;
+//! hop and remove messages go to channel `<prefix>hops` as JSON `{"conn":..,"from":..,"to":..}`
+//! (`to` is `null` for a remove).
+//!
+//! Request path: a cached binding costs no Redis call; when less than half of its TTL is left, a
+//! refresh is queued (bounded) for the refresher task. A miss is one `EVAL` bounded by
+//! `affinity.redis_timeout`. Any error or timeout marks Redis *down*: from then on every operation is
+//! answered locally (fresh bindings stay local and are remembered, bounded, for write-back) until the
+//! maintainer sees Redis answer again. Redis never fails a request.
+//!
+//! Tasks (spawned by [`RedisStore::connect`], cancelled and joined by [`RedisStore::shutdown`]):
+//! the subscriber (`<prefix>hops` invalidations; a lost subscription marks Redis down and makes the
+//! cache be dropped once it is back), the maintainer (reconnect, probe, write-back) and the refresher
+//! (sliding TTL). Errors are counted per op and logged at most once per [`LOG_INTERVAL`].
+
+mod target;
+mod tasks;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::redis::{FromRedisValue, RedisResult, ToRedisArgs};
+use arc_swap::ArcSwapOption;
+use lru::LruCache;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Binding, MemoryStore};
+use crate::metrics::Metrics;
+
+use self::target::Conn;
+pub use self::target::{RedisTarget, TargetError};
+
+/// At most one WARN line about Redis errors per this interval; the rest are counted only.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the maintainer probes a down Redis and flushes write-backs.
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+/// Queued TTL refreshes; past this, a refresh is skipped and retried on a later use.
+const REFRESH_QUEUE: usize = 1024;
+/// Write-backs taken from the pending set per round, and run concurrently.
+const WRITEBACK_BATCH: usize = 256;
+const WRITEBACK_CONCURRENCY: usize = 16;
+/// Invalidation counters (per hash slot of the conn id) that stop a racing cache fill.
+const EPOCH_SLOTS: usize = 64;
+
+/// `GET` + slide: the bound node or nil. KEYS[1] = key, ARGV[1] = ttl ms.
+const GET_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
+if v then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return v";
+/// Bind unless bound (then slide): returns the bound node. KEYS[1] = key, ARGV = node, ttl ms.
+const BIND_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
+if v then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ARGV[1]";
+/// Compare-and-set hop: set `to` only if the key holds `from` or nothing. Returns {node, changed}.
+/// KEYS[1] = key, ARGV = from, to, ttl ms.
+const HOP_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
+if (not v) or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {ARGV[2], 1}
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {v, 0}";
+/// Arguments of a script that takes none besides its key.
+const NO_ARGS: &[&str] = &[];
+/// Delete, returning the node it held (nil if none). KEYS[1] = key.
+const DEL_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
+if v then redis.call('DEL', KEYS[1]) end
+return v";
+
+/// Why the Redis store cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// `affinity.redis_url` cannot be used.
+    #[error(transparent)]
+    Url(#[from] TargetError),
+}
+
+/// What the Redis store needs from `[affinity]` (SPEC section 3).
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// `affinity.redis_url` (any SPEC section 7 scheme).
+    pub url: String,
+    /// `affinity.key_prefix`, e.g. `hopgw:`.
+    pub key_prefix: String,
+    /// `affinity.ttl`: sliding TTL of a binding.
+    pub ttl: Duration,
+    /// `affinity.redis_timeout`: bound on each Redis call.
+    pub timeout: Duration,
+    /// `affinity.max_entries`: bound of the local cache and of the write-back set.
+    pub max_entries: usize,
+}
+
+/// A local change Redis has not seen yet (made while it was down).
+#[derive(Debug, Clone)]
+enum Pending {
+    /// Bound (or used) locally: written with bind semantics (an existing binding wins).
+    Bind(Arc<str>),
+    /// Hopped locally away from `from`, the node Redis last held: written as a compare-and-set.
+    Hop { from: Arc<str>, to: Arc<str> },
+    /// Removed locally.
+    Remove,
+}
+
+/// The subset of a hop message the store reads; unknown fields are ignored.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+struct HopMessage {
+    conn: String,
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// Counts every error and logs at most one WARN per [`LOG_INTERVAL`].
+#[derive(Debug, Default)]
+struct ErrorLog {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl ErrorLog {
+    fn report(&self, metrics: &Metrics, op: &'static str, error: &dyn fmt::Display) {
+        metrics.store_error(op);
+        let now = Instant::now();
+        let due = {
+            let mut last = self.last.lock().expect("error log mutex is never poisoned");
+            let due = last.is_none_or(|t| now.duration_since(t) >= LOG_INTERVAL);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if due {
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            tracing::warn!(op, %error, suppressed, "redis affinity store unavailable; serving bindings from the local cache");
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// State shared by the store handle and its tasks.
+struct Shared {
+    target: RedisTarget,
+    conn: ArcSwapOption<Conn>,
+    cache: MemoryStore,
+    pending: Mutex<LruCache<Box<str>, Pending>>,
+    pending_cap: usize,
+    /// Redis is believed unreachable: answer locally until the maintainer clears it.
+    down: AtomicBool,
+    /// Invalidations may have been missed: drop the cache once Redis is back.
+    resync: AtomicBool,
+    epochs: [AtomicU64; EPOCH_SLOTS],
+    wake: Notify,
+    refresh_tx: mpsc::Sender<(Box<str>, Arc<str>)>,
+    prefix: String,
+    channel: String,
+    ttl: Duration,
+    timeout: Duration,
+    connect_timeout: Duration,
+    metrics: Arc<Metrics>,
+    log: ErrorLog,
+}
+
+/// Reuses `mine` when Redis answered with the same node, to keep one allocation per node id.
+fn same_or_new(mine: &Arc<str>, answer: String) -> Arc<str> {
+    if **mine == *answer {
+        mine.clone()
+    } else {
+        Arc::from(answer)
+    }
+}
+
+impl Shared {
+    fn key(&self, conn: &str) -> String {
+        format!("{}conn:{conn}", self.prefix)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
+    }
+
+    /// A connection for a request-path call; `None` while Redis is down or not yet connected.
+    fn conn(&self) -> Option<Conn> {
+        if self.is_down() {
+            return None;
+        }
+        self.conn.load_full().map(|c| (*c).clone())
+    }
+
+    fn epoch_slot(&self, conn: &str) -> &AtomicU64 {
+        let h = conn.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        &self.epochs[h as usize % EPOCH_SLOTS]
+    }
+
+    fn epoch(&self, conn: &str) -> u64 {
+        self.epoch_slot(conn).load(Ordering::Acquire)
+    }
+
+    fn bump(&self, conn: &str) {
+        self.epoch_slot(conn).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Caches what Redis answered unless an invalidation for this id raced the call.
+    fn fill(&self, conn: &str, epoch: u64, node: &Arc<str>) {
+        if self.epoch(conn) == epoch {
+            self.cache.put(conn, node);
+        } else {
+            self.cache.remove(conn);
+        }
+    }
+
+    /// Counts and (rate-limited) logs an error, and marks Redis down so requests stop waiting on it.
+    fn fail(&self, op: &'static str, error: &dyn fmt::Display) {
+        self.log.report(&self.metrics, op, error);
+        if !self.down.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Runs one Redis call bounded by the timeout; `None` (counted, logged, Redis marked down) on failure.
+    async fn guard<T>(&self, op: &'static str, call: impl Future<Output = RedisResult<T>>) -> Option<T> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.fail(op, &e);
+                None
+            }
+            Err(_) => {
+                self.fail(op, &format_args!("no answer within {:?}", self.timeout));
+                None
+            }
+        }
+    }
+
+    /// `EVAL script 1 key args...`. EVAL rather than EVALSHA: the scripts are tiny, and a restarted
+    /// server or a cluster node never answers NOSCRIPT.
+    async fn eval<T: FromRedisValue>(&self, c: &mut Conn, script: &str, key: &str, args: impl ToRedisArgs) -> RedisResult<T> {
+        ::redis::cmd("EVAL").arg(script).arg(1).arg(key).arg(args).query_async(c).await
+    }
+
+    async fn publish(&self, c: &mut Conn, op: &'static str, conn: &str, from: Option<&str>, to: Option<&str>) {
+        let msg = HopMessage { conn: conn.to_string(), from: from.map(str::to_string), to: to.map(str::to_string) };
+        let payload = serde_json::to_string(&msg).expect("a struct of strings always serializes");
+        let mut cmd = ::redis::cmd("PUBLISH");
+        cmd.arg(&self.channel).arg(payload);
+        let publish = cmd.query_async::<i64>(c);
+        // A lost message only delays other replicas until their next miss or resync.
+        let _receivers = self.guard(op, publish).await;
+    }
+
+    /// Remembers a local change for write-back (bounded: past the cap the oldest is forgotten).
+    fn remember(&self, conn: &str, change: Pending) {
+        let mut p = self.pending.lock().expect("pending mutex is never poisoned");
+        let merged = match (p.get(conn), change) {
+            // Keep the node Redis last held, so the write-back stays a compare-and-set against it.
+            (Some(Pending::Hop { from, .. }), Pending::Bind(to) | Pending::Hop { to, .. }) => Pending::Hop { from: from.clone(), to },
+            (_, change) => change,
+        };
+        let dropped = if p.len() >= self.pending_cap && !p.contains(conn) { p.pop_lru() } else { None };
+        p.put(conn.into(), merged);
+        drop(p);
+        if dropped.is_some() {
+            self.metrics.store_error("writeback");
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.pending.lock().expect("pending mutex is never poisoned").is_empty()
+    }
+
+    /// Handles one message from `<prefix>hops`: drops the cached binding unless it already says `to`
+    /// (our own message, or one we are already consistent with).
+    fn on_message(&self, payload: &[u8]) {
+        let Ok(msg) = serde_json::from_slice::<HopMessage>(payload) else {
+            tracing::debug!(payload = %String::from_utf8_lossy(payload), "ignoring a malformed hop message");
+            return;
+        };
+        self.bump(&msg.conn);
+        match self.cache.lookup(&msg.conn) {
+            Some(b) if Some(&*b.node) == msg.to.as_deref() => {}
+            Some(_) => {
+                self.cache.remove(&msg.conn);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Redis-backed bindings with a local cache; see the module docs. Cheap to share behind the hopper.
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore").field("target", &self.shared.target).field("prefix", &self.shared.prefix).field("down", &self.shared.is_down()).finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        // A store dropped without `shutdown` still stops its tasks.
+        self.cancel.cancel();
+    }
+}
+
+impl RedisStore {
+    /// Parses the URL, tries to connect (bounded by `max(4 x timeout, 1 s)`), and starts the
+    /// subscriber, maintainer and refresher tasks. An unreachable Redis is not an error: the store
+    /// starts down, serves locally, and connects and writes back when Redis answers.
+    ///
+    /// # Errors
+    /// [`StoreError::Url`] when `settings.url` is malformed or needs a feature not compiled in (TLS).
+    pub async fn connect(settings: RedisSettings, metrics: Arc<Metrics>) -> Result<RedisStore, StoreError> {
+        let target = RedisTarget::parse(&settings.url)?;
+        let (refresh_tx, refresh_rx) = mpsc::channel(REFRESH_QUEUE);
+        let cap = settings.max_entries.max(1);
+        let shared = Arc::new(Shared {
+            target,
+            conn: ArcSwapOption::empty(),
+            cache: MemoryStore::new(cap, settings.ttl),
+            pending: Mutex::new(LruCache::unbounded()),
+            pending_cap: cap,
+            down: AtomicBool::new(true),
+            resync: AtomicBool::new(false),
+            epochs: std::array::from_fn(|_| AtomicU64::new(0)),
+            wake: Notify::new(),
+            refresh_tx,
+            channel: format!("{}hops", settings.key_prefix),
+            prefix: settings.key_prefix,
+            ttl: settings.ttl,
+            timeout: settings.timeout,
+            connect_timeout: (settings.timeout * 4).max(Duration::from_secs(1)),
+            metrics,
+            log: ErrorLog::default(),
+        });
+        match tokio::time::timeout(shared.connect_timeout, shared.target.connect(shared.timeout, shared.connect_timeout)).await {
+            Ok(Ok(c)) => {
+                shared.conn.store(Some(Arc::new(c)));
+                shared.down.store(false, Ordering::Release);
+                tracing::info!(url = %redact(&settings.url), "redis affinity store connected");
+            }
+            Ok(Err(e)) => shared.log.report(&shared.metrics, "writeback", &e),
+            Err(_) => shared.log.report(&shared.metrics, "writeback", &format_args!("no connection within {:?}", shared.connect_timeout)),
+        }
+        let cancel = CancellationToken::new();
+        let tasks = vec![
+            tokio::spawn(tasks::subscribe(shared.clone(), cancel.clone())),
+            tokio::spawn(tasks::maintain(shared.clone(), cancel.clone())),
+            tokio::spawn(tasks::refresh(shared.clone(), refresh_rx, cancel.clone())),
+        ];
+        Ok(RedisStore { shared, cancel, tasks: Mutex::new(tasks) })
+    }
+
+    /// See [`super::AffinityStore::get`]. A cached binding costs no Redis call (a TTL refresh is
+    /// queued when less than half of it is left); a miss is one bounded `EVAL`.
+    pub async fn get(&self, conn: &str) -> Option<Arc<str>> {
+        let s = &*self.shared;
+        if let Some(b) = s.cache.lookup(conn) {
+            let refresh = b.ttl < s.ttl / 2;
+            if s.is_down() {
+                if refresh {
+                    s.cache.put(conn, &b.node);
+                }
+                s.remember(conn, Pending::Bind(b.node.clone()));
+            } else if refresh && s.refresh_tx.try_send((conn.into(), b.node.clone())).is_ok() {
+                // Slide locally now so later uses do not queue the same refresh again.
+                s.cache.put(conn, &b.node);
+            }
+            return Some(b.node);
+        }
+        let mut c = s.conn()?;
+        let epoch = s.epoch(conn);
+        let node: Arc<str> = s.guard("get", s.eval::<Option<String>>(&mut c, GET_SCRIPT, &s.key(conn), s.ttl_ms())).await??.into();
+        s.fill(conn, epoch, &node);
+        Some(node)
+    }
+
+    /// See [`super::AffinityStore::bind`]. Atomic in Redis (an existing binding wins and slides);
+    /// while Redis is down the binding is made locally and written back later.
+    pub async fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+        let s = &*self.shared;
+        if let Some(mut c) = s.conn() {
+            let epoch = s.epoch(conn);
+            if let Some(won) = s.guard("bind", s.eval::<String>(&mut c, BIND_SCRIPT, &s.key(conn), (&**node, s.ttl_ms()))).await {
+                let won = same_or_new(node, won);
+                s.fill(conn, epoch, &won);
+                return won;
+            }
+        }
+        let won = s.cache.bind(conn, node);
+        s.remember(conn, Pending::Bind(won.clone()));
+        won
+    }
+
+    /// See [`super::AffinityStore::hop`]. A compare-and-set script in Redis; a hop that changed the
+    /// key is published on `<prefix>hops`. While Redis is down the hop is made locally.
+    pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+        let s = &*self.shared;
+        if let Some(mut c) = s.conn() {
+            let epoch = s.epoch(conn);
+            if let Some((won, changed)) = s.guard("hop", s.eval::<(String, i64)>(&mut c, HOP_SCRIPT, &s.key(conn), (from, &**to, s.ttl_ms()))).await {
+                let won = same_or_new(to, won);
+                s.fill(conn, epoch, &won);
+                if changed == 1 {
+                    s.publish(&mut c, "hop", conn, Some(from), Some(&won)).await;
+                }
+                return won;
+            }
+        }
+        let won = s.cache.hop(conn, from, to);
+        s.remember(conn, Pending::Hop { from: from.into(), to: won.clone() });
+        won
+    }
+
+    /// See [`super::AffinityStore::remove`]. Deletes the key and publishes `{"conn","from","to":null}`.
+    pub async fn remove(&self, conn: &str) -> bool {
+        let s = &*self.shared;
+        let local = s.cache.remove(conn);
+        s.bump(conn);
+        if let Some(mut c) = s.conn() {
+            if let Some(old) = s.guard("remove", s.eval::<Option<String>>(&mut c, DEL_SCRIPT, &s.key(conn), NO_ARGS)).await {
+                s.pending.lock().expect("pending mutex is never poisoned").pop(conn);
+                if let Some(old) = &old {
+                    s.publish(&mut c, "remove", conn, Some(old), None).await;
+                }
+                return old.is_some();
+            }
+        }
+        s.remember(conn, Pending::Remove);
+        local
+    }
+
+    /// See [`super::AffinityStore::lookup`]: `GET` + `PTTL` in Redis, the local cache while it is down.
+    pub async fn lookup(&self, conn: &str) -> Option<Binding> {
+        let s = &*self.shared;
+        if let Some(mut c) = s.conn() {
+            let key = s.key(conn);
+            let mut pipe = ::redis::pipe();
+            pipe.get(&key).pttl(&key);
+            let call = pipe.query_async::<(Option<String>, i64)>(&mut c);
+            if let Some((node, pttl)) = s.guard("get", call).await {
+                let ttl = match pttl {
+                    ms if ms > 0 => Duration::from_millis(ms.unsigned_abs()),
+                    // A key without expiry (written by hand): report the configured TTL.
+                    -1 => s.ttl,
+                    _ => return None,
+                };
+                return node.map(|n| Binding { node: Arc::from(n), ttl });
+            }
+        }
+        s.cache.lookup(conn)
+    }
+
+    /// True while Redis is believed unreachable (answers come from the local cache).
+    pub fn is_down(&self) -> bool {
+        self.shared.is_down()
+    }
+
+    /// Cancels the subscriber, maintainer and refresher tasks and waits for them to end.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("tasks mutex is never poisoned"));
+        for t in tasks {
+            if let Err(e) = t.await {
+                tracing::error!(error = %e, "redis affinity store task ended abnormally");
+            }
+        }
+    }
+}
+
+/// The URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,293 @@
+//! gRPC and long-lived responses over the proxy (SPEC section 5; CASE-07, CASE-08, CASE-24).
+//!
+//! Owns: recognising gRPC (`content-type: application/grpc[+...]`), reading the `grpc-status` of
+//! an answer for the access log (trailers-only answers carry it in the head, others in the
+//! trailers), and [`DeadlineBody`], the wrapper every forwarded response body goes through so
+//! that a node's drain deadline closes what is left: a gRPC stream ends with `grpc-status: 14`
+//! (UNAVAILABLE) trailers, any other body ends with an error (h2: stream reset; HTTP/1.1: the
+//! connection closes before the body's end).
+//!
+//! Frames are relayed one for one as they arrive (no buffering, trailers in the same framing, no
+//! DATA invented). Spawns nothing: the deadline is a future polled by the body itself, so it
+//! goes away with the body. Never holds a lock.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::watch;
+
+use super::BoxError;
+use crate::registry::{Node, NodeSignal};
+
+/// gRPC status code UNAVAILABLE (gRPC `doc/statuscodes.md`): what a stream cut at its node's
+/// drain deadline ends with (SPEC section 5), so clients retry elsewhere.
+pub const UNAVAILABLE: u32 = 14;
+
+/// The `grpc-message` sent with [`UNAVAILABLE`] at a drain deadline (percent-encoded per the
+/// gRPC HTTP/2 protocol spec; spaces are `%20`).
+const DRAIN_MESSAGE: &str = "node%20drained%3B%20retry%20on%20another%20node";
+
+/// True if `headers` say the message is gRPC: `content-type` is `application/grpc` or
+/// `application/grpc+<codec>` / `application/grpc;...` (gRPC `PROTOCOL-HTTP2.md`).
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
+        let ct = ct.trim();
+        ct.len() >= 16 && ct[..16].eq_ignore_ascii_case("application/grpc") && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
+    })
+}
+
+/// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),
+/// if present and numeric.
+pub fn status_of(headers: &HeaderMap) -> Option<u32> {
+    headers.get("grpc-status")?.to_str().ok()?.trim().parse().ok()
+}
+
+/// The gRPC status a response ended with, shared between the body relaying it and the access log.
+/// Cheap to clone; unset until a `grpc-status` is seen.
+#[derive(Debug, Clone)]
+pub struct GrpcStatus(Arc<AtomicU32>);
+
+/// Marks "no status seen" inside [`GrpcStatus`]; not a valid gRPC code (they are 0..=16).
+const UNSET: u32 = u32::MAX;
+
+impl Default for GrpcStatus {
+    fn default() -> Self {
+        GrpcStatus(Arc::new(AtomicU32::new(UNSET)))
+    }
+}
+
+impl GrpcStatus {
+    /// Records `code`; the last one recorded wins.
+    pub fn set(&self, code: u32) {
+        self.0.store(code, Ordering::Relaxed);
+    }
+
+    /// The recorded code, if any.
+    pub fn get(&self) -> Option<u32> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|c| *c != UNSET)
+    }
+}
+
+/// Why a non-gRPC body was cut.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The node's drain deadline passed with the response still streaming (SPEC section 5).
+    #[error("node {0} drained: its drain deadline passed while this response was streaming")]
+    DrainDeadline(String),
+}
+
+type Deadline = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Resolves when the node behind `rx` is draining and its drain deadline has passed; an undrain
+/// (or a new drain with another deadline) before that re-arms it. Never resolves while the node
+/// is not draining.
+async fn drain_deadline(mut rx: watch::Receiver<NodeSignal>) {
+    loop {
+        // Copy the deadline out so no `watch::Ref` (not Send) is held across an await.
+        let deadline = rx.wait_for(|s| s.drain_deadline.is_some()).await.ok().and_then(|s| s.drain_deadline);
+        let Some(deadline) = deadline else {
+            // The registry dropped the node's runtime: nothing will ever drain it.
+            return std::future::pending().await;
+        };
+        let changed = async { rx.wait_for(|s| s.drain_deadline != Some(deadline)).await.is_ok() };
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return,
+            alive = changed => if !alive {
+                return std::future::pending().await;
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A node's response body on its way down: relays frames as they come, records the
+    /// `grpc-status` of the trailers, and closes the body at the node's drain deadline (see the
+    /// module docs).
+    pub struct DeadlineBody<B> {
+        #[pin]
+        inner: B,
+        deadline: Option<Deadline>,
+        node: Arc<str>,
+        grpc: bool,
+        status: GrpcStatus,
+        cut: bool,
+    }
+}
+
+impl<B> DeadlineBody<B> {
+    /// Wraps `inner`, the body of a response from `node` whose signal is `signal`. `grpc` says
+    /// whether the response is gRPC (see [`is_grpc`]); `status` receives its `grpc-status`.
+    pub fn new(inner: B, node: Arc<str>, signal: watch::Receiver<NodeSignal>, grpc: bool, status: GrpcStatus) -> Self {
+        DeadlineBody { inner, deadline: Some(Box::pin(drain_deadline(signal))), node, grpc, status, cut: false }
+    }
+}
+
+/// Wraps the body of a response from `node` whose head is `head` for relaying: records the
+/// `grpc-status` of a trailers-only answer (in the head) or of its trailers into `status`, and
+/// arms the node's drain deadline (see [`DeadlineBody`]).
+pub fn relay<B>(head: &HeaderMap, body: B, node: &Node, status: &GrpcStatus) -> DeadlineBody<B> {
+    let grpc = is_grpc(head);
+    if let Some(code) = status_of(head).filter(|_| grpc) {
+        status.set(code);
+    }
+    DeadlineBody::new(body, node.id.clone(), node.runtime.subscribe(), grpc, status.clone())
+}
+
+/// The trailers a gRPC stream cut at a drain deadline ends with.
+fn unavailable_trailers() -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from(UNAVAILABLE));
+    t.insert("grpc-message", HeaderValue::from_static(DRAIN_MESSAGE));
+    t
+}
+
+impl<B> Body for DeadlineBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        if *this.cut {
+            return Poll::Ready(None);
+        }
+        if let Some(deadline) = this.deadline.as_mut() {
+            if deadline.as_mut().poll(cx).is_ready() {
+                *this.deadline = None;
+                *this.cut = true;
+                tracing::info!(node = %this.node, grpc = *this.grpc, "drain deadline passed; closing a response still streaming");
+                if *this.grpc {
+                    this.status.set(UNAVAILABLE);
+                    return Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers()))));
+                }
+                return Poll::Ready(Some(Err(Box::new(StreamError::DrainDeadline(this.node.to_string())))));
+            }
+        }
+        match this.inner.poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                *this.deadline = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(code) = frame.trailers_ref().and_then(status_of) {
+                    this.status.set(code);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.cut || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.cut {
+            return SizeHint::with_exact(0);
+        }
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http_body_util::{BodyExt, StreamBody};
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn ct(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_str(v).expect("valid"));
+        h
+    }
+
+    #[test]
+    fn grpc_content_types() {
+        assert!(is_grpc(&ct("application/grpc")));
+        assert!(is_grpc(&ct("application/grpc+proto")));
+        assert!(is_grpc(&ct("Application/GRPC;charset=utf-8")));
+        assert!(!is_grpc(&ct("application/grpc-web")));
+        assert!(!is_grpc(&ct("application/json")));
+        assert!(!is_grpc(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn status_parsing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(status_of(&h), None);
+        h.insert("grpc-status", HeaderValue::from_static("5"));
+        assert_eq!(status_of(&h), Some(5));
+        h.insert("grpc-status", HeaderValue::from_static("x"));
+        assert_eq!(status_of(&h), None);
+    }
+
+    /// A body that never ends (a server stream with count = 0).
+    fn endless() -> impl Body<Data = Bytes, Error = BoxError> {
+        let s = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
+        StreamBody::new(s)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn grpc_stream_ends_with_unavailable_at_drain_deadline() {
+        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let status = GrpcStatus::default();
+        let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, true, status.clone());
+        let start = Instant::now();
+        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(start + Duration::from_secs(2)) });
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        let trailers = frame.into_trailers().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "14");
+        assert_eq!(status.get(), Some(UNAVAILABLE));
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn plain_stream_errors_at_drain_deadline_and_undrain_disarms() {
+        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, false, GrpcStatus::default());
+        let start = Instant::now();
+        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(start + Duration::from_secs(5)) });
+        // Undrained after 1 s: the deadline must not fire.
+        let undrain = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send_replace(NodeSignal { usable: true, drain_deadline: None });
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(Instant::now() + Duration::from_secs(1)) });
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = body.frame() => r,
+            () = undrain => unreachable!("pending"),
+        };
+        assert_eq!(start.elapsed(), Duration::from_secs(12));
+        assert!(r.expect("a result").is_err());
+    }
+
+    #[tokio::test]
+    async fn trailers_status_is_recorded() {
+        let (_tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("7"));
+        let frames = futures_util::stream::iter([Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))), Ok(Frame::trailers(t))]);
+        let status = GrpcStatus::default();
+        let body = DeadlineBody::new(StreamBody::new(frames), Arc::from("n"), rx, true, status.clone());
+        let collected = body.collect().await.expect("ok");
+        assert_eq!(collected.trailers().expect("trailers")["grpc-status"], "7");
+        assert_eq!(status.get(), Some(7));
+    }
+}

@@ -1,0 +1,84 @@
+//! Request-head checks hyper does not make for us, applied before anything is forwarded
+//! (SPEC section 4 limits; CASES 13, 16). A refused head gets a JSON 4xx and, where the framing is
+//! ambiguous, the connection is closed so no smuggled bytes are ever read as a request.
+//!
+//! hyper already refuses duplicate or malformed `Content-Length`, unknown transfer codings,
+//! obs-fold and colon-less lines with 400, heads past its buffer with 431 and targets past
+//! 65,534 bytes with 414. This module adds: `Content-Length` together with `Transfer-Encoding`,
+//! any `Transfer-Encoding` other than exactly `chunked`, the request-target limit (414), and the
+//! header block size and count limits (431), all with JSON bodies.
+
+use http::{header, Request};
+
+use super::respond::ProxyError;
+use crate::config::Limits;
+
+/// Checks `req`'s head against the framing rules and `limits`.
+///
+/// # Errors
+/// [`ProxyError::BadRequest`] for ambiguous framing (the connection must close),
+/// [`ProxyError::UriTooLong`] past `max_request_line`, [`ProxyError::HeadersTooLarge`] past
+/// `max_header_bytes` or `max_headers`.
+pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len()) + uri.authority().map_or(0, |a| a.as_str().len() + "http://".len());
+    let line = req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    if line > limits.max_request_line {
+        return Err(ProxyError::UriTooLong { limit: limits.max_request_line });
+    }
+    let headers = req.headers();
+    if headers.len() > limits.max_headers {
+        return Err(ProxyError::HeadersTooLarge { limit: format!("{} fields", limits.max_headers) });
+    }
+    // Each field line is "name: value\r\n".
+    let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    if bytes > limits.max_header_bytes {
+        return Err(ProxyError::HeadersTooLarge { limit: format!("{} bytes", limits.max_header_bytes) });
+    }
+    let te: Vec<&[u8]> = headers.get_all(header::TRANSFER_ENCODING).iter().map(|v| v.as_bytes()).collect();
+    if !te.is_empty() {
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(ProxyError::BadRequest("Content-Length together with Transfer-Encoding"));
+        }
+        // Only a single, exact `chunked` is unambiguous between every pair of parsers.
+        if te.len() != 1 || !te[0].eq_ignore_ascii_case(b"chunked") {
+            return Err(ProxyError::BadRequest("Transfer-Encoding other than a single \"chunked\""));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn req(headers: &[(&str, &str)], uri: &str) -> Request<()> {
+        let mut b = Request::post(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("valid")
+    }
+
+    #[test]
+    fn framing_and_limits() {
+        let l = Config::go_defaults().limits;
+        assert!(check_head(&req(&[("transfer-encoding", "chunked")], "/"), &l).is_ok());
+        assert!(check_head(&req(&[("content-length", "5")], "/"), &l).is_ok());
+        for bad in [
+            vec![("content-length", "52"), ("transfer-encoding", "chunked")],
+            vec![("transfer-encoding", "chunked, chunked")],
+            vec![("transfer-encoding", "chunked"), ("transfer-encoding", "chunked")],
+            vec![("transfer-encoding", "gzip, chunked")],
+        ] {
+            assert!(matches!(check_head(&req(&bad, "/"), &l), Err(ProxyError::BadRequest(_))), "{bad:?}");
+        }
+        let long = format!("/{}", "a".repeat(17 * 1024));
+        assert!(matches!(check_head(&req(&[], &long), &l), Err(ProxyError::UriTooLong { .. })));
+        let ok = format!("/{}", "a".repeat(8000));
+        assert!(check_head(&req(&[], &ok), &l).is_ok());
+        let cookie = "a".repeat(33 * 1024);
+        assert!(matches!(check_head(&req(&[("cookie", &cookie)], "/"), &l), Err(ProxyError::HeadersTooLarge { .. })));
+    }
+}

@@ -1,0 +1,299 @@
+//! WebSocket frames on the wire (RFC 6455 section 5), read and written one at a time so the relay
+//! forwards each frame as it came: opcode, FIN and RSV bits untouched (extensions such as
+//! permessage-deflate stay end to end), control frames never answered here.
+//!
+//! tungstenite's `WebSocket` cannot be used for this: it answers pings and closes by itself and
+//! rejects frames with RSV bits set. Its frame layer ([`FrameHeader::parse`], [`Frame::format`]) is
+//! used instead. Masking follows the leg: frames to a node are masked with a fresh key, frames to the
+//! client are not (section 5.3). Holds one bounded read buffer; spawns nothing.
+
+use std::io::Cursor;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
+
+/// Largest frame payload relayed (tungstenite's default `max_frame_size`): a bigger frame ends the
+/// socket with close code 1009 instead of growing the buffer without bound.
+pub(super) const MAX_FRAME_PAYLOAD: u64 = 16 << 20;
+/// A peer that takes longer than this to accept one frame is treated as gone (no task waits forever).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Initial read buffer; grows to the largest frame seen, at most [`MAX_FRAME_PAYLOAD`] plus a header.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// Which leg a [`FrameIo`] talks to; decides masking (RFC 6455 section 5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// The downstream client: its frames arrive masked, ours go out unmasked.
+    Client,
+    /// An upstream node: its frames arrive unmasked, ours go out masked.
+    Node,
+}
+
+/// Why reading or writing a frame failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FrameError {
+    /// The socket failed (reset, broken pipe, ...).
+    #[error("socket error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer closed TCP in the middle of a frame.
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    /// A frame broke RFC 6455 framing (reserved opcode, wrong masking, oversized control frame).
+    #[error("protocol violation: {0}")]
+    Protocol(&'static str),
+    /// A frame larger than [`MAX_FRAME_PAYLOAD`].
+    #[error("frame of {0} bytes is larger than the {MAX_FRAME_PAYLOAD} byte limit")]
+    TooBig(u64),
+    /// The peer did not take a frame within the write timeout.
+    #[error("peer did not accept a frame within {WRITE_TIMEOUT:?}")]
+    WriteTimeout,
+}
+
+/// One WebSocket leg: the upgraded byte stream plus its read buffer.
+#[derive(Debug)]
+pub(super) struct FrameIo<S> {
+    io: S,
+    buf: BytesMut,
+    peer: Peer,
+    /// Set once a read returned end of stream: later reads drain the buffer and stop there.
+    eof: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
+    /// Wraps an upgraded stream talking to `peer`.
+    pub(super) fn new(io: S, peer: Peer) -> Self {
+        FrameIo { io, buf: BytesMut::with_capacity(READ_BUFFER), peer, eof: false }
+    }
+
+    /// Reads the next frame with its payload unmasked, and its size on the wire. `Ok(None)` means
+    /// TCP closed cleanly between frames. Cancel-safe: bytes read so far stay in the buffer.
+    pub(super) async fn read(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
+        loop {
+            if let Some(frame) = self.parse()? {
+                return Ok(Some(frame));
+            }
+            if self.eof || self.io.read_buf(&mut self.buf).await? == 0 {
+                self.eof = true;
+                return if self.buf.is_empty() { Ok(None) } else { Err(FrameError::Truncated) };
+            }
+        }
+    }
+
+    /// True if the peer has already closed TCP or failed, checked without waiting (bytes that arrived
+    /// are kept for [`FrameIo::read`]). Used so a frame is never written to a node known to be gone.
+    pub(super) fn peer_gone(&mut self) -> bool {
+        if self.eof {
+            return true;
+        }
+        match self.io.read_buf(&mut self.buf).now_or_never() {
+            Some(Ok(0)) => {
+                self.eof = true;
+                true
+            }
+            Some(Ok(_)) | None => false,
+            Some(Err(_)) => true,
+        }
+    }
+
+    fn parse(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
+        let mut cursor = Cursor::new(&self.buf[..]);
+        let Some((mut header, len)) = FrameHeader::parse(&mut cursor).map_err(|_| FrameError::Protocol("reserved opcode"))? else {
+            return Ok(None);
+        };
+        if len > MAX_FRAME_PAYLOAD {
+            return Err(FrameError::TooBig(len));
+        }
+        let head = usize::try_from(cursor.position()).expect("a frame header is at most 14 bytes");
+        let len = usize::try_from(len).expect("bounded by MAX_FRAME_PAYLOAD");
+        if self.buf.len() < head + len {
+            self.buf.reserve(head + len - self.buf.len());
+            return Ok(None);
+        }
+        if let OpCode::Control(_) = header.opcode {
+            if !header.is_final || len > 125 {
+                return Err(FrameError::Protocol("control frame fragmented or longer than 125 bytes"));
+            }
+        }
+        match (self.peer, header.mask.take()) {
+            (Peer::Client, None) => return Err(FrameError::Protocol("unmasked frame from the client")),
+            (Peer::Node, Some(_)) => return Err(FrameError::Protocol("masked frame from the node")),
+            (_, mask) => {
+                self.buf.advance(head);
+                let mut payload = self.buf.split_to(len);
+                if let Some(key) = mask {
+                    apply_mask(&mut payload, key);
+                }
+                Ok(Some((Frame::from_payload(header, payload.freeze()), head + len)))
+            }
+        }
+    }
+
+    /// Writes `frame` (masked for a node, unmasked for the client) and flushes it. Returns the bytes
+    /// written.
+    pub(super) async fn write(&mut self, frame: &Frame) -> Result<usize, FrameError> {
+        let mut header = frame.header().clone();
+        header.mask = match self.peer {
+            Peer::Node => Some(rand::random()),
+            Peer::Client => None,
+        };
+        let len = frame.payload().len();
+        let mut out = Vec::with_capacity(header.len(len as u64) + len);
+        header.format(len as u64, &mut out).map_err(|_| FrameError::Protocol("frame header could not be encoded"))?;
+        let start = out.len();
+        out.extend_from_slice(frame.payload());
+        if let Some(key) = header.mask {
+            apply_mask(&mut out[start..], key);
+        }
+        let io = &mut self.io;
+        match tokio::time::timeout(WRITE_TIMEOUT, async {
+            io.write_all(&out).await?;
+            io.flush().await
+        })
+        .await
+        {
+            Ok(r) => r.map(|()| out.len()).map_err(FrameError::Io),
+            Err(_) => Err(FrameError::WriteTimeout),
+        }
+    }
+
+    /// Closes the write side (TCP FIN) within a short bound; errors mean it is gone already.
+    pub(super) async fn shutdown(&mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
+    }
+}
+
+/// XOR `payload` with the 4-byte masking key (RFC 6455 section 5.3).
+fn apply_mask(payload: &mut [u8], key: [u8; 4]) {
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= key[i & 3];
+    }
+}
+
+/// What a frame is, for the relay's decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// First frame of a data message; `fin` false when more fragments follow.
+    Start {
+        /// True if this frame is the whole message.
+        fin: bool,
+    },
+    /// A continuation fragment; `fin` true on the last one.
+    Continue {
+        /// True on the message's last fragment.
+        fin: bool,
+    },
+    /// Ping.
+    Ping,
+    /// Pong.
+    Pong,
+    /// Close.
+    Close,
+}
+
+/// Classifies `frame` (reserved opcodes never get here: [`FrameIo::read`] rejects them).
+pub(super) fn kind(frame: &Frame) -> Kind {
+    let fin = frame.header().is_final;
+    match frame.header().opcode {
+        OpCode::Data(Data::Continue) => Kind::Continue { fin },
+        OpCode::Data(_) => Kind::Start { fin },
+        OpCode::Control(Control::Ping) => Kind::Ping,
+        OpCode::Control(Control::Pong) => Kind::Pong,
+        OpCode::Control(_) => Kind::Close,
+    }
+}
+
+/// A Close frame with `code` and `reason` (reason cut to fit the 125-byte control frame limit).
+pub(super) fn close(code: u16, reason: &str) -> Frame {
+    let mut cut = reason.len().min(123);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut payload = Vec::with_capacity(2 + cut);
+    payload.extend_from_slice(&code.to_be_bytes());
+    payload.extend_from_slice(&reason.as_bytes()[..cut]);
+    let header = FrameHeader { opcode: OpCode::Control(Control::Close), ..FrameHeader::default() };
+    Frame::from_payload(header, Bytes::from(payload))
+}
+
+/// The code of a Close frame, `None` when it carries none (RFC 6455 section 5.5.1).
+pub(super) fn close_code(frame: &Frame) -> Option<u16> {
+    let p = frame.payload();
+    (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (FrameIo<tokio::io::DuplexStream>, FrameIo<tokio::io::DuplexStream>) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        // `a` is the gateway's node leg (writes masked), `b` plays the gateway's client leg (reads masked).
+        (FrameIo::new(a, Peer::Node), FrameIo::new(b, Peer::Client))
+    }
+
+    #[tokio::test]
+    async fn frames_keep_opcode_fin_and_rsv_bits_across_masking() {
+        let (mut to_node, mut from_client) = pair();
+        let header = FrameHeader { is_final: false, rsv1: true, opcode: OpCode::Data(Data::Binary), mask: None, ..FrameHeader::default() };
+        let frame = Frame::from_payload(header.clone(), Bytes::from_static(b"compressed bytes"));
+        let written = to_node.write(&frame).await.expect("write");
+        let (got, wire) = from_client.read().await.expect("read").expect("a frame");
+        assert_eq!(wire, written);
+        assert_eq!(got.header(), &header);
+        assert_eq!(got.payload(), b"compressed bytes");
+    }
+
+    #[tokio::test]
+    async fn partial_frames_wait_for_the_rest_and_eof_between_frames_is_clean() {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut node_side = FrameIo::new(b, Peer::Node);
+        let (mut ra, mut wa) = tokio::io::split(a);
+        // Unmasked text frame "hello" sent in two writes.
+        wa.write_all(&[0x81, 0x05, b'h', b'e']).await.expect("write");
+        let read = tokio::spawn(async move {
+            let f = node_side.read().await.expect("read").expect("frame");
+            let end = node_side.read().await.expect("clean eof");
+            (f, end)
+        });
+        wa.write_all(b"llo").await.expect("write");
+        wa.shutdown().await.expect("shutdown");
+        drop(wa);
+        let mut sink = Vec::new();
+        let _ = ra.read_to_end(&mut sink).await;
+        let (f, end) = read.await.expect("join");
+        assert_eq!(f.0.payload(), b"hello");
+        assert_eq!(kind(&f.0), Kind::Start { fin: true });
+        assert!(end.is_none());
+    }
+
+    #[tokio::test]
+    async fn unmasked_client_frames_and_oversized_control_frames_are_refused() {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut client_side = FrameIo::new(b, Peer::Client);
+        let (_, mut wa) = tokio::io::split(a);
+        wa.write_all(&[0x81, 0x01, b'x']).await.expect("write");
+        assert!(matches!(client_side.read().await, Err(FrameError::Protocol(_))));
+        let (a, b) = tokio::io::duplex(1024);
+        let mut node_side = FrameIo::new(b, Peer::Node);
+        let (_, mut wa) = tokio::io::split(a);
+        let mut ping = vec![0x89, 126, 0, 200];
+        ping.extend(std::iter::repeat_n(0u8, 200));
+        wa.write_all(&ping).await.expect("write");
+        assert!(matches!(node_side.read().await, Err(FrameError::Protocol(_))));
+    }
+
+    #[test]
+    fn close_frames_carry_code_and_cut_reason() {
+        let f = close(1012, &"é".repeat(100));
+        assert_eq!(close_code(&f), Some(1012));
+        assert!(f.payload().len() <= 125);
+        assert!(std::str::from_utf8(&f.payload()[2..]).is_ok());
+        assert_eq!(kind(&f), Kind::Close);
+        let empty = Frame::from_payload(FrameHeader::default(), Bytes::new());
+        assert_eq!(close_code(&empty), None);
+    }
+}

@@ -1,0 +1,125 @@
+//! Live re-dial for `websocket = "hop"` (SPEC section 5): the node leg is replaced while the
+//! client's socket stays open.
+//!
+//! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
+//! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
+//! the hopper (counted and logged), delivers the client frames held meanwhile in order, and records
+//! `hopping_latency_seconds` when the new node's first frame is relayed. Held frames are bounded
+//! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
+//! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::frame::{self, Kind};
+use super::relay::{Flow, Leg, Relay};
+use super::{pick_other, redial_node, DialError, Handshake, Negotiated, Stream};
+use crate::proxy::forward::Attempt;
+use crate::proxy::Proxy;
+use crate::registry::{Node, NodeId};
+
+/// From the failure being seen, how long the gateway looks for a node that takes the socket.
+const HOP_DEADLINE: Duration = Duration::from_secs(5);
+/// Pause before trying the nodes again when every candidate refused.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+impl Relay {
+    /// Moves the socket from `old` to another node. The old leg is already dropped.
+    pub(super) async fn hop(&mut self, old: Arc<Node>, reason: &'static str, failure_seen: Instant) -> Flow {
+        if self.client_in_message {
+            // The message's first fragments went to the old node; the rest cannot be delivered alone.
+            self.skip_client_fragments = true;
+            self.client_in_message = false;
+        }
+        let deadline = failure_seen + HOP_DEADLINE;
+        let dial = redial(self.s.p.clone(), self.s.ctx.clone(), self.s.hs.clone(), self.s.negotiated.clone(), old.id.clone(), deadline);
+        tokio::pin!(dial);
+        let (node, io) = loop {
+            tokio::select! {
+                found = &mut dial => match found {
+                    Some(found) => break found,
+                    None => {
+                        tracing::warn!(from = %old.id, "no node took the websocket within the hop deadline; sending a reconnect hint");
+                        return self.hint(&old, reason).await;
+                    }
+                },
+                r = self.down.read() => {
+                    let Ok(Some((f, wire))) = r else {
+                        tracing::debug!("client left during a hop");
+                        return Flow::End;
+                    };
+                    self.bytes_in += wire as u64;
+                    let k = frame::kind(&f);
+                    if !self.track_client(k) {
+                        continue;
+                    }
+                    match k {
+                        Kind::Close => {
+                            // The client ends the session while no node is attached: complete its handshake.
+                            let _ = self.send_client(&f).await;
+                            return Flow::End;
+                        }
+                        // It answered a ping of the old node.
+                        Kind::Pong => {}
+                        Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
+                            if !self.held.push(f) {
+                                tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
+                                return self.hint(&old, reason).await;
+                            }
+                        }
+                    }
+                }
+                () = self.shutdown.signaled() => return self.close_client(1001, "gateway shutting down").await,
+            }
+        };
+        if let Some(conn) = &self.s.ctx.conn_id {
+            self.s.p.hopper.moved(conn, &old.id, &node, reason).await;
+        }
+        self.s.log.hops += 1;
+        self.s.log.node = Some(node.id.clone());
+        let inflight = node.runtime.start_request();
+        let mut leg = Leg::new(node, io, inflight);
+        let held = self.held.take();
+        let count = held.len();
+        for f in held {
+            // A failure here surfaces as the new leg's next read failing, which hops again.
+            if leg.io.write(&f).await.is_err() {
+                break;
+            }
+        }
+        tracing::debug!(from = %old.id, to = %leg.node.id, reason, held = count, "websocket re-dialled");
+        self.up = Some(leg);
+        self.failure_seen = Some(failure_seen);
+        self.touch();
+        Flow::Continue
+    }
+}
+
+/// Tries selectable nodes other than `from` until one takes the socket or `deadline` passes.
+async fn redial(p: Arc<Proxy>, ctx: Attempt, hs: Handshake, negotiated: Negotiated, from: NodeId, deadline: Instant) -> Option<(Arc<Node>, Stream)> {
+    let mut tried = vec![from.clone()];
+    loop {
+        let Some(node) = pick_other(&p, &ctx, &tried) else {
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return None;
+            }
+            // Every candidate refused or none is selectable yet: wait, then try them all again.
+            tried.truncate(1);
+            tokio::time::sleep(RETRY_PAUSE).await;
+            continue;
+        };
+        match tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from)).await {
+            Err(_) => return None,
+            Ok(Ok(io)) => return Some((node, io)),
+            Ok(Err(e)) => {
+                if matches!(e, DialError::Connect(_)) {
+                    node.runtime.record_passive_error(&node.settings.health, &e.to_string(), Instant::now());
+                }
+                tracing::info!(node = %node.id, error = %e, "websocket re-dial failed; trying another node");
+                tried.push(node.id.clone());
+            }
+        }
+    }
+}

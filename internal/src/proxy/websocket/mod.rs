@@ -1,0 +1,223 @@
+//! WebSocket upgrades (RFC 6455, SPEC section 5).
+//!
+//! The handshake goes to the chosen node on a fresh HTTP/1.1 connection with `Connection: Upgrade`
+//! and `Upgrade: websocket` set once, and every `Sec-WebSocket-*` header untouched (CASE-03, CASE-04);
+//! a connect failure moves on to another node (nothing was sent). The node's 101 is relayed verbatim
+//! (accept key, protocol, extensions), a non-101 answer is relayed as an ordinary response.
+//!
+//! After the 101 one spawned task per socket ([`relay`]) relays frames both ways ([`frame`]) and
+//! re-dials another node when the route's mode is `hop` ([`hop`]). The task holds the proxy (and so
+//! its drain watch), which makes server shutdown wait for it; it ends on close, shutdown or error.
+//! This module never answers or swallows a control frame of a live socket.
+
+mod frame;
+mod hop;
+mod relay;
+
+use std::sync::Arc;
+
+use http::header::{SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use super::forward::Attempt;
+use super::respond::ProxyError;
+use super::{headers, LogCtx, Proxy, ProxyBody};
+use crate::registry::{Node, NodeId};
+use crate::selection::{self, Criteria};
+
+/// The upgraded stream of either leg.
+type Stream = TokioIo<Upgraded>;
+
+/// Header naming the node a re-dialled socket came from (SPEC section 5).
+const HOPPED_FROM: HeaderName = HeaderName::from_static("x-hopped-from");
+
+/// What the gateway needs to open, and later re-open, the upstream leg.
+#[derive(Debug, Clone)]
+pub(super) struct Handshake {
+    method: Method,
+    path_and_query: String,
+    /// Upstream request headers: the client's minus hop-by-hop, plus `X-Forwarded-*`, the affinity
+    /// header and the upgrade pair. Replayed on every re-dial (cookies and `Authorization` included).
+    headers: HeaderMap,
+}
+
+/// What the first node agreed to; a re-dialled node must agree to the same.
+#[derive(Debug, Clone)]
+pub(super) struct Negotiated {
+    /// The node's `Sec-WebSocket-Protocol`, if any.
+    protocol: Option<HeaderValue>,
+    /// True if the node accepted an extension: frames then carry per-socket state (e.g.
+    /// permessage-deflate's context), so the socket cannot move to another node.
+    extensions: bool,
+}
+
+/// Why opening an upstream leg failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DialError {
+    /// TCP connect failed or timed out: nothing was sent.
+    #[error("connect: {0}")]
+    Connect(#[source] std::io::Error),
+    /// The HTTP/1.1 exchange failed after the request went out.
+    #[error("handshake: {}", super::upstream::describe(.0))]
+    Handshake(#[source] hyper::Error),
+    /// A re-dialled node answered, but not with a matching 101.
+    #[error("node refused the re-dial: {0}")]
+    Refused(String),
+}
+
+/// Proxies a WebSocket handshake to `node` (or another node if it refuses the connection) and, on
+/// 101, spawns the relay task over both upgraded streams. Returns the node's answer for the client.
+///
+/// # Errors
+/// [`ProxyError::Connect`] when no node accepted a connection, [`ProxyError::Upstream`] when the
+/// handshake failed after it was sent, [`ProxyError::Timeout`] past the route timeout.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn proxy(
+    p: Arc<Proxy>,
+    ctx: Attempt,
+    mut node: Arc<Node>,
+    req: Request<Incoming>,
+    mut up_headers: HeaderMap,
+    path_and_query: String,
+    downstream: OnUpgrade,
+    log: &mut LogCtx,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    headers::set_websocket_upgrade(&mut up_headers);
+    let hs = Handshake { method: req.method().clone(), path_and_query, headers: up_headers };
+    drop(req);
+    let deadline = ctx.start + ctx.route.config.timeout;
+    let mut tried: Vec<NodeId> = Vec::new();
+    let mut resp = loop {
+        log.node = Some(node.id.clone());
+        let err = match tokio::time::timeout_at(deadline, dial(&p, &node, &hs, None)).await {
+            Err(_) => return Err(ProxyError::Timeout { node: node.id.to_string(), timeout_ms: ctx.route.config.timeout.as_millis() }),
+            Ok(Ok(resp)) => break resp,
+            Ok(Err(e)) => e,
+        };
+        node.runtime.record_passive_error(&node.settings.health, &err.to_string(), Instant::now());
+        let DialError::Connect(_) = err else {
+            return Err(ProxyError::Upstream { node: node.id.to_string(), detail: err.to_string() });
+        };
+        tried.push(node.id.clone());
+        let Some(next) = pick_other(&p, &ctx, &tried) else {
+            return Err(ProxyError::Connect { node: node.id.to_string(), detail: err.to_string() });
+        };
+        tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail = %err, "websocket handshake: retrying on another node");
+        if let Some(conn) = &ctx.conn_id {
+            p.hopper.moved(conn, &node.id, &next, "connect_error").await;
+            log.hops += 1;
+        }
+        node = next;
+    };
+    let upgraded = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let upstream_upgrade = upgraded.then(|| hyper::upgrade::on(&mut resp));
+    let (mut parts, up_body) = resp.into_parts();
+    if upgraded {
+        // Keep the upgrade pair; drop other hop-by-hop headers. Accept, protocol and extensions stay verbatim.
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        parts.headers.insert(header::UPGRADE, upgrade.unwrap_or(HeaderValue::from_static("websocket")));
+    } else {
+        headers::strip_hop_by_hop(&mut parts.headers);
+    }
+    if ctx.issued {
+        if let Some(id) = &ctx.conn_id {
+            if let Ok(v) = HeaderValue::from_str(id) {
+                parts.headers.insert(p.settings.affinity_header.clone(), v);
+            }
+        }
+    }
+    let Some(upstream_upgrade) = upstream_upgrade else {
+        // The node refused the upgrade: relay its answer as an ordinary response.
+        p.finish(log, parts.status.as_u16(), ctx.start, 0, 0);
+        return Ok(Response::from_parts(parts, up_body.map_err(Into::into).boxed_unsync()));
+    };
+    let negotiated = Negotiated {
+        protocol: parts.headers.get(SEC_WEBSOCKET_PROTOCOL).cloned(),
+        extensions: parts.headers.get_all(SEC_WEBSOCKET_EXTENSIONS).iter().any(|v| !v.as_bytes().trim_ascii().is_empty()),
+    };
+    let session = relay::Session { p: p.clone(), ctx, hs, negotiated, log: log.clone() };
+    let gauge = p.metrics.connection("websocket");
+    let inflight = node.runtime.start_request();
+    tokio::spawn(async move {
+        let _gauge = gauge;
+        let (Ok(down), Ok(up)) = (downstream.await, upstream_upgrade.await) else {
+            tracing::debug!(node = %node.id, "websocket upgrade did not complete");
+            return;
+        };
+        session.run(TokioIo::new(down), relay::Leg::new(node, TokioIo::new(up), inflight)).await;
+    });
+    Ok(Response::from_parts(parts, super::respond::full(bytes::Bytes::new())))
+}
+
+/// Sends the handshake to `node` on a new connection; `hopped_from` adds `X-Hopped-From`.
+async fn dial(p: &Proxy, node: &Node, hs: &Handshake, hopped_from: Option<&str>) -> Result<Response<Incoming>, DialError> {
+    let body: ProxyBody = Empty::new().map_err(|never| match never {}).boxed_unsync();
+    let tcp = p.upstream.connect(node).await.map_err(DialError::Connect)?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(DialError::Handshake)?;
+    // Ends with the connection: when the upgrade is taken, or when the node closes it.
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "upstream websocket handshake connection ended");
+        }
+    });
+    let mut headers = hs.headers.clone();
+    if let Some(from) = hopped_from.and_then(|f| HeaderValue::from_str(f).ok()) {
+        headers.insert(HOPPED_FROM, from);
+    }
+    if !headers.contains_key(header::HOST) {
+        if let Ok(h) = HeaderValue::from_str(&node.addr) {
+            headers.insert(header::HOST, h);
+        }
+    }
+    // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+    let mut req = Request::new(body);
+    *req.method_mut() = hs.method.clone();
+    *req.uri_mut() = hs.path_and_query.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    *req.headers_mut() = headers;
+    send.send_request(req).await.map_err(DialError::Handshake)
+}
+
+/// Re-dials `node` for a hop: the original handshake plus `X-Hopped-From: <from>`, without an
+/// extension offer when none was accepted the first time. The node must answer 101 with a valid
+/// accept key and the same subprotocol, or the dial counts as failed.
+async fn redial_node(p: &Proxy, node: &Node, hs: &Handshake, negotiated: &Negotiated, from: &str) -> Result<Stream, DialError> {
+    let mut hs = hs.clone();
+    if !negotiated.extensions {
+        hs.headers.remove(SEC_WEBSOCKET_EXTENSIONS);
+    }
+    let mut resp = dial(p, node, &hs, Some(from)).await?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(DialError::Refused(format!("status {}", resp.status().as_u16())));
+    }
+    let expected = hs.headers.get(SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes()));
+    let accept = resp.headers().get(SEC_WEBSOCKET_ACCEPT).and_then(|v| v.to_str().ok());
+    if expected.as_deref() != accept {
+        return Err(DialError::Refused("Sec-WebSocket-Accept does not match the key".into()));
+    }
+    if resp.headers().get(SEC_WEBSOCKET_PROTOCOL) != negotiated.protocol.as_ref() {
+        return Err(DialError::Refused("the node selected a different subprotocol".into()));
+    }
+    if !negotiated.extensions && resp.headers().contains_key(SEC_WEBSOCKET_EXTENSIONS) {
+        return Err(DialError::Refused("the node accepted an extension that was not offered".into()));
+    }
+    let up = hyper::upgrade::on(&mut resp).await.map_err(DialError::Handshake)?;
+    Ok(TokioIo::new(up))
+}
+
+/// Picks a node of the route's cluster other than those in `exclude`, from the live table (the
+/// socket may outlive the table it started with).
+fn pick_other(p: &Proxy, ctx: &Attempt, exclude: &[NodeId]) -> Option<Arc<Node>> {
+    let table = p.routing.table();
+    let cluster = table.clusters.get(&ctx.route.cluster.name).cloned().unwrap_or_else(|| ctx.route.cluster.clone());
+    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude, zone: p.settings.zone.as_deref() };
+    selection::select(&table, &cluster, &c, Instant::now()).node
+}

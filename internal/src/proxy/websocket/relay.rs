@@ -1,0 +1,485 @@
+//! The per-socket relay task: frames both ways, one `select!` over the client leg, the node leg,
+//! the node's signal (ejected, draining), gateway shutdown and the timers (idle, drain jitter, drain
+//! deadline, close grace).
+//!
+//! Close rules (SPEC section 5, CASE-05): a Close from either side is relayed and the other side's
+//! reply is awaited (bounded); a node that vanishes without Close costs the client nothing in `hop`
+//! mode ([`super::hop`]), gets a 1012 reconnect hint in `hint` mode, and a 1011 in `close` mode
+//! (never 1005/1006 on the wire). A node's own 1001/1012 means it is going away: `hop` and `hint`
+//! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001,
+//! the idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tracing::Instrument;
+
+use super::frame::{self, FrameError, FrameIo, Kind, Peer};
+use super::{pick_other, Handshake, Negotiated, Stream};
+use crate::config::WsMode;
+use crate::drain;
+use crate::proxy::forward::Attempt;
+use crate::proxy::{LogCtx, Proxy};
+use crate::registry::{InflightGuard, Node, NodeSignal};
+
+/// After one side sent Close, how long the other side gets to answer before TCP is closed.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// After the gateway itself sent Close, how long it waits for the client's reply.
+const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
+/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
+const MAX_HELD_FRAMES: usize = 1024;
+/// Payload bytes held while the node leg is being replaced.
+const MAX_HELD_BYTES: usize = 1 << 20;
+/// `retry_ms` in a reconnect hint is drawn from this range, so hinted clients do not all come back
+/// in the same millisecond.
+const HINT_RETRY_MS: std::ops::Range<u64> = 100..1100;
+
+/// Everything the task needs from the handshake.
+#[derive(Debug)]
+pub(super) struct Session {
+    /// The proxy (metrics, hopper, upstream client, shutdown watch).
+    pub(super) p: Arc<Proxy>,
+    /// Route, conn id and version decision of the upgrade request.
+    pub(super) ctx: Attempt,
+    /// The handshake to replay on a hop.
+    pub(super) hs: Handshake,
+    /// What the first node agreed to.
+    pub(super) negotiated: Negotiated,
+    /// Access-log fields; the line is written when the socket ends.
+    pub(super) log: LogCtx,
+}
+
+/// The node leg: its frames, the node and its signal, and the in-flight count held on it.
+#[derive(Debug)]
+pub(super) struct Leg {
+    pub(super) io: FrameIo<Stream>,
+    pub(super) node: Arc<Node>,
+    signal: watch::Receiver<NodeSignal>,
+    _inflight: InflightGuard,
+    /// True once a Close went to the node on this leg.
+    close_sent: bool,
+}
+
+impl Leg {
+    /// A leg to `node` over the upgraded stream `io`.
+    pub(super) fn new(node: Arc<Node>, io: Stream, inflight: InflightGuard) -> Self {
+        let mut signal = node.runtime.subscribe();
+        // Look at the current state once: the node may have drained before the 101 went out.
+        signal.mark_changed();
+        Leg { io: FrameIo::new(io, Peer::Node), node, signal, _inflight: inflight, close_sent: false }
+    }
+}
+
+/// Client frames held while the node leg is replaced, bounded by count and bytes.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    pub(super) frames: VecDeque<Frame>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Queues `frame`; false when that would pass a bound.
+    pub(super) fn push(&mut self, frame: Frame) -> bool {
+        let len = frame.payload().len();
+        if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        self.frames.push_back(frame);
+        true
+    }
+
+    /// Takes every held frame, oldest first.
+    pub(super) fn take(&mut self) -> VecDeque<Frame> {
+        self.bytes = 0;
+        std::mem::take(&mut self.frames)
+    }
+}
+
+/// Whether the task goes on.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    End,
+}
+
+type Read = Result<Option<(Frame, usize)>, FrameError>;
+
+enum Event {
+    Client(Read),
+    Node(Read),
+    Signal,
+    Shutdown,
+    Idle,
+    DrainAct,
+    DrainDeadline,
+    Grace,
+}
+
+/// The running relay.
+pub(super) struct Relay {
+    pub(super) s: Session,
+    pub(super) mode: WsMode,
+    pub(super) down: FrameIo<Stream>,
+    pub(super) up: Option<Leg>,
+    pub(super) shutdown: drain::Watch,
+    pub(super) bytes_in: u64,
+    pub(super) bytes_out: u64,
+    /// Client frames that arrived after the node leg was seen gone, for the next node.
+    pub(super) held: Held,
+    /// The client's Close, relayed to the node; its reply is awaited.
+    client_close: Option<Frame>,
+    /// The node's Close was relayed to the client; the client's reply is awaited.
+    node_closed: bool,
+    down_close_sent: bool,
+    closing_until: Option<Instant>,
+    pub(super) client_in_message: bool,
+    pub(super) skip_client_fragments: bool,
+    node_in_message: bool,
+    idle: Option<Duration>,
+    idle_at: Option<Instant>,
+    drain_act_at: Option<Instant>,
+    drain_deadline: Option<Instant>,
+    /// Set by a hop until the new node's first frame is relayed (hopping_latency_seconds).
+    pub(super) failure_seen: Option<Instant>,
+}
+
+impl Session {
+    /// Relays until the socket ends, then writes the access-log line (status 101, byte counts).
+    pub(super) async fn run(self, down: Stream, leg: Leg) {
+        let span = tracing::info_span!(
+            "websocket",
+            conn_id = self.ctx.conn_id.as_deref().unwrap_or("-"),
+            cluster = %self.ctx.route.cluster.name,
+            protocol = "websocket",
+        );
+        async move {
+            let mode = self.ctx.route.config.websocket;
+            if mode == WsMode::Hop && self.negotiated.extensions {
+                tracing::info!(node = %leg.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead");
+            }
+            let idle = self.p.settings.limits.websocket_idle_timeout;
+            let shutdown = self.p.shutdown.clone();
+            let mut r = Relay {
+                s: self,
+                mode,
+                down: FrameIo::new(down, Peer::Client),
+                up: Some(leg),
+                shutdown,
+                bytes_in: 0,
+                bytes_out: 0,
+                held: Held::default(),
+                client_close: None,
+                node_closed: false,
+                down_close_sent: false,
+                closing_until: None,
+                client_in_message: false,
+                skip_client_fragments: false,
+                node_in_message: false,
+                idle,
+                idle_at: None,
+                drain_act_at: None,
+                drain_deadline: None,
+                failure_seen: None,
+            };
+            r.touch();
+            while r.step().await == Flow::Continue {}
+            r.close_node(1001, "going away").await;
+            r.down.shutdown().await;
+            r.s.p.finish(&r.s.log, 101, r.s.ctx.start, r.bytes_in, r.bytes_out);
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+async fn read_opt(io: Option<&mut FrameIo<Stream>>) -> Read {
+    match io {
+        Some(io) => io.read().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn changed_opt(rx: Option<&mut watch::Receiver<NodeSignal>>) {
+    // The sender lives in the node's runtime, which the leg holds: Err cannot happen while it is alive.
+    if let Some(rx) = rx {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Relay {
+    async fn step(&mut self) -> Flow {
+        match self.next_event().await {
+            Event::Client(r) => self.on_client(r).await,
+            Event::Node(r) => self.on_node(r).await,
+            Event::Signal => self.on_signal().await,
+            Event::Shutdown => self.close_client(1001, "gateway shutting down").await,
+            Event::Idle => self.close_client(1001, "idle timeout").await,
+            Event::DrainAct => self.node_gone("draining", true).await,
+            Event::DrainDeadline => self.close_client(1001, "node drained").await,
+            Event::Grace => Flow::End,
+        }
+    }
+
+    async fn next_event(&mut self) -> Event {
+        let (up_io, up_signal) = match self.up.as_mut() {
+            Some(leg) => (Some(&mut leg.io), Some(&mut leg.signal)),
+            None => (None, None),
+        };
+        tokio::select! {
+            r = self.down.read() => Event::Client(r),
+            r = read_opt(up_io) => Event::Node(r),
+            () = changed_opt(up_signal) => Event::Signal,
+            () = self.shutdown.signaled() => Event::Shutdown,
+            () = sleep_opt(self.idle_at) => Event::Idle,
+            () = sleep_opt(self.drain_act_at) => Event::DrainAct,
+            () = sleep_opt(self.drain_deadline) => Event::DrainDeadline,
+            () = sleep_opt(self.closing_until) => Event::Grace,
+        }
+    }
+
+    /// Restarts the idle timer (any frame either way counts, pings included: CASE-06).
+    pub(super) fn touch(&mut self) {
+        self.idle_at = self.idle.map(|d| Instant::now() + d);
+    }
+
+    /// Fragment bookkeeping for a client frame; false if the frame belongs to a message cut by a
+    /// hop (its start went to the old node) and is dropped.
+    pub(super) fn track_client(&mut self, k: Kind) -> bool {
+        match k {
+            Kind::Start { fin } => self.client_in_message = !fin,
+            Kind::Continue { fin } if self.skip_client_fragments => {
+                self.skip_client_fragments = !fin;
+                return false;
+            }
+            Kind::Continue { fin } => self.client_in_message = !fin,
+            Kind::Ping | Kind::Pong | Kind::Close => {}
+        }
+        true
+    }
+
+    async fn on_client(&mut self, r: Read) -> Flow {
+        let (frame, wire) = match r {
+            Ok(Some(f)) => f,
+            Err(FrameError::TooBig(_)) => return self.close_client(1009, "frame too big").await,
+            Err(FrameError::Protocol(what)) => return self.close_client(1002, what).await,
+            Ok(None) | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
+                tracing::debug!("client left without a close handshake");
+                return Flow::End;
+            }
+        };
+        self.bytes_in += wire as u64;
+        self.touch();
+        let k = frame::kind(&frame);
+        if !self.track_client(k) {
+            return Flow::Continue;
+        }
+        if k == Kind::Close {
+            if self.node_closed {
+                // The client's reply to the node's Close: pass it on, the session is over.
+                if let Some(leg) = self.up.as_mut() {
+                    if leg.io.write(&frame).await.is_ok() {
+                        leg.close_sent = true;
+                    }
+                }
+                return Flow::End;
+            }
+            self.client_close = Some(frame.clone());
+            self.closing_until = Some(Instant::now() + CLOSE_GRACE);
+        }
+        let Some(leg) = self.up.as_mut() else {
+            return Flow::Continue;
+        };
+        if leg.io.peer_gone() {
+            // The node is already gone: keep the frame for the next node instead of losing it.
+            if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+                tracing::debug!("held frame bound reached while the node leg is closing");
+            }
+            return Flow::Continue;
+        }
+        match leg.io.write(&frame).await {
+            Ok(_) => {
+                leg.close_sent |= k == Kind::Close;
+                Flow::Continue
+            }
+            Err(e) => self.node_lost(&e.to_string()).await,
+        }
+    }
+
+    async fn on_node(&mut self, r: Read) -> Flow {
+        let (frame, _) = match r {
+            Ok(Some(f)) => f,
+            Err(FrameError::TooBig(_)) => return self.close_client(1009, "node sent a frame too big").await,
+            Ok(None) => return self.node_lost("connection closed without a close frame").await,
+            Err(e) => return self.node_lost(&e.to_string()).await,
+        };
+        if let Some(seen) = self.failure_seen.take() {
+            let latency = seen.elapsed();
+            self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
+            tracing::info!(node = self.up.as_ref().map(|l| l.node.id.to_string()).unwrap_or_default(), latency_ms = latency.as_millis() as u64, "websocket served again after a hop");
+        }
+        self.touch();
+        let k = frame::kind(&frame);
+        match k {
+            Kind::Start { fin } | Kind::Continue { fin } => self.node_in_message = !fin,
+            Kind::Close if self.client_close.is_none() && self.mode != WsMode::Close && matches!(frame::close_code(&frame), Some(1001 | 1012)) => {
+                // The node is going away (shutdown, drain, restart): move the socket, do not end it.
+                if let Some(leg) = self.up.as_mut() {
+                    if leg.io.write(&frame).await.is_ok() {
+                        leg.close_sent = true;
+                    }
+                }
+                return self.node_gone("going_away", false).await;
+            }
+            Kind::Close if self.client_close.is_none() => {
+                self.node_closed = true;
+                self.closing_until = Some(Instant::now() + CLOSE_GRACE);
+            }
+            Kind::Close | Kind::Ping | Kind::Pong => {}
+        }
+        if self.send_client(&frame).await.is_err() {
+            return Flow::End;
+        }
+        if k == Kind::Close && self.client_close.is_some() {
+            // The node answered the client's Close: the closing handshake is complete.
+            return Flow::End;
+        }
+        Flow::Continue
+    }
+
+    /// The node leg failed or closed TCP without a Close frame.
+    pub(super) async fn node_lost(&mut self, detail: &str) -> Flow {
+        if let Some(close) = self.client_close.clone() {
+            // Closing anyway: complete the client's handshake with its own code.
+            let _ = self.send_client(&close).await;
+            return Flow::End;
+        }
+        if self.node_closed {
+            // The node sent Close and then closed TCP: only the client's reply is missing.
+            self.up = None;
+            return Flow::Continue;
+        }
+        if let Some(leg) = &self.up {
+            leg.node.runtime.record_passive_error(&leg.node.settings.health, &format!("websocket: {detail}"), Instant::now());
+            tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
+        }
+        self.node_gone("node_lost", false).await
+    }
+
+    async fn on_signal(&mut self) -> Flow {
+        let Some(leg) = self.up.as_mut() else {
+            return Flow::Continue;
+        };
+        let signal = *leg.signal.borrow_and_update();
+        if self.client_close.is_some() || self.node_closed {
+            return Flow::Continue;
+        }
+        if signal.usable {
+            self.drain_act_at = None;
+            self.drain_deadline = None;
+            return Flow::Continue;
+        }
+        match signal.drain_deadline {
+            Some(deadline) => {
+                self.drain_deadline = Some(deadline);
+                if self.mode != WsMode::Close && self.drain_act_at.is_none() {
+                    // Spread hops and hints over the drain period so healthy nodes are not hit all at once.
+                    let now = Instant::now();
+                    let left = deadline.saturating_duration_since(now).as_millis() as u64;
+                    let wait = if left == 0 { 0 } else { rand::random_range(0..left) };
+                    self.drain_act_at = Some(now + Duration::from_millis(wait));
+                }
+                Flow::Continue
+            }
+            // Ejected while the socket still works: `close` keeps serving it.
+            None if self.mode == WsMode::Close => Flow::Continue,
+            None => self.node_gone("ejected", true).await,
+        }
+    }
+
+    /// The node leg must be replaced: hop, hint or close per the route's mode. `alive` says whether
+    /// the old leg still works (it then gets a Close 1001 first).
+    async fn node_gone(&mut self, reason: &'static str, alive: bool) -> Flow {
+        self.drain_act_at = None;
+        self.drain_deadline = None;
+        let Some(mut leg) = self.up.take() else {
+            return self.close_client(1011, "node went away").await;
+        };
+        if alive && !leg.close_sent {
+            let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, leg.io.write(&frame::close(1001, "going away"))).await;
+        }
+        let old = leg.node.clone();
+        drop(leg);
+        match self.mode {
+            WsMode::Close => self.close_client(1011, "node went away").await,
+            WsMode::Hint => self.hint(&old, reason).await,
+            // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
+            WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => self.hint(&old, reason).await,
+            WsMode::Hop => self.hop(old, reason, Instant::now()).await,
+        }
+    }
+
+    /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
+    /// closes the client with 1012 and a reconnect hint (SPEC section 5).
+    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str) -> Flow {
+        if let (Some(conn), Some(next)) = (self.s.ctx.conn_id.clone(), pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id))) {
+            self.s.p.hopper.moved(&conn, &old.id, &next, reason).await;
+            self.s.log.hops += 1;
+        }
+        let retry_ms = rand::random_range(HINT_RETRY_MS);
+        let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
+        self.close_client(1012, &hint).await
+    }
+
+    /// Writes `frame` to the client, counting bytes.
+    pub(super) async fn send_client(&mut self, frame: &Frame) -> Result<(), FrameError> {
+        let n = self.down.write(frame).await?;
+        self.bytes_out += n as u64;
+        self.down_close_sent |= frame::kind(frame) == Kind::Close;
+        Ok(())
+    }
+
+    /// Sends the node a Close (if its leg is alive and none was sent) and drops the leg.
+    pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
+        if let Some(mut leg) = self.up.take() {
+            if !leg.close_sent && !leg.io.peer_gone() {
+                let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, leg.io.write(&frame::close(code, reason))).await;
+            }
+        }
+    }
+
+    /// Ends the socket from the gateway's side: Close to the node, Close `code` to the client, and a
+    /// bounded wait for the client's reply before TCP closes.
+    pub(super) async fn close_client(&mut self, code: u16, reason: &str) -> Flow {
+        self.close_node(1001, "going away").await;
+        if self.down_close_sent || self.send_client(&frame::close(code, reason)).await.is_err() {
+            return Flow::End;
+        }
+        let down = &mut self.down;
+        let bytes_in = &mut self.bytes_in;
+        let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
+            while let Ok(Some((f, wire))) = down.read().await {
+                *bytes_in += wire as u64;
+                if frame::kind(&f) == Kind::Close {
+                    break;
+                }
+            }
+        })
+        .await;
+        Flow::End
+    }
+}

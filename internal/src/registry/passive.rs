@@ -1,0 +1,73 @@
+//! Passive health: errors seen on real traffic (connect errors, resets, 5xx, timeouts), reported by
+//! the proxy (SPEC section 3 `passive_consecutive_errors`).
+//!
+//! `passive_consecutive_errors` such errors in a row eject a node at once, without waiting for a
+//! probe. A passively ejected node then sits out a backoff before probes may bring it back:
+//! `max(interval, 1 s x 2^k)` capped at [`MAX_PASSIVE_BACKOFF`], where `k` counts its passive
+//! ejections since its last stable recovery (healthy for [`STABLE_RECOVERY`]). So a node that keeps
+//! failing real traffic while passing its probes is tried again ever more rarely, not every
+//! `recover_after` intervals. Spawns nothing; state lives in [`NodeRuntime`].
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{ChangeReason, NodeRuntime, NodeState, HEALTH_EJECTED};
+use crate::config::HealthConfig;
+
+/// First passive backoff; doubles with every passive ejection that follows without a stable recovery.
+pub const BASE_PASSIVE_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest passive backoff: a node that fails real traffic is still retried at least this often.
+pub const MAX_PASSIVE_BACKOFF: Duration = Duration::from_secs(30);
+/// A node healthy this long since its last recovery starts again from [`BASE_PASSIVE_BACKOFF`].
+pub const STABLE_RECOVERY: Duration = Duration::from_secs(30);
+
+/// The backoff of a passive ejection: `max(interval, 1 s x 2^prior)` capped at 30 s (but never below
+/// one probe `interval`, since recovery needs probes anyway). `prior` = earlier passive ejections
+/// since the last stable recovery.
+pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
+    let exp = BASE_PASSIVE_BACKOFF.saturating_mul(1u32.checked_shl(prior.min(16)).unwrap_or(u32::MAX));
+    exp.min(MAX_PASSIVE_BACKOFF).max(interval)
+}
+
+impl NodeRuntime {
+    /// Records an error seen on real traffic (connect error, reset, 5xx, timeout; `detail` says
+    /// which). Ejects at once after `passive_consecutive_errors` in a row (SPEC section 3) and starts
+    /// the passive backoff (module docs). Returns the new state if it changed.
+    pub fn record_passive_error(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
+        let limit = h.passive_consecutive_errors.map(NonZeroU32::get)?;
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        c.passive_errors = c.passive_errors.saturating_add(1);
+        let before = self.health.load(std::sync::atomic::Ordering::Acquire);
+        if c.passive_errors < limit || before == HEALTH_EJECTED {
+            return None;
+        }
+        if c.recovered_at.is_some_and(|r| now.saturating_duration_since(r) >= STABLE_RECOVERY) {
+            c.passive_ejections = 0;
+        }
+        let backoff = passive_backoff(c.passive_ejections, h.interval);
+        c.passive_ejections = c.passive_ejections.saturating_add(1);
+        c.backoff_until = Some(now + backoff);
+        c.passive_errors = 0;
+        // Recovery needs `recover_after` fresh probe successes, and the backoff to be over.
+        c.consecutive_successes = 0;
+        c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
+        c.timeout_streak = false;
+        self.consecutive_failures.store(c.consecutive_failures, std::sync::atomic::Ordering::Relaxed);
+        drop(c);
+        let detail = format!("{detail} ({limit} passive errors in a row; backoff {backoff:?})");
+        self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, &detail, now)
+    }
+
+    /// Clears the passive error streak after a good answer from real traffic.
+    pub fn record_passive_success(&self) {
+        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        c.passive_errors = 0;
+    }
+
+    /// When a passively ejected node may recover at the earliest; `None` when no backoff is running.
+    pub fn passive_backoff_until(&self) -> Option<Instant> {
+        self.counters.lock().expect("counters mutex is never poisoned: no panics while held").backoff_until
+    }
+}
