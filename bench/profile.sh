@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Profiles the gateway's request path under valgrind (not part of make bench; see bench/README.md).
 #
-#   bench/profile.sh [callgrind|dhat] [plain|connid-log]
+#   bench/profile.sh [callgrind|dhat] [plain|connid|log|connid-log]
 #
 # Starts a backend nginx (return 200) and the gateway (--workers 1) under the chosen valgrind tool,
 # sends PROFILE_REQUESTS (20000) keep-alive requests with `oha -n` (-c 8), stops the gateway and
 # prints where the output is.
-# `plain`: no conn id, access log off. `connid-log`: every request carries X-Conn-Id (memory store)
-# and the access log is on (written to a file). The profiled binary is copied next to the output.
+# `plain`: no conn id, access log off. A mode containing `connid`: every request carries X-Conn-Id
+# (memory store, so the id is bound). A mode containing `log`: the access log is on (written to a file). The profiled binary is copied next to the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -54,7 +54,8 @@ EOF
 nginx -p "$W/backend" -e "$W/backend/error.log" -c "$W/backend/nginx.conf" &
 PIDS+=($!)
 
-cat >"$W/gw.toml" <<EOF
+mkdir -p "$W/conf"  # not next to gw.log: the gateway watches its config directory
+cat >"$W/conf/gw.toml" <<EOF
 [server]
 shutdown_timeout = "1s"
 [health]
@@ -72,14 +73,15 @@ EOF
 
 access=off
 hdr=()
-if [ "$MODE" = connid-log ]; then access=on; hdr=(-H "X-Conn-Id: bench-conn-0001"); fi
+case $MODE in *connid*) hdr=(-H "X-Conn-Id: bench-conn-0001") ;; esac
+case $MODE in *log*) access=on ;; esac
 case $TOOL in
   callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no) ;;
   dhat) vg=(valgrind --tool=dhat --dhat-out-file="$OUT/dhat.$MODE.json") ;;
   *) echo "tool: callgrind or dhat" >&2; exit 2 ;;
 esac
 cp "$ROOT/target/release/hopping-gateway" "$OUT/hopping-gateway.$MODE"
-"${vg[@]}" "$OUT/hopping-gateway.$MODE" --config "$W/gw.toml" --listen "127.0.0.1:$GP" \
+"${vg[@]}" "$OUT/hopping-gateway.$MODE" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GP" \
   --admin-listen "127.0.0.1:$AP" --workers 1 --access-log "$access" >"$W/gw.log" 2>"$OUT/$TOOL.$MODE.valgrind.log" &
 GWPID=$!
 PIDS+=("$GWPID")

@@ -96,6 +96,8 @@ def load(raw_path, clk_tck):
                 ticks = int(m.get(f"{kind}.cpu_ticks", "0"))
                 if target != "direct" and reqs > 0:
                     fig[f"{kind}.cpu_us"].append(ticks / clk_tck * 1e6 / reqs)
+                if f"{kind}.redis_cmds" in m and reqs > 0:
+                    fig[f"{kind}.redis_per_req"].append(int(m[f"{kind}.redis_cmds"]) / reqs)
                 fig[f"{kind}.errors"].append(p.get("errors"))
                 if kind == "max":
                     fig["max.rps"].append(p.get("rps"))
@@ -167,6 +169,10 @@ def render(fig, a):
             f"| {t} | {fmt(f.get('max.rps'), 0)} | {fmt(f.get('max.cpu_us'), 2)} | {fmt(f.get('rate.p50'), 3)} "
             f"| {fmt(f.get('rate.p99'), 3)} | {fmt(f.get('rate.p999'), 3)} | {fmt(f.get('rate.cpu_us'), 2)} "
             f"| {fmt(f.get('peak_rss_mib'), 1)} | {reuse} | {f.get('errors_total', 0)} |")
+    rr = fig.get("gateway+connid-redis", {})
+    if rr.get("max.redis_per_req") is not None:
+        lines += ["", f"Redis commands per request (gateway+connid-redis): {fmt(rr.get('max.redis_per_req'), 3)} at max load, "
+                  f"{fmt(rr.get('rate.redis_per_req'), 3)} at {a.rate}/s."]
     steps = [int(s) for s in a.ws_steps.split(",") if s]
     ws_rows = [(t, fig[t]["ws"]) for t in ("direct", "gateway", "nginx", "haproxy") if fig.get(t, {}).get("ws") is not None]
     if ws_rows:

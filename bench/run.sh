@@ -139,6 +139,9 @@ CLK_TCK=$(getconf CLK_TCK)
 # Backend nginx stub_status: "accepts requests" (the stub call itself is subtracted by the report).
 stub() { curl -fs --max-time 2 "http://127.0.0.1:$BACKEND_PORT/stub" | awk 'NR == 3 {print $1, $3}'; }
 
+# Commands redis-server has processed so far (the INFO call itself counts one).
+redis_cmds() { redis-cli -p "$REDIS_PORT" info stats | tr -d '\r' | awk -F: '$1 == "total_commands_processed" {print $2}'; }
+
 # Open-files limit caps the WebSocket steps: a proxy holds two sockets per connection.
 NOFILE=$(ulimit -n)
 [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -gt "$NOFILE" ] && ulimit -n "$(ulimit -Hn)" && NOFILE=$(ulimit -n)
@@ -176,7 +179,10 @@ EOF
 nginx_conf() { # UPSTREAM_PORT WS(0|1)
   local up=$1 ws=$2 dir=$W/nginx-proxy
   mkdir -p "$dir"
-  local extra=""
+  # nginx touches its whole connection array at start: size it for the phase (peak RSS is reported);
+  # for WebSockets the real bound is worker_rlimit_nofile.
+  local extra="" conns=4096
+  [ "$ws" = 1 ] && conns=65536
   [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
   [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
   cat >"$dir/nginx.conf" <<EOF
@@ -186,7 +192,7 @@ worker_rlimit_nofile $NOFILE;
 daemon off;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
-events { worker_connections $((NOFILE - 100)); }
+events { worker_connections $conns; }
 http {
   access_log off;
   client_body_temp_path $dir/body;
@@ -234,9 +240,17 @@ EOF
 }
 
 gw_conf() { # FILE UPSTREAM_PORT
+  # Configs live in their own directory: the gateway watches its config file's directory, and
+  # log files written next to it would wake the watcher on every line.
+  mkdir -p "$(dirname "$1")"
   cat >"$1" <<EOF
 [server]
 shutdown_timeout = "1s"
+
+# Like nginx's and HAProxy's settings above: pooled upstream connections survive the pauses
+# between interleaved measurements (the default, 4s, would empty the pool between them).
+[limits]
+upstream_idle_timeout = "600s"
 
 [health]
 interval = "30s"
@@ -281,16 +295,16 @@ wait_http "http://127.0.0.1:$BACKEND_PORT/" backend
 start redis "$LCPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no
 wait_tcp "$REDIS_PORT" redis-server
 
-gw_conf "$W/gw.toml" "$BACKEND_PORT"
-start_gw gw "$GW_PORT" "$GW_ADMIN" "$W/gw.toml" --access-log off
+gw_conf "$W/conf/gw.toml" "$BACKEND_PORT"
+start_gw gw "$GW_PORT" "$GW_ADMIN" "$W/conf/gw.toml" --access-log off
 GW_PID=$STARTED
 # The access-log gateway writes its log to a file (appended; truncated after each measurement).
-taskset -c "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GWLOG_PORT" --admin-listen "127.0.0.1:$GWLOG_ADMIN" \
+taskset -c "$PCPU" "$GW" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GWLOG_PORT" --admin-listen "127.0.0.1:$GWLOG_ADMIN" \
   --workers 1 --access-log on >>"$W/gw-access.log" 2>&1 &
 GWLOG_PID=$!
 PIDS+=("$GWLOG_PID")
 wait_http "http://127.0.0.1:$GWLOG_ADMIN/readyz" gw-accesslog
-start_gw gw-redis "$GWR_PORT" "$GWR_ADMIN" "$W/gw.toml" --access-log off --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
+start_gw gw-redis "$GWR_PORT" "$GWR_ADMIN" "$W/conf/gw.toml" --access-log off --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
 GWR_PID=$STARTED
 nginx_conf "$BACKEND_PORT" 0
 start_nginx
@@ -319,9 +333,12 @@ emit() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; } # target roun
 
 # measure KIND TARGET ROUND: one wrk (max) or oha (fixed rate) run with CPU and backend deltas.
 measure() {
-  local kind=$1 t=$2 r=$3 url="http://127.0.0.1:${T_PORT[$t]}/" pids=${T_PIDS[$t]} out=$W/out.$kind
+  local kind=$1 t=$2 r=$3
+  local url="http://127.0.0.1:${T_PORT[$t]}/" pids=${T_PIDS[$t]} out=$W/out.$kind
   local hdr=() c0=0 c1=0 s0 s1
   [ -n "${T_HDR[$t]:-}" ] && hdr=(-H "X-Conn-Id: $CONN_ID")
+  local rc0=0 rc1=0
+  [ "$t" = gateway+connid-redis ] && rc0=$(redis_cmds)
   s0=$(stub)
   # shellcheck disable=SC2086
   [ -n "$pids" ] && c0=$(cpu_ticks $pids)
@@ -333,6 +350,7 @@ measure() {
   # shellcheck disable=SC2086
   [ -n "$pids" ] && c1=$(cpu_ticks $pids)
   s1=$(stub)
+  [ "$t" = gateway+connid-redis ] && rc1=$(redis_cmds) && emit "$t" "$r" "$kind.redis_cmds" $((rc1 - rc0 - 1))
   emit "$t" "$r" "$kind.cpu_ticks" $((c1 - c0))
   emit "$t" "$r" "$kind.backend" "$s0 $s1"
   emit "$t" "$r" "$kind.out" "$(base64 -w0 <"$out")"
@@ -379,8 +397,8 @@ if [ "$WS" = 1 ]; then
   stop "$STARTED"
 
   ws_node gateway; node=$STARTED
-  gw_conf "$W/gw-ws.toml" "$WS_NODE_PORT"
-  start_gw gw-ws "$GW_PORT" "$GW_ADMIN" "$W/gw-ws.toml" --access-log off
+  gw_conf "$W/conf/gw-ws.toml" "$WS_NODE_PORT"
+  start_gw gw-ws "$GW_PORT" "$GW_ADMIN" "$W/conf/gw-ws.toml" --access-log off
   ws_run gateway "ws://127.0.0.1:$GW_PORT/ws" "$STARTED"
   stop "$STARTED"; stop "$node"
 

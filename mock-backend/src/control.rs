@@ -1,7 +1,8 @@
 //! `/control/*`: the knobs tests turn on a running node.
 //!
 //! Owns the request-side view of the shared `State`: health switch, delay, hang, idle
-//! keep-alive close (optionally advertised), h2 GOAWAY after N streams, and request stats.
+//! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
+//! behaves as `/abort`), and request stats.
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
@@ -24,6 +25,7 @@ enum Action {
     ResetStats,
     Keepalive,
     Goaway,
+    AbortAll,
 }
 
 impl Action {
@@ -37,6 +39,7 @@ impl Action {
             "reset-stats" => Self::ResetStats,
             "keepalive" => Self::Keepalive,
             "goaway" => Self::Goaway,
+            "abort-all" => Self::AbortAll,
             _ => return None,
         })
     }
@@ -50,7 +53,8 @@ impl Action {
             | Self::Unhang
             | Self::ResetStats
             | Self::Keepalive
-            | Self::Goaway => Method::POST,
+            | Self::Goaway
+            | Self::AbortAll => Method::POST,
         }
     }
 }
@@ -89,6 +93,7 @@ pub(crate) fn handle(
         }
         Action::Keepalive => set_keepalive(state, query),
         Action::Goaway => set_goaway(state, query),
+        Action::AbortAll => set_abort_all(state, query),
     }
 }
 
@@ -148,6 +153,29 @@ fn set_goaway(state: &State, query: Option<&str>) -> Response<RespBody> {
         StatusCode::OK,
         &json!({"node": state.id, "goaway_after": after}),
     )
+}
+
+/// `abort-all[?after_bytes=N]` turns it on: every request except the health paths reads N body
+/// bytes (or the whole body), then the connection drops unanswered, as `/abort`;
+/// `abort-all?state=off` turns it off.
+fn set_abort_all(state: &State, query: Option<&str>) -> Response<RespBody> {
+    if query_param(query, "state").as_deref() == Some("off") {
+        state.abort_all.store(false, Ordering::Relaxed);
+        return json_response(StatusCode::OK, &json!({"node": state.id, "abort_all": false}));
+    }
+    let after = match query_param(query, "after_bytes") {
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                return error_response(state, StatusCode::BAD_REQUEST, "after_bytes=N (bytes) must be a number")
+            }
+        },
+        None => u64::MAX,
+    };
+    state.abort_after.store(after, Ordering::Relaxed);
+    state.abort_all.store(true, Ordering::Relaxed);
+    let after = (after != u64::MAX).then_some(after);
+    json_response(StatusCode::OK, &json!({"node": state.id, "abort_all": true, "after_bytes": after}))
 }
 
 fn parse_u64(query: Option<&str>, key: &str) -> Option<u64> {

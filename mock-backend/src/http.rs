@@ -93,6 +93,12 @@ async fn route(
 ) -> Result<Response<RespBody>, Abort> {
     let path = req.uri().path().to_owned();
     state.admit(&path).await;
+    // Health paths keep answering: the node looks healthy while it resets real requests.
+    let probe = matches!(path.as_str(), "/health" | "/actuator/health/business");
+    if state.abort_all.load(Ordering::Relaxed) && !probe {
+        let after = state.abort_after.load(Ordering::Relaxed);
+        return Err(abort(req, (after != u64::MAX).then_some(after)).await);
+    }
     Ok(match path.as_str() {
         "/health" => health(state),
         "/actuator/health/business" => business_health(state),
@@ -105,7 +111,10 @@ async fn route(
         "/ws" => crate::ws::upgrade(state, tracker, req),
         "/sse" => sse(state),
         "/download" => download(state, req.uri().query()),
-        "/abort" => return Err(abort(req).await),
+        "/abort" => {
+            let limit = query_param(req.uri().query(), "after_bytes").and_then(|n| n.parse::<u64>().ok());
+            return Err(abort(req, limit).await);
+        }
         p => match p.strip_prefix("/status/") {
             Some(code) => status(state, code),
             None => not_found(state, p),
@@ -113,9 +122,9 @@ async fn route(
     })
 }
 
-/// `/abort[?after_bytes=N]`: reads the body (all of it, or its first N bytes), then fails.
-async fn abort(req: Request<Incoming>) -> Abort {
-    let limit = query_param(req.uri().query(), "after_bytes").and_then(|n| n.parse::<u64>().ok());
+/// `/abort[?after_bytes=N]` (and every request under `/control/abort-all`): reads the body (all
+/// of it, or its first `limit` bytes), then fails.
+async fn abort(req: Request<Incoming>, limit: Option<u64>) -> Abort {
     let mut body = req.into_body();
     let mut seen: u64 = 0;
     while limit.is_none_or(|limit| seen < limit) {
@@ -150,17 +159,36 @@ fn business_health(state: &State) -> Response<RespBody> {
     }
 }
 
-/// Echoes the request as JSON, hashing the body chunk by chunk.
+/// Echoes the request as JSON, hashing the body chunk by chunk. `?read_rate=N` reads the body
+/// at no more than N bytes/s (a slow node, for back-pressure tests); `first_byte_unix_us` is the
+/// wall-clock time the first body byte arrived (microseconds since the Unix epoch, `null` without a body).
 async fn echo(state: &State, req: Request<Incoming>) -> Response<RespBody> {
+    let read_rate = query_param(req.uri().query(), "read_rate")
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| *n > 0);
     let (parts, mut body) = req.into_parts();
     let mut hasher = Sha256::new();
     let mut body_len: u64 = 0;
+    let mut first_byte_unix_us: Option<u128> = None;
+    let started = Instant::now();
     while let Some(frame) = body.frame().await {
         match frame {
             Ok(frame) => {
                 if let Some(data) = frame.data_ref() {
+                    if first_byte_unix_us.is_none() && !data.is_empty() {
+                        first_byte_unix_us = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .ok()
+                            .map(|d| d.as_micros());
+                    }
                     hasher.update(data);
                     body_len += u64::try_from(data.len()).unwrap_or(u64::MAX);
+                }
+                if let Some(rate) = read_rate {
+                    // Not before body_len / rate seconds after the start: the socket fills and
+                    // the sender feels the back-pressure.
+                    let due = Duration::from_secs_f64(body_len as f64 / rate as f64);
+                    tokio::time::sleep_until(started + due).await;
                 }
             }
             Err(err) => {
@@ -188,6 +216,7 @@ async fn echo(state: &State, req: Request<Incoming>) -> Response<RespBody> {
         "headers": headers,
         "body_len": body_len,
         "body_sha256": hex::encode(hasher.finalize()),
+        "first_byte_unix_us": first_byte_unix_us.map(|us| us as u64),
     });
     json_response(StatusCode::OK, &body)
 }

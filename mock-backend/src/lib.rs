@@ -6,7 +6,8 @@
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
 //! - `/control/*` turns the knobs: `POST health?state=down|up`, `POST delay?ms=N`,
 //!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
-//!   `POST keepalive?idle_ms=N[&advertise=1]`, `POST goaway?after=N`;
+//!   `POST keepalive?idle_ms=N[&advertise=1]`, `POST goaway?after=N`,
+//!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
 //! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo` plus `GET /health`).
 //!
 //! Every response carries `x-node-id`. The knobs live in one shared `State` of atomics and watch
@@ -134,6 +135,8 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         idle_ms: watch::Sender::new(0),
         advertise_keepalive: AtomicBool::new(false),
         goaway_after: AtomicU64::new(0),
+        abort_all: AtomicBool::new(false),
+        abort_after: AtomicU64::new(u64::MAX),
         stats: Mutex::new(Stats::default()),
         shutdown: watch::Sender::new(false),
         tasks: TaskSet::default(),
@@ -236,6 +239,10 @@ struct State {
     advertise_keepalive: AtomicBool,
     /// h2 connections get a graceful GOAWAY after this many streams; 0 = never.
     goaway_after: AtomicU64,
+    /// While `true`, every non-control request behaves as `/abort` (`POST /control/abort-all`).
+    abort_all: AtomicBool,
+    /// Body bytes read before such an abort; `u64::MAX` = the whole body.
+    abort_after: AtomicU64,
     stats: Mutex<Stats>,
     /// Flips to `true` once, when the node stops.
     shutdown: watch::Sender<bool>,

@@ -50,7 +50,7 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     let deadline = Instant::now() + period;
     assert_eq!(r.status, 202, "{}", r.text());
     assert_eq!(gw.node("node-a").await["state"], "draining");
-    assert_eq!(gw.node("node-a").await["weight"], 0);
+    assert_eq!(gw.node("node-a").await["weight"].as_f64(), Some(0.0));
 
     // No new requests go to node-a, at once.
     for _ in 0..10 {
@@ -197,7 +197,8 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
     };
     let now = Instant::now();
     assert!(now + Duration::from_millis(50) >= deadline && now < deadline + Duration::from_millis(500), "cut at {:?} from the deadline", now.checked_duration_since(deadline));
-    assert!(err.is_incomplete_message() || err.is_closed() || err.to_string().contains("closed"), "unexpected error: {err}");
+    // HTTP/1.1: the chunked body stops without its last chunk, so the client sees a failed read.
+    assert!(err.is_incomplete_message() || err.is_body_write_aborted() || err.to_string().contains("body"), "unexpected error: {err}");
 }
 
 #[tokio::test]

@@ -9,3 +9,5 @@ mod h2;
 mod websocket;
 mod health;
 mod canary;
+mod redis;
+mod reload;

@@ -430,7 +430,7 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("hop", &[&a], "")).await;
-    let mut ws = connect(&gw, "/ws?report_pings=1&tick_ms=3000", &[("X-Conn-Id", "c-ping")]).await;
+    let mut ws = connect(&gw, "/ws?report_pings=1&tick_ms=4000", &[("X-Conn-Id", "c-ping")]).await;
     hello(&mut ws, Duration::from_secs(2)).await;
     ws.send(Message::Ping(Bytes::from_static(b"hb-1"))).await.expect("ping");
     let mut pongs = Vec::new();
@@ -451,7 +451,7 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
 
     // Silent for ~3 s (no idle limit configured): the socket stays open and delivers the node's text.
     let t0 = Instant::now();
-    assert_eq!(next_text(&mut ws, Duration::from_secs(5)).await, "tick node-a 1");
+    assert_eq!(next_text(&mut ws, Duration::from_secs(6)).await, "tick node-a 1");
     assert!(t0.elapsed() > Duration::from_secs(2));
 
     // Node pings reach the client.
@@ -498,13 +498,22 @@ async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
     gw.wait_node_state("node-b", "ejected", Duration::from_secs(5)).await;
     let t0 = Instant::now();
     match try_connect(&gw, "/ws", &[("X-Conn-Id", "c-down")]).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
-            assert_eq!(resp.status(), 503);
-            let body: Value = serde_json::from_slice(resp.body().as_deref().unwrap_or_default()).expect("JSON fallback");
-            assert_eq!(body, json!({"code": -1, "message": "service temporarily unavailable"}));
-        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 503),
         Err(e) => panic!("expected a 503 answer, got {e}"),
         Ok(_) => panic!("upgraded with every node down"),
     }
     assert!(t0.elapsed() < Duration::from_millis(500));
+    // The same upgrade on a raw socket: the route's fallback body, and no 101 ever.
+    let (mut tcp, status, headers, mut body) = raw_upgrade(&gw, "/ws", &["Connection: Upgrade", "Upgrade: websocket", "X-Conn-Id: c-down"]).await;
+    assert_eq!(status, 503);
+    assert_eq!(header_values(&headers, "content-type"), ["application/json"]);
+    let len: usize = header_values(&headers, "content-length").first().and_then(|v| v.parse().ok()).expect("content-length");
+    while body.len() < len {
+        let mut chunk = [0u8; 1024];
+        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk)).await.expect("body in time").expect("read");
+        assert!(n > 0, "closed before the body");
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let body: Value = serde_json::from_slice(&body[..len]).expect("JSON fallback");
+    assert_eq!(body, json!({"code": -1, "message": "service temporarily unavailable"}));
 }

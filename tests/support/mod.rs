@@ -25,7 +25,14 @@ pub fn root() -> PathBuf {
 }
 
 /// Path of a release binary, built once per test process so tests never run stale binaries.
+/// With `HOPGW_TEST_BIN_DIR` set, the binaries are taken from that directory as they are (no build):
+/// for running a copied test binary against a fixed build while the tree changes.
 pub fn bin(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("HOPGW_TEST_BIN_DIR") {
+        let p = PathBuf::from(dir).join(name);
+        assert!(p.exists(), "{} missing", p.display());
+        return p;
+    }
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = std::process::Command::new(env!("CARGO"))
@@ -227,6 +234,7 @@ pub struct Gateway {
     pub logs: Logs,
     _dir: tempfile::TempDir,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Gateway {
@@ -237,10 +245,16 @@ impl Gateway {
 
     /// As [`Gateway::start`] with extra CLI flags.
     pub async fn start_with(toml: &str, extra: &[&str]) -> Gateway {
+        Gateway::start_with_env(toml, extra, &[]).await
+    }
+
+    /// As [`Gateway::start_with`], with extra environment variables for the process
+    /// (e.g. `HOPGW_SECRET` for signed ids); they apply again on [`Gateway::restart`].
+    pub async fn start_with_env(toml: &str, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, toml).expect("write config");
-        let mut g = Gateway { port: free_port(), admin_port: free_port(), config_path, child: None, logs: Logs::default(), _dir: dir, extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut g = Gateway { port: free_port(), admin_port: free_port(), config_path, child: None, logs: Logs::default(), _dir: dir, extra: extra.iter().map(|s| s.to_string()).collect(), env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
         g.spawn().await;
         g
     }
@@ -254,6 +268,7 @@ impl Gateway {
             .arg("--admin-listen")
             .arg(format!("127.0.0.1:{}", self.admin_port))
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -133,6 +133,10 @@ pub struct LimitsFile {
     pub connect_timeout: Option<String>,
     /// Idle pooled upstream connections are closed after this, humantime.
     pub upstream_idle_timeout: Option<String>,
+    /// Minimum request body rate in bytes/s while the gateway waits for the client; 0 = off.
+    pub body_min_rate: Option<u64>,
+    /// Window over which `body_min_rate` is averaged (the first window is grace), humantime.
+    pub body_rate_window: Option<String>,
 }
 
 /// One `[[clusters]]` entry.

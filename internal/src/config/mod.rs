@@ -75,6 +75,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 25_000;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Idle pooled upstream connections are closed before typical node keep-alive limits (5 s in many servers).
 pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+/// Apache mod_reqtimeout's body `MinRate` (500 bytes/s): far below any real upload, far above a
+/// trickle that exists only to hold a connection (CASE-22).
+pub const DEFAULT_BODY_MIN_RATE: u64 = 500;
+/// The minimum body rate is averaged over 10 s windows of waiting for the client, the first one
+/// being grace, so a client pausing a few seconds (a mobile handover) is not cut.
+pub const DEFAULT_BODY_RATE_WINDOW: Duration = Duration::from_secs(10);
 
 /// A config problem: dotted key (`-` for syntax errors), 1-based line and column, and message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -210,6 +216,19 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// Pooled upstream idle timeout.
     pub upstream_idle_timeout: Duration,
+    /// Minimum request body rate; `None` = off (`body_min_rate = 0`).
+    pub body_min_rate: Option<BodyMinRate>,
+}
+
+/// `limits.body_min_rate` / `limits.body_rate_window`: a request body must bring at least
+/// `bytes_per_sec` averaged over each `window` of time the gateway spends waiting for the client
+/// (time the node spends not reading does not count); the first window is grace (CASE-22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyMinRate {
+    /// Bytes per second, at least 1.
+    pub bytes_per_sec: u64,
+    /// Averaging window, more than zero.
+    pub window: Duration,
 }
 
 /// Probe kind.

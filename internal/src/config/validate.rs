@@ -205,6 +205,14 @@ fn limits(c: &mut Check, f: &FileConfig) -> Limits {
         }
     };
     let ws_idle = c.duration("limits.websocket_idle_timeout", l.websocket_idle_timeout.as_ref(), Duration::ZERO);
+    let rate_window = c.duration("limits.body_rate_window", l.body_rate_window.as_ref(), DEFAULT_BODY_RATE_WINDOW);
+    if rate_window.is_zero() {
+        c.err("limits.body_rate_window", "must be more than 0s");
+    }
+    let body_min_rate = match l.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE) {
+        0 => None,
+        bytes_per_sec => Some(BodyMinRate { bytes_per_sec, window: if rate_window.is_zero() { DEFAULT_BODY_RATE_WINDOW } else { rate_window } }),
+    };
     Limits {
         max_request_line: pos(c, "limits.max_request_line", l.max_request_line, DEFAULT_MAX_REQUEST_LINE),
         max_header_bytes: pos(c, "limits.max_header_bytes", l.max_header_bytes, DEFAULT_MAX_HEADER_BYTES),
@@ -215,6 +223,7 @@ fn limits(c: &mut Check, f: &FileConfig) -> Limits {
         websocket_idle_timeout: (!ws_idle.is_zero()).then_some(ws_idle),
         connect_timeout: c.duration("limits.connect_timeout", l.connect_timeout.as_ref(), DEFAULT_CONNECT_TIMEOUT),
         upstream_idle_timeout: c.duration("limits.upstream_idle_timeout", l.upstream_idle_timeout.as_ref(), DEFAULT_UPSTREAM_IDLE_TIMEOUT),
+        body_min_rate,
     }
 }
 

@@ -17,6 +17,8 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::body::{BodyTap, RequestBody, ResponseBody};
+use super::client_body::{client_fault, MinRate};
+use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
 use super::upstream::{is_unprocessed, keepalive_timeout, SendError};
 use super::{headers, LogCtx, Proxy, ProxyBody};
@@ -76,24 +78,34 @@ fn another(p: &Proxy, ctx: &Attempt, tried: &[NodeId]) -> Option<Arc<Node>> {
 /// Forwards `req` to `node` (and others on retry); see the module docs.
 pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, req: Request<Incoming>, up_headers: HeaderMap, path_and_query: String, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
     let method = req.method().clone();
+    // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
+    let gate = (req.version() == http::Version::HTTP_11 && node.settings.protocol == Protocol::Http1 && expect::wants_continue(req.headers())).then(ContinueGate::new);
     let incoming = req.into_body();
     let empty = incoming.is_end_stream();
     let (mut body, tap): (ProxyBody, BodyTap) = if empty {
         (Empty::new().map_err(|never| match never {}).boxed_unsync(), BodyTap::default())
     } else {
+        let incoming = MinRate::new(incoming, p.settings.limits.body_min_rate);
         let (b, tap) = RequestBody::new(incoming, p.settings.limits.body_idle_timeout, ctx.route.config.max_body);
-        (b.boxed_unsync(), tap)
+        match &gate {
+            Some(g) => (g.hold(b.boxed_unsync(), expect::CONTINUE_WAIT), tap),
+            None => (b.boxed_unsync(), tap),
+        }
     };
     let retries = ctx.route.config.retries;
     let mut post_send_retries = 0;
     let mut tried: Vec<NodeId> = Vec::new();
-    let deadline = ctx.start + ctx.route.config.timeout;
+    // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
+    let deadline = super::grpc::head_deadline(ctx.start, ctx.route.config.timeout, &up_headers);
     let mut failure_seen: Option<Instant> = None;
     let health = |n: &Node| n.settings.health.clone();
     loop {
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
-        let upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
+        let mut upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
+        if let Some(g) = &gate {
+            g.watch(&mut upstream_req);
+        }
         let result = tokio::time::timeout_at(deadline, p.upstream.send(&node, upstream_req)).await;
         let err = match result {
             Err(_) => {
@@ -101,6 +113,9 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                 return Err(ProxyError::Timeout { node: node.id.to_string(), timeout_ms: ctx.route.config.timeout.as_millis() });
             }
             Ok(Ok(sent)) => {
+                if let Some(g) = &gate {
+                    g.answered();
+                }
                 let status = sent.response.status();
                 if status.is_server_error() {
                     node.runtime.record_passive_error(&health(&node), &format!("status {}", status.as_u16()), Instant::now());
@@ -128,9 +143,13 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                 };
                 retry_log(&p, &ctx, &node, &next, "connect_error", &detail);
                 body = back.into_body();
-                node = moved(&p, &ctx, &node, next, "connect_error", log).await;
+                node = moved(&p, &ctx, &node, next, "connect_error", log, &tried).await;
             }
             SendError::Sent(e) => {
+                // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
+                if let Some(client) = client_fault(&e) {
+                    return Err(client);
+                }
                 let unprocessed = is_unprocessed(&e);
                 let replay = match tap.replay() {
                     Ok(Some(b)) => Some(b),
@@ -161,7 +180,7 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                 post_send_retries += 1;
                 retry_log(&p, &ctx, &node, &next, "reset", &detail);
                 body = b;
-                node = moved(&p, &ctx, &node, next, "reset", log).await;
+                node = moved(&p, &ctx, &node, next, "reset", log, &tried).await;
             }
         }
     }
@@ -172,13 +191,16 @@ fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static 
     tracing::info!(route = %ctx.route.id, from = %from.id, to = %to.id, reason, detail, "retrying on another node");
 }
 
-/// Moves a bound conn id along with a retry.
-async fn moved(p: &Proxy, ctx: &Attempt, old: &Node, next: Arc<Node>, reason: &'static str, log: &mut LogCtx) -> Arc<Node> {
-    if let Some(conn) = &ctx.conn_id {
-        p.hopper.moved(conn, &old.id, &next, reason).await;
-        log.hops += 1;
-    }
-    next
+/// Moves a bound conn id along with a retry; returns the node to try next. When a concurrent
+/// request moved the id first (compare-and-set lost), this one follows it there if that node is
+/// usable and untried, so the id moves once and its requests land together (CASE-17).
+#[allow(clippy::too_many_arguments)]
+async fn moved(p: &Proxy, ctx: &Attempt, old: &Node, next: Arc<Node>, reason: &'static str, log: &mut LogCtx, tried: &[NodeId]) -> Arc<Node> {
+    let Some(conn) = &ctx.conn_id else { return next };
+    log.hops += 1;
+    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude: tried, zone: p.settings.zone.as_deref() };
+    p.hopper.hop(conn, &old.id, next, &ctx.route.cluster, &c, reason, Instant::now()).await
 }
 
 fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, node: &Node, sent: super::upstream::Sent, inflight: crate::registry::InflightGuard, tap: BodyTap, log: LogCtx) -> Response<ProxyBody> {

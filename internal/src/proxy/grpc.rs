@@ -18,11 +18,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue};
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::watch;
+use std::time::Duration;
 
-use super::BoxError;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{BoxError, ProxyBody};
 use crate::registry::{Node, NodeSignal};
 
 /// gRPC status code UNAVAILABLE (gRPC `doc/statuscodes.md`): what a stream cut at its node's
@@ -139,6 +142,83 @@ pub fn relay<B>(head: &HeaderMap, body: B, node: &Node, status: &GrpcStatus) -> 
     DeadlineBody::new(body, node.id.clone(), node.runtime.subscribe(), grpc, status.clone())
 }
 
+/// Takes a `grpc-timeout` value (RFC: up to 8 digits and a unit `H`, `M`, `S`, `m`, `u`, `n`;
+/// gRPC `PROTOCOL-HTTP2.md`); returns it as a duration, or `None` if malformed.
+pub fn parse_timeout(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// When the response head of a request that started at `start` must have arrived: the route
+/// `timeout` (SPEC section 3: whole request, not applied to streaming gRPC, so it only ever bounds
+/// the head), or for a gRPC request carrying `grpc-timeout` the client's own deadline, which
+/// replaces it (a client asking for a long deadline may legitimately wait on a stream).
+pub fn head_deadline(start: Instant, route_timeout: Duration, request: &HeaderMap) -> Instant {
+    let client = request.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(parse_timeout).filter(|_| is_grpc(request));
+    start + client.unwrap_or(route_timeout)
+}
+
+/// gRPC status code for a gateway answer with HTTP status `status`, per gRPC's
+/// `doc/http-grpc-status-mapping.md` (plus 413/414/431 as RESOURCE_EXHAUSTED, 408 as
+/// DEADLINE_EXCEEDED, which that table leaves as UNKNOWN).
+pub fn code_for_http(status: StatusCode) -> u32 {
+    match status.as_u16() {
+        400 => 13,
+        401 => 16,
+        403 => 7,
+        404 => 12,
+        408 => 4,
+        413 | 414 | 431 => 8,
+        429 | 502 | 503 | 504 => UNAVAILABLE,
+        _ => 2,
+    }
+}
+
+/// Percent-encodes a `grpc-message` (gRPC `PROTOCOL-HTTP2.md`: bytes outside 0x20..=0x7E and `%`).
+pub fn encode_message(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for b in msg.bytes() {
+        if (0x20..=0x7E).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Rewrites a gateway error answer `http` (from `respond`) for a gRPC client: HTTP 200,
+/// trailers-only, `grpc-status` from [`code_for_http`] and `grpc-message` = `message`; the
+/// `Connection: close` decision of `http` is kept. Records the code in `status`.
+pub fn error_response(http: Response<ProxyBody>, message: &str, status: &GrpcStatus) -> Response<ProxyBody> {
+    let code = code_for_http(http.status());
+    status.set(code);
+    let mut resp = Response::new(super::respond::full(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from(code));
+    if let Ok(v) = HeaderValue::from_str(&encode_message(message)) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(c) = http.headers().get(header::CONNECTION) {
+        h.insert(header::CONNECTION, c.clone());
+    }
+    resp
+}
+
 /// The trailers a gRPC stream cut at a drain deadline ends with.
 fn unavailable_trailers() -> HeaderMap {
     let mut t = HeaderMap::new();
@@ -202,10 +282,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use http_body_util::{BodyExt, StreamBody};
-    use tokio::time::Instant;
 
     use super::*;
 
@@ -223,6 +300,26 @@ mod tests {
         assert!(!is_grpc(&ct("application/grpc-web")));
         assert!(!is_grpc(&ct("application/json")));
         assert!(!is_grpc(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn timeouts_and_messages() {
+        assert_eq!(parse_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_timeout("123456789S"), None);
+        assert_eq!(parse_timeout("S"), None);
+        assert_eq!(parse_timeout("10x"), None);
+        let start = Instant::now();
+        let mut h = ct("application/grpc");
+        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(30));
+        h.insert("grpc-timeout", HeaderValue::from_static("90S"));
+        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(90));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(30));
+        assert_eq!(encode_message("no node 100% ok\n"), "no node 100%25 ok%0A");
+        assert_eq!(code_for_http(StatusCode::BAD_GATEWAY), UNAVAILABLE);
+        assert_eq!(code_for_http(StatusCode::NOT_FOUND), 12);
     }
 
     #[test]

@@ -46,6 +46,14 @@ pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 /// Removes hop-by-hop headers, and every header named in `Connection`, from `headers`.
 /// `TE` keeps only `trailers` when it was offered (CASE-08); `Expect` is left to the caller.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
+    // would otherwise remove it before `trailers` is kept (CASE-08).
+    let te_trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.split(';').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers")));
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -59,12 +67,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
-    let te_trailers = headers
-        .get_all(header::TE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.split(';').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers")));
     headers.remove(header::TE);
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));

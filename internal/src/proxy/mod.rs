@@ -7,6 +7,8 @@
 //! [`respond`] and nowhere else. Streams both ways; bodies are never buffered whole.
 
 pub mod body;
+pub mod client_body;
+pub mod expect;
 pub mod forward;
 pub mod grpc;
 pub mod guard;
@@ -121,6 +123,7 @@ impl Proxy {
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, dc: Arc<DownstreamConn>) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
         let mut log = LogCtx { method: req.method().to_string(), path: req.uri().path().to_string(), ..LogCtx::default() };
+        let grpc_req = grpc::is_grpc(req.headers());
         let resp = match self.proxy(req, &dc, start, &mut log).await {
             Ok(resp) => resp,
             Err(err) => {
@@ -128,10 +131,16 @@ impl Proxy {
                 if close {
                     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
+                // Metrics and the access log keep the HTTP status of the failure.
+                let status = resp.status().as_u16();
+                if grpc_req {
+                    // gRPC clients read grpc-status, not HTTP bodies (STYLE section 4).
+                    resp = grpc::error_response(resp, &err.to_string(), &log.grpc_status);
+                }
                 if err.is_node_fault() {
                     tracing::warn!(error = %err, route = log.route.as_deref().unwrap_or("-"), "request failed");
                 }
-                self.finish(&log, resp.status().as_u16(), start, 0, 0);
+                self.finish(&log, status, start, 0, 0);
                 resp
             }
         };

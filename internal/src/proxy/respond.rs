@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
+use super::client_body::ClientBodyError;
 use super::ProxyBody;
 use crate::config::Fallback;
 use crate::hopper::IdError;
@@ -94,6 +95,10 @@ pub enum ProxyError {
     /// The gateway is shutting down.
     #[error("gateway is shutting down")]
     ShuttingDown,
+    /// The client's request body stalled, trickled below the minimum rate, or broke off
+    /// (CASE-22: 408, or 400 when the client broke off; the node is not at fault).
+    #[error(transparent)]
+    ClientBody(#[from] super::client_body::ClientBodyError),
 }
 
 impl ProxyError {
@@ -142,5 +147,9 @@ pub fn respond(err: &ProxyError) -> (Response<ProxyBody>, bool) {
         ProxyError::UriTooLong { .. } => (json_error(StatusCode::URI_TOO_LONG, &msg), true),
         ProxyError::HeadersTooLarge { .. } => (json_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &msg), true),
         ProxyError::ShuttingDown => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), true),
+        ProxyError::ClientBody(e) => match e {
+            ClientBodyError::Idle(_) | ClientBodyError::BelowMinRate { .. } => (json_error(StatusCode::REQUEST_TIMEOUT, &msg), true),
+            ClientBodyError::Broken(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
+        },
     }
 }

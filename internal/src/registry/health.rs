@@ -87,13 +87,15 @@ struct ClusterView {
 }
 
 impl ClusterView {
-    /// Records `id`'s result and returns its peers as they stand now.
-    fn record(&self, id: &NodeId, last: LastProbe) -> Vec<Peer> {
+    /// Records `id`'s latest probe and runs `decide` with its peers as they stand, under the view's
+    /// lock, so two nodes of one cluster cannot both decide they are not the last one.
+    fn record<T>(&self, id: &NodeId, last: LastProbe, decide: impl FnOnce(&[Peer]) -> T) -> T {
         let mut m = self.members.lock().expect("cluster view mutex is never poisoned: no panics while held");
         if let Some(entry) = m.get_mut(id) {
             entry.1 = Some(last);
         }
-        m.iter().filter(|(k, _)| *k != id).map(|(_, (rt, last))| Peer { usable: rt.signal().usable, last: *last }).collect()
+        let peers: Vec<Peer> = m.iter().filter(|(k, _)| *k != id).map(|(_, (rt, last))| Peer { usable: rt.signal().usable, last: *last }).collect();
+        decide(&peers)
     }
 }
 
@@ -235,17 +237,18 @@ fn observe(node: &Node, view: &ClusterView, outcome: &ProbeOutcome, now: Instant
         tracing::debug!(node = %node.id, cluster = %node.cluster, reason = %detail, "probe failed");
     }
     let timeout = result == ProbeResult::Timeout;
-    let peers = view.record(&node.id, LastProbe { at: now, timeout });
-    let hold = timeout && hold_last_node(&peers, now, storm_window(h));
     if !timeout {
         view.warned.store(false, Ordering::Relaxed);
     }
-    let effect = node.runtime.record_probe_result(h, result, hold, &detail, now);
+    let (effect, nodes) = view.record(&node.id, LastProbe { at: now, timeout }, |peers| {
+        let hold = timeout && hold_last_node(peers, now, storm_window(h));
+        (node.runtime.record_probe_result(h, result, hold, &detail, now), peers.len() + 1)
+    });
     if effect.held && !view.warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             cluster = %node.cluster,
             node = %node.id,
-            nodes = peers.len() + 1,
+            nodes,
             "every node of the cluster failed its probes by timeout in the same interval; treating it as a gateway-side problem and keeping the last node (not ejected on timeouts alone)"
         );
     }

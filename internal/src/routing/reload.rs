@@ -9,6 +9,10 @@
 //!   it. Every trigger takes a ticket; a reload covers every ticket issued before it read the file,
 //!   and triggers still waiting behind it with such a ticket share its result instead of running
 //!   again. Whatever the interleaving, the file as it was at the last trigger ends up live.
+//!   Reloads act on the file's content: a file-watch event for content already read (by any
+//!   trigger) does nothing, so the watcher never re-applies a file after a rollback or counts a
+//!   refused file twice; SIGHUP and `POST /admin/reload` re-read and apply unless exactly that
+//!   content is already live (so they retry a file refused by the probe).
 //! - **Pre-swap probe.** Nodes new in the table (new id, or an id with a new address) get a
 //!   concurrent TCP connect probe bounded by [`DEFAULT_RELOAD_PROBE_TIMEOUT`]: more than half
 //!   failing refuses the reload; otherwise the failing ones start ejected (before the swap, so no
@@ -87,6 +91,26 @@ impl ReloadError {
     }
 }
 
+/// What asked for a reload (SPEC section 6: file change, SIGHUP, admin call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadTrigger {
+    /// The file watcher saw the file change.
+    File,
+    /// `SIGHUP`.
+    Signal,
+    /// `POST /admin/reload`.
+    Admin,
+}
+
+/// Hashes of file contents, to tell a change from a repeated event.
+#[derive(Debug, Default)]
+struct FileSeen {
+    /// Content last read by any reload.
+    read: Option<u64>,
+    /// Content the live table was built from (`None` after a rollback or [`Routing::apply`]).
+    live: Option<u64>,
+}
+
 /// The live route table and its history.
 pub struct Routing {
     live: ArcSwap<RouteTable>,
@@ -105,6 +129,8 @@ pub struct Routing {
     last_reload: Mutex<Option<(u64, Result<u64, ReloadError>)>>,
     /// Nodes a reload removed, with their drain deadline.
     removed_by_reload: Mutex<HashMap<NodeId, Instant>>,
+    /// File contents seen and live.
+    seen: Mutex<FileSeen>,
 }
 
 impl std::fmt::Debug for Routing {
@@ -140,6 +166,7 @@ impl Routing {
             tickets: AtomicU64::new(0),
             last_reload: Mutex::new(None),
             removed_by_reload: Mutex::new(HashMap::new()),
+            seen: Mutex::new(FileSeen::default()),
         }
     }
 
@@ -158,14 +185,23 @@ impl Routing {
         self.previous.lock().expect("previous mutex is never poisoned").is_some()
     }
 
+    /// Re-reads the config file and applies it (`POST /admin/reload`); see [`Self::reload_from`].
+    ///
+    /// # Errors
+    /// As [`Self::reload_from`].
+    pub async fn reload(&self) -> Result<u64, ReloadError> {
+        self.reload_from(ReloadTrigger::Admin).await
+    }
+
     /// Re-reads the config file and applies it; returns the live generation afterwards. Concurrent
     /// calls coalesce (module docs): a call may return the result of a reload that started after
-    /// it was made, which read the same or a newer file.
+    /// it was made, which read the same or a newer file. Content already handled is not applied
+    /// again (module docs), which returns the live generation.
     ///
     /// # Errors
     /// [`ReloadError::Invalid`] (counted `invalid`), [`ReloadError::ProbeFailed`] (counted
     /// `probe_failed`), [`ReloadError::NoFile`]; the live table stays in every case.
-    pub async fn reload(&self) -> Result<u64, ReloadError> {
+    pub async fn reload_from(&self, trigger: ReloadTrigger) -> Result<u64, ReloadError> {
         let ticket = self.tickets.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = self.lock.lock().await;
         if let Some((covered, result)) = &*self.last_reload.lock().expect("last_reload mutex is never poisoned") {
@@ -175,28 +211,41 @@ impl Routing {
         }
         // Every ticket issued so far was issued before the file is read below: this reload covers it.
         let covered = self.tickets.load(Ordering::Acquire);
-        let result = self.reload_locked().await;
+        let result = self.reload_locked(trigger).await;
         *self.last_reload.lock().expect("last_reload mutex is never poisoned") = Some((covered, result.clone()));
         result
     }
 
-    async fn reload_locked(&self) -> Result<u64, ReloadError> {
+    async fn reload_locked(&self, trigger: ReloadTrigger) -> Result<u64, ReloadError> {
         let Some(path) = self.file.clone() else {
             return Err(ReloadError::NoFile);
         };
-        let loaded = tokio::task::spawn_blocking(move || config::load_path(&path))
-            .await
-            .expect("config loading does not panic");
+        let (hash, loaded) = tokio::task::spawn_blocking(move || load_file(&path)).await.expect("config loading does not panic");
+        {
+            let mut seen = self.seen.lock().expect("seen mutex is never poisoned");
+            let skip = match trigger {
+                ReloadTrigger::File => hash.is_some() && seen.read == hash,
+                ReloadTrigger::Signal | ReloadTrigger::Admin => hash.is_some() && seen.live == hash,
+            };
+            if skip {
+                let g = self.live.load().generation;
+                tracing::debug!(?trigger, generation = g, "config file content already handled; nothing to reload");
+                return Ok(g);
+            }
+            seen.read = hash;
+        }
         let mut cfg = match loaded {
             Ok(c) => c,
             Err(e) => {
                 self.metrics.reload("invalid");
-                tracing::warn!(errors = %e, "reload refused: invalid config; the live table stays");
+                tracing::warn!(?trigger, errors = %e, "reload refused: invalid config; the live table stays");
                 return Err(e.into());
             }
         };
         (self.overrides)(&mut cfg);
-        self.apply_locked(cfg).await
+        let g = self.apply_locked(cfg).await?;
+        self.seen.lock().expect("seen mutex is never poisoned").live = hash;
+        Ok(g)
     }
 
     /// Applies `cfg` as a new table, with the pre-swap probe and warm-up (used by reload and
@@ -206,7 +255,9 @@ impl Routing {
     /// [`ReloadError::ProbeFailed`]; the live table stays.
     pub async fn apply(&self, cfg: Config) -> Result<u64, ReloadError> {
         let _guard = self.lock.lock().await;
-        self.apply_locked(cfg).await
+        let g = self.apply_locked(cfg).await?;
+        self.seen.lock().expect("seen mutex is never poisoned").live = None;
+        Ok(g)
     }
 
     /// Restores the previous table (`POST /admin/rollback`), counted as `gateway_reloads_total{result}`.
@@ -241,6 +292,8 @@ impl Routing {
         // No warm-up for a rollback: it restores a table that was already serving.
         let table = RouteTable::build(prev, &self.registry, live.generation + 1, None);
         let g = self.commit(table, &live);
+        // The live table no longer matches the file: SIGHUP or the admin call may re-apply it.
+        self.seen.lock().expect("seen mutex is never poisoned").live = None;
         self.metrics.reload(result);
         tracing::warn!(generation = g, from_generation = live.generation, result, "route table rolled back");
         Ok(g)
@@ -324,6 +377,21 @@ impl Routing {
     }
 }
 
+/// Reads and validates the file at `path`; returns a hash of its content (`None` if unreadable)
+/// and the config or its errors.
+fn load_file(path: &std::path::Path) -> (Option<u64>, Result<Config, ConfigError>) {
+    use std::hash::{Hash, Hasher};
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            (Some(h.finish()), config::load_str(&text, &path.display().to_string()))
+        }
+        // load_path renders the read error in the SPEC's shape.
+        Err(_) => (None, config::load_path(path)),
+    }
+}
+
 /// Nodes of `cfg` that `live` does not have at the same address: `(key, id, addr)`.
 fn nodes_to_probe(live: &RouteTable, cfg: &Config) -> Vec<(String, String, String)> {
     let old: HashMap<&str, &str> = live.config.clusters.iter().flat_map(|c| c.nodes.iter().map(|n| (n.id.as_str(), n.addr.as_str()))).collect();
@@ -392,20 +460,20 @@ async fn reload_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut watch
         };
         #[cfg(not(unix))]
         let hup_fut = std::future::pending::<Option<()>>();
-        let source = tokio::select! {
+        let trigger = tokio::select! {
             _ = watch.signaled() => return,
-            _ = hup_fut => "sighup",
+            _ = hup_fut => ReloadTrigger::Signal,
             Some(()) = rx.recv() => {
                 // Let the burst of events settle, then swallow what queued meanwhile.
                 tokio::time::sleep(FILE_DEBOUNCE).await;
                 while rx.try_recv().is_ok() {}
-                "file"
+                ReloadTrigger::File
             }
         };
-        match routing.reload().await {
-            Ok(g) => tracing::info!(source, generation = g, "reloaded"),
+        match routing.reload_from(trigger).await {
+            Ok(g) => tracing::debug!(?trigger, generation = g, "reload trigger handled"),
             // Already logged (and counted) where it was refused.
-            Err(e) => tracing::debug!(source, error = %e, "reload trigger refused"),
+            Err(e) => tracing::debug!(?trigger, error = %e, "reload trigger refused"),
         }
     }
 }

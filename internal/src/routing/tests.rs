@@ -132,3 +132,100 @@ fn new_node_under_a_warmup_route_ramps() {
     // Runtime state is shared by id across tables.
     assert!(Arc::ptr_eq(&v1.node("n1").expect("n1").runtime, &v2.node("n1").expect("n1").runtime));
 }
+
+mod reloads {
+    use super::*;
+    use crate::config::Config;
+    use crate::registry::NodeState;
+    use crate::routing::reload::{ReloadError, ReloadTrigger, Routing};
+
+    fn text(routes: &[&str], extra_nodes: &[(&str, String)]) -> String {
+        let mut t = CLUSTERS.to_string();
+        for (id, addr) in extra_nodes {
+            t.push_str(&format!("  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"));
+        }
+        for r in routes {
+            t.push_str(&route(r, &format!("path_prefix = \"/{r}\"")));
+        }
+        t
+    }
+
+    fn routing(dir: &std::path::Path, first: &str) -> (Arc<Routing>, std::path::PathBuf) {
+        let path = dir.join("gw.toml");
+        std::fs::write(&path, first).expect("write");
+        let cfg: Config = load_str(first, "gw.toml").expect("valid");
+        let metrics = Arc::new(Metrics::new());
+        let registry = Arc::new(Registry::new(metrics.clone()));
+        (Arc::new(Routing::new(cfg, Some(path.clone()), Box::new(|_| {}), registry, metrics)), path)
+    }
+
+    fn ids(r: &Routing) -> Vec<String> {
+        r.table().routes.iter().map(|r| r.id.to_string()).collect()
+    }
+
+    fn tempdir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("hopgw-routing-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    }
+
+    #[tokio::test]
+    async fn concurrent_reloads_coalesce_and_repeated_content_is_not_reapplied() {
+        let dir = tempdir("coalesce");
+        let (r, path) = routing(&dir, &text(&["a"], &[]));
+        std::fs::write(&path, text(&["b"], &[])).expect("write");
+        let results = futures_util::future::join_all((0..16).map(|_| r.reload())).await;
+        assert!(results.iter().all(|g| matches!(g, Ok(2))), "{results:?}");
+        assert_eq!((r.table().generation, ids(&r)), (2, vec!["b".to_string()]));
+
+        std::fs::write(&path, text(&["c"], &[])).expect("write");
+        assert_eq!(r.reload_from(ReloadTrigger::File).await.expect("applied"), 3);
+        assert_eq!(r.reload_from(ReloadTrigger::File).await.expect("same content"), 3);
+        assert_eq!(r.reload_from(ReloadTrigger::Signal).await.expect("already live"), 3);
+
+        // After a rollback the watcher does not re-apply the unchanged file; an explicit reload does.
+        assert_eq!(r.rollback("rollback").await.expect("rolled back"), 4);
+        assert_eq!(ids(&r), ["b"]);
+        assert_eq!(r.reload_from(ReloadTrigger::File).await.expect("file unchanged"), 4);
+        assert_eq!(r.reload().await.expect("explicit"), 5);
+        assert_eq!(ids(&r), ["c"]);
+
+        // Invalid content: refused, the table stays; a repeated file event does not count it twice.
+        std::fs::write(&path, "[[routes]]\nid = 1\n").expect("write");
+        assert!(matches!(r.reload_from(ReloadTrigger::File).await, Err(ReloadError::Invalid(_))));
+        assert_eq!(r.reload_from(ReloadTrigger::File).await.expect("unchanged"), 5);
+        assert_eq!(ids(&r), ["c"]);
+        r.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn probe_refuses_a_majority_of_dead_new_nodes_and_ejects_a_minority() {
+        let dir = tempdir("probe");
+        let (r, _) = routing(&dir, &text(&["a"], &[]));
+        let live = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let live_addr = live.local_addr().expect("addr").to_string();
+        let dead = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").to_string()
+        };
+        let refused = load_str(&text(&["a"], &[("ok", live_addr.clone()), ("d1", dead()), ("d2", dead())]), "t").expect("valid");
+        match r.apply(refused).await {
+            Err(ReloadError::ProbeFailed { failed: 2, total: 3, issues }) => {
+                assert_eq!(issues.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["clusters[0].nodes[2]", "clusters[0].nodes[3]"]);
+            }
+            other => panic!("expected a probe refusal, got {other:?}"),
+        }
+        assert_eq!(r.table().generation, 1);
+        let live2 = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let live2_addr = live2.local_addr().expect("addr").to_string();
+        let accepted = load_str(&text(&["a"], &[("ok", live_addr), ("ok2", live2_addr), ("d1", dead())]), "t").expect("valid");
+        assert_eq!(r.apply(accepted).await.expect("accepted"), 2);
+        let t = r.table();
+        let now = Instant::now();
+        assert_eq!(t.node_state(t.node("d1").expect("d1"), now), NodeState::Ejected);
+        assert_eq!(t.node_state(t.node("ok2").expect("ok2"), now), NodeState::Healthy);
+        r.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Per-request views of bench/profile.sh output (callgrind and DHAT), aggregated by function name.
+
+  profile_tools.py cg FILE REQUESTS incl [REGEX]        inclusive Ir/request, calls/request
+  profile_tools.py cg FILE REQUESTS self [REGEX]        exclusive Ir/request
+  profile_tools.py cg FILE REQUESTS callees REGEX [N]   what a function spends its Ir on
+  profile_tools.py cg FILE REQUESTS callers REGEX [N]   who calls a function (e.g. '^__rustc::__rust_alloc$')
+  profile_tools.py cgdiff A B REQUESTS [self|incl] [N]  per-request difference B - A (e.g. plain vs connid)
+  profile_tools.py dhat FILE REQUESTS                   allocation sites per request (first frame in internal::)
+  profile_tools.py dhatdiff A B REQUESTS                allocation sites that differ between two runs
+
+callgrind_annotate splits a function over the files its inlined code came from; this merges them.
+REQUESTS is what the load generator sent (PROFILE_REQUESTS + 1 check request).
+"""
+
+import collections
+import json
+import re
+import sys
+
+ALLOC_FRAME = re.compile(r"alloc::|__rust|malloc|realloc|raw_vec|RawVec|<alloc|core::ptr|bytes::|hashbrown|boxed.rs|vec/mod.rs|UnknownInlinedFun")
+
+
+def parse_callgrind(path):
+    names, self_cost, calls = {}, collections.Counter(), collections.defaultdict(lambda: [0, 0])
+
+    def name(tok):
+        m = re.match(r"\((\d+)\)(?: (.*))?", tok)
+        if not m:
+            return tok
+        if m.group(2) is not None:
+            names[m.group(1)] = m.group(2)
+        return names[m.group(1)]
+
+    fn = cfn = pending = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            if line.startswith("fn="):
+                fn = name(line[3:])
+            elif line.startswith("cfn="):
+                cfn = name(line[4:])
+            elif line.startswith("calls="):
+                pending = int(line[6:].split()[0])
+            elif line[0].isdigit() or line[0] in "+-*":
+                parts = line.split()
+                cost = int(parts[1]) if len(parts) > 1 else 0
+                if pending is not None:
+                    c = calls[(fn, cfn)]
+                    c[0] += pending
+                    c[1] += cost
+                    pending = None
+                else:
+                    self_cost[fn] += cost
+            else:
+                for p in ("fl=", "fi=", "fe=", "cfi=", "cfl=", "ob=", "cob="):
+                    if line.startswith(p):
+                        name(line[len(p):])
+                        break
+    incl, called = collections.Counter(self_cost), collections.Counter()
+    for (a, b), (n, c) in calls.items():
+        if a != b:
+            incl[a] += c
+        called[b] += n
+    return self_cost, calls, incl, called
+
+
+def short(s, n=150):
+    return s[:n]
+
+
+def cg(argv):
+    path, reqs, mode = argv[0], float(argv[1]), argv[2]
+    pat = argv[3] if len(argv) > 3 else ""
+    limit = int(argv[4]) if len(argv) > 4 else 25
+    self_cost, calls, incl, called = parse_callgrind(path)
+    print(f"total {sum(self_cost.values()) / reqs:.0f} Ir/request")
+    if mode in ("incl", "self"):
+        d = incl if mode == "incl" else self_cost
+        shown = 0
+        for f, c in sorted(d.items(), key=lambda x: -x[1]):
+            if re.search(pat, f):
+                print(f"{c / reqs:10.0f} Ir/req  {called.get(f, 0) / reqs:6.2f} calls/req  {short(f)}")
+                shown += 1
+                if shown >= limit:
+                    break
+    else:
+        for f in [f for f in incl if re.search(pat, f)][:3]:
+            idx = 1 if mode == "callees" else 0
+            print(f"== {short(f)}  incl {incl[f] / reqs:.0f} Ir/req, self {self_cost.get(f, 0) / reqs:.0f}")
+            rows = [(k[1 - idx], n, c) for k, (n, c) in calls.items() if k[idx] == f]
+            for other, n, c in sorted(rows, key=lambda r: -r[2])[:limit]:
+                print(f"   {c / reqs:9.0f} Ir/req  {n / reqs:6.2f} calls/req  {short(other)}")
+
+
+def cgdiff(argv):
+    a, b, reqs = parse_callgrind(argv[0]), parse_callgrind(argv[1]), float(argv[2])
+    i = 0 if (argv[3] if len(argv) > 3 else "self") == "self" else 2
+    limit = int(argv[4]) if len(argv) > 4 else 30
+    print(f"total {(sum(b[0].values()) - sum(a[0].values())) / reqs:+.0f} Ir/request")
+    keys = set(a[i]) | set(b[i])
+    for k in sorted(keys, key=lambda k: -(b[i].get(k, 0) - a[i].get(k, 0)))[:limit]:
+        d = (b[i].get(k, 0) - a[i].get(k, 0)) / reqs
+        print(f"{d:+9.0f} Ir/req  calls/req {a[3].get(k, 0) / reqs:5.2f} -> {b[3].get(k, 0) / reqs:5.2f}  {short(k)}")
+
+
+def dhat_sites(path):
+    d = json.load(open(path))
+    ftbl, agg, total = d["ftbl"], collections.Counter(), 0
+    sizes = collections.Counter()
+    for pp in d["pps"]:
+        frames = [re.sub(r"0x[0-9A-F]+: ", "", ftbl[i]) for i in pp["fs"]]
+        site = next((f for f in frames if "internal::" in f and "library/alloc" not in f), None)
+        if site is None:
+            site = "(lib) " + next((f for f in frames if not ALLOC_FRAME.search(f)), frames[-1])
+        site = re.sub(r"/root/.cargo/registry/src/index.crates.io-[0-9a-f]+/", "", site)
+        agg[site] += pp["tbk"]
+        sizes[site] += pp["tb"]
+        total += pp["tbk"]
+    return agg, sizes, total
+
+
+def dhat(argv):
+    agg, sizes, total = dhat_sites(argv[0])
+    reqs = float(argv[1])
+    print(f"total {total / reqs:.1f} allocations/request")
+    for s, n in agg.most_common():
+        if n / reqs < 0.5:
+            break
+        print(f"{n / reqs:6.2f} allocs/req {sizes[s] / reqs:8.0f} B/req  {short(s, 180)}")
+
+
+def dhatdiff(argv):
+    (a, _, ta), (b, _, tb), reqs = dhat_sites(argv[0]), dhat_sites(argv[1]), float(argv[2])
+    print(f"allocations/request {ta / reqs:.1f} -> {tb / reqs:.1f}")
+    for k in sorted(set(a) | set(b), key=lambda k: -(b[k] - a[k])):
+        d = (b[k] - a[k]) / reqs
+        if abs(d) >= 0.5:
+            print(f"{d:+5.2f}  {a[k] / reqs:5.2f} -> {b[k] / reqs:5.2f}  {short(k, 170)}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[1] not in ("cg", "cgdiff", "dhat", "dhatdiff"):
+        print(__doc__)
+        sys.exit(2)
+    try:
+        {"cg": cg, "cgdiff": cgdiff, "dhat": dhat, "dhatdiff": dhatdiff}[sys.argv[1]](sys.argv[2:])
+    except BrokenPipeError:
+        pass
