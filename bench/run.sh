@@ -10,7 +10,7 @@
 #
 # Env: BENCH_SECONDS (10) per measurement, BENCH_ROUNDS (3), BENCH_RATE (2000), BENCH_CONNS (64),
 # BENCH_RATE_CONNS (16), BENCH_WS_STEPS ("2000,10000", capped by the open-files limit), BENCH_WS_RATE
-# (1000 echo messages/s), BENCH_WS (1; 0 skips the WebSocket part), BENCH_NOTE (a line for the report),
+# (1000 echo messages/s), BENCH_WS_CONCURRENCY (128 handshakes in flight), BENCH_WS (1; 0 skips the WebSocket part), BENCH_NOTE (a line for the report),
 # BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1).
 # Quick run: BENCH_SECONDS=3 BENCH_ROUNDS=1 make bench
 set -euo pipefail
@@ -248,9 +248,12 @@ gw_conf() { # FILE UPSTREAM_PORT
 shutdown_timeout = "1s"
 
 # Like nginx's and HAProxy's settings above: pooled upstream connections survive the pauses
-# between interleaved measurements (the default, 4s, would empty the pool between them).
+# between interleaved measurements (the default, 4s, would empty the pool between them), and a
+# connect may take up to 5 s as with HAProxy's "timeout connect 5s" (the default, 1s, trips on the
+# WebSocket phase's connect bursts on a starved core: 5 timeouts in a row eject the only node).
 [limits]
 upstream_idle_timeout = "600s"
+connect_timeout = "5s"
 
 [health]
 interval = "30s"
@@ -384,6 +387,7 @@ if [ "$WS" = 1 ]; then
     for p in "$@"; do pidargs+=(--pid "$p"); done
     log "websocket $t: steps $WS_STEPS"
     taskset -c "$LCPU" "$WSLOAD" --url "$url" --steps "$WS_STEPS" --echo-secs "$SECS" --echo-rate "$WS_RATE" \
+      --concurrency "${BENCH_WS_CONCURRENCY:-128}" \
       "${pidargs[@]}" >"$W/ws-$t.json" 2>"$W/ws-$t.err" || log "wsload against $t failed: $(tail -1 "$W/ws-$t.err")"
     emit "$t" 0 ws "$(base64 -w0 <"$W/ws-$t.json")"
   }

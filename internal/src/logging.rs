@@ -14,8 +14,11 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. Safe to call once per process; later calls are ignored.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,h2=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stdout);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
     // An Err means a subscriber is already installed (tests): keep it.
     let _ = match format {
         LogFormat::Text => builder.with_ansi(false).try_init(),

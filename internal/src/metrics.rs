@@ -145,34 +145,90 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let hops = Family::<ReasonLabel, Counter>::default();
-        registry.register("hopping_count", "Hops: a conn id rebound to another node", hops.clone());
+        registry.register(
+            "hopping_count",
+            "Hops: a conn id rebound to another node",
+            hops.clone(),
+        );
         // 1 ms .. ~16 s.
         let hop_latency = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register("hopping_latency_seconds", "From a failure being seen to the connection being served again", hop_latency.clone());
+        registry.register(
+            "hopping_latency_seconds",
+            "From a failure being seen to the connection being served again",
+            hop_latency.clone(),
+        );
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("gateway_requests", "Requests by route, node and status", requests.clone());
+        registry.register(
+            "gateway_requests",
+            "Requests by route, node and status",
+            requests.clone(),
+        );
         let request_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register("gateway_request_duration_seconds", "Time to the response head", request_duration.clone());
+        registry.register(
+            "gateway_request_duration_seconds",
+            "Time to the response head",
+            request_duration.clone(),
+        );
         let active_connections = Family::<ProtocolLabel, Gauge>::default();
-        registry.register("gateway_active_connections", "Open downstream connections and streams by protocol", active_connections.clone());
+        registry.register(
+            "gateway_active_connections",
+            "Open downstream connections and streams by protocol",
+            active_connections.clone(),
+        );
         let node_weight = Family::<NodeLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register("gateway_node_weight", "Effective node weight (configured x health% x warm-up%)", node_weight.clone());
+        registry.register(
+            "gateway_node_weight",
+            "Effective node weight (configured x health% x warm-up%)",
+            node_weight.clone(),
+        );
         let node_state = Family::<NodeStateLabels, Gauge>::default();
-        registry.register("gateway_node_state", "1 for the node's current state", node_state.clone());
+        registry.register(
+            "gateway_node_state",
+            "1 for the node's current state",
+            node_state.clone(),
+        );
         let generation = Gauge::default();
-        registry.register("gateway_route_table_generation", "Generation of the live route table", generation.clone());
+        registry.register(
+            "gateway_route_table_generation",
+            "Generation of the live route table",
+            generation.clone(),
+        );
         let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register("gateway_reloads", "Reload attempts by result", reloads.clone());
+        registry.register(
+            "gateway_reloads",
+            "Reload attempts by result",
+            reloads.clone(),
+        );
         let store_errors = Family::<OpLabel, Counter>::default();
-        registry.register("gateway_affinity_store_errors", "Affinity store errors by operation", store_errors.clone());
+        registry.register(
+            "gateway_affinity_store_errors",
+            "Affinity store errors by operation",
+            store_errors.clone(),
+        );
         let canary_fallback = Family::<ClusterLabel, Counter>::default();
-        registry.register("gateway_canary_fallback", "Requests whose version matched no node", canary_fallback.clone());
+        registry.register(
+            "gateway_canary_fallback",
+            "Requests whose version matched no node",
+            canary_fallback.clone(),
+        );
         let retries = Family::<RetryLabels, Counter>::default();
-        registry.register("gateway_retries", "Upstream attempts retried on another connection or node", retries.clone());
+        registry.register(
+            "gateway_retries",
+            "Upstream attempts retried on another connection or node",
+            retries.clone(),
+        );
         let fail_open = Family::<ClusterLabel, Counter>::default();
-        registry.register("gateway_fail_open", "Requests sent with every node down (on_all_down = fail_open)", fail_open.clone());
+        registry.register(
+            "gateway_fail_open",
+            "Requests sent with every node down (on_all_down = fail_open)",
+            fail_open.clone(),
+        );
         let health_transitions = Family::<TransitionLabels, Counter>::default();
-        registry.register("gateway_health_transitions", "Node health state changes by the state entered", health_transitions.clone());
+        registry.register(
+            "gateway_health_transitions",
+            "Node health state changes by the state entered",
+            health_transitions.clone(),
+        );
         Metrics {
             registry,
             hops,
@@ -209,7 +265,9 @@ impl Metrics {
 
     /// Tracks one open connection of `protocol` until the guard drops.
     pub fn connection(&self, protocol: &'static str) -> ConnectionGauge {
-        let g = self.active_connections.get_or_create_owned(&ProtocolLabel { protocol });
+        let g = self
+            .active_connections
+            .get_or_create_owned(&ProtocolLabel { protocol });
         g.inc();
         ConnectionGauge(g)
     }
@@ -217,7 +275,8 @@ impl Metrics {
     /// The Prometheus text exposition (OpenMetrics-compatible).
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
         out
     }
 }

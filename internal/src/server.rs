@@ -63,7 +63,9 @@ pub struct Options {
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options").field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("Options")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,12 +75,24 @@ impl std::fmt::Debug for Options {
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let cfg = opts.config.clone();
-    let data = TcpListener::bind(cfg.server.listen).await.map_err(|source| ServerError::Bind { addr: cfg.server.listen, source })?;
-    let admin_l = TcpListener::bind(cfg.server.admin_listen).await.map_err(|source| ServerError::Bind { addr: cfg.server.admin_listen, source })?;
+    let data = TcpListener::bind(cfg.server.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.server.listen,
+            source,
+        })?;
+    let admin_l = TcpListener::bind(cfg.server.admin_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.server.admin_listen,
+            source,
+        })?;
     let metrics = Arc::new(Metrics::new());
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = match &cfg.affinity.store {
-        StoreKind::Memory => AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl)),
+        StoreKind::Memory => {
+            AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl))
+        }
         StoreKind::Redis { url } => {
             let settings = RedisSettings {
                 url: url.clone(),
@@ -87,18 +101,31 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
                 timeout: cfg.affinity.redis_timeout,
                 max_entries: cfg.affinity.max_entries,
             };
-            AffinityStore::Redis(RedisStore::connect(settings, metrics.clone()).await.map_err(|e| ServerError::Store(e.to_string()))?)
+            AffinityStore::Redis(
+                RedisStore::connect(settings, metrics.clone())
+                    .await
+                    .map_err(|e| ServerError::Store(e.to_string()))?,
+            )
         }
     };
     let ids = conn_ids(&cfg)?;
-    let routing = Arc::new(Routing::new(opts.config, opts.file.clone(), opts.overrides, registry, metrics.clone()));
+    let routing = Arc::new(Routing::new(
+        opts.config,
+        opts.file.clone(),
+        opts.overrides,
+        registry,
+        metrics.clone(),
+    ));
     let hopper = Arc::new(Hopper::new(store, metrics.clone()));
     let (signal, watch) = drain::channel();
     let proxy = Arc::new(Proxy {
         routing: routing.clone(),
         hopper: hopper.clone(),
         ids,
-        upstream: Arc::new(Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)),
+        upstream: Arc::new(Upstream::new(
+            cfg.limits.connect_timeout,
+            cfg.limits.upstream_idle_timeout,
+        )),
         metrics: metrics.clone(),
         settings: ProxySettings {
             affinity_header: cfg.affinity.header.clone(),
@@ -110,13 +137,23 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         shutdown: watch.clone(),
     });
     let ready = Arc::new(AtomicBool::new(true));
-    let admin = Arc::new(Admin { routing: routing.clone(), hopper: hopper.clone(), metrics: metrics.clone(), token: cfg.server.admin_token.clone(), ready: ready.clone() });
+    let admin = Arc::new(Admin {
+        routing: routing.clone(),
+        hopper: hopper.clone(),
+        metrics: metrics.clone(),
+        token: cfg.server.admin_token.clone(),
+        ready: ready.clone(),
+    });
     tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
     tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
     tasks.spawn(accept_admin(admin_l, admin, watch.clone()));
-    tasks.spawn(crate::routing::reload::watch_triggers(routing.clone(), opts.file, watch.clone()));
+    tasks.spawn(crate::routing::reload::watch_triggers(
+        routing.clone(),
+        opts.file,
+        watch.clone(),
+    ));
     drop(watch);
 
     shutdown.await;
@@ -143,10 +180,18 @@ fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
     if cfg.affinity.ids == IdMode::Client {
         return Ok(ConnIds::new(IdMode::Client, Vec::new()));
     }
-    let key = std::env::var(&cfg.affinity.secret_env).ok().filter(|k| !k.is_empty()).ok_or_else(|| ServerError::MissingSecret(cfg.affinity.secret_env.clone()))?;
+    let key = std::env::var(&cfg.affinity.secret_env)
+        .ok()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ServerError::MissingSecret(cfg.affinity.secret_env.clone()))?;
     let mut keys = vec![key.into_bytes()];
     if let Ok(old) = std::env::var(&cfg.affinity.old_secrets_env) {
-        keys.extend(old.split(',').map(str::trim).filter(|k| !k.is_empty()).map(|k| k.as_bytes().to_vec()));
+        keys.extend(
+            old.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(|k| k.as_bytes().to_vec()),
+        );
     }
     Ok(ConnIds::new(IdMode::Signed, keys))
 }
@@ -160,10 +205,16 @@ fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
         // hyper's own limits sit above ours so that proxy::guard answers 414/431 with a JSON body;
         // past these hyper refuses by itself (414 for targets over 65,534 bytes, 431 otherwise).
         .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
-        .max_buf_size((l.max_request_line + l.max_header_bytes).saturating_mul(2).max(128 * 1024));
+        .max_buf_size(
+            (l.max_request_line + l.max_header_bytes)
+                .saturating_mul(2)
+                .max(128 * 1024),
+        );
     b.http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(l.max_header_bytes + l.max_request_line).unwrap_or(u32::MAX))
+        .max_header_list_size(
+            u32::try_from(l.max_header_bytes + l.max_request_line).unwrap_or(u32::MAX),
+        )
         .keep_alive_interval(Duration::from_secs(30));
     b
 }
@@ -180,7 +231,10 @@ async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain:
         };
         if limit.available_permits() == 0 && !warned {
             warned = true;
-            tracing::warn!(max_connections = proxy.settings.limits.max_connections, "connection limit reached; new connections wait");
+            tracing::warn!(
+                max_connections = proxy.settings.limits.max_connections,
+                "connection limit reached; new connections wait"
+            );
         } else if limit.available_permits() > 0 {
             warned = false;
         }
@@ -196,20 +250,36 @@ async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain:
             },
         };
         let _ = tcp.set_nodelay(true);
-        conns.spawn(serve_data(tcp, peer, proxy.clone(), builder.clone(), watch.clone(), permit));
+        conns.spawn(serve_data(
+            tcp,
+            peer,
+            proxy.clone(),
+            builder.clone(),
+            watch.clone(),
+            permit,
+        ));
         while conns.try_join_next().is_some() {}
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
 }
 
-async fn serve_data(tcp: TcpStream, peer: SocketAddr, proxy: Arc<Proxy>, builder: Arc<auto::Builder<TokioExecutor>>, mut watch: drain::Watch, _permit: tokio::sync::OwnedSemaphorePermit) {
+async fn serve_data(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    proxy: Arc<Proxy>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    mut watch: drain::Watch,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
     let dc = Arc::new(DownstreamConn::new(peer));
     let _gauge = proxy.metrics.connection("http");
     let svc_proxy = proxy.clone();
     let svc_dc = dc.clone();
     let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
+    // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
+    let io = crate::proxy::framing::FramingWatch::new(tcp, dc.framing.clone());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();
     let mut node_signal: Option<tokio::sync::watch::Receiver<crate::registry::NodeSignal>> = None;
@@ -234,7 +304,13 @@ async fn serve_data(tcp: TcpStream, peer: SocketAddr, proxy: Arc<Proxy>, builder
             }
             r = bound.changed() => {
                 if r.is_err() { continue; }
-                node_signal = bound.borrow_and_update().as_ref().map(|rt| rt.subscribe());
+                // Marked changed so its current state is checked at once: the node may have
+                // started draining between the placement and this subscription.
+                node_signal = bound.borrow_and_update().as_ref().map(|rt| {
+                    let mut rx = rt.subscribe();
+                    rx.mark_changed();
+                    rx
+                });
             }
             alive = node_changed, if !closing => {
                 let usable = node_signal.as_ref().is_none_or(|rx| rx.borrow().usable);

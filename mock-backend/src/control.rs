@@ -161,13 +161,20 @@ fn set_goaway(state: &State, query: Option<&str>) -> Response<RespBody> {
 fn set_abort_all(state: &State, query: Option<&str>) -> Response<RespBody> {
     if query_param(query, "state").as_deref() == Some("off") {
         state.abort_all.store(false, Ordering::Relaxed);
-        return json_response(StatusCode::OK, &json!({"node": state.id, "abort_all": false}));
+        return json_response(
+            StatusCode::OK,
+            &json!({"node": state.id, "abort_all": false}),
+        );
     }
     let after = match query_param(query, "after_bytes") {
         Some(raw) => match raw.parse::<u64>() {
             Ok(n) => n,
             Err(_) => {
-                return error_response(state, StatusCode::BAD_REQUEST, "after_bytes=N (bytes) must be a number")
+                return error_response(
+                    state,
+                    StatusCode::BAD_REQUEST,
+                    "after_bytes=N (bytes) must be a number",
+                )
             }
         },
         None => u64::MAX,
@@ -175,7 +182,10 @@ fn set_abort_all(state: &State, query: Option<&str>) -> Response<RespBody> {
     state.abort_after.store(after, Ordering::Relaxed);
     state.abort_all.store(true, Ordering::Relaxed);
     let after = (after != u64::MAX).then_some(after);
-    json_response(StatusCode::OK, &json!({"node": state.id, "abort_all": true, "after_bytes": after}))
+    json_response(
+        StatusCode::OK,
+        &json!({"node": state.id, "abort_all": true, "after_bytes": after}),
+    )
 }
 
 fn parse_u64(query: Option<&str>, key: &str) -> Option<u64> {

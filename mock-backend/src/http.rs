@@ -112,7 +112,8 @@ async fn route(
         "/sse" => sse(state),
         "/download" => download(state, req.uri().query()),
         "/abort" => {
-            let limit = query_param(req.uri().query(), "after_bytes").and_then(|n| n.parse::<u64>().ok());
+            let limit =
+                query_param(req.uri().query(), "after_bytes").and_then(|n| n.parse::<u64>().ok());
             return Err(abort(req, limit).await);
         }
         p => match p.strip_prefix("/status/") {

@@ -114,7 +114,12 @@ pub(crate) fn upgrade(
     if query_param(query, "echo_headers").as_deref() == Some("1") {
         let pairs: Vec<[String; 2]> = headers
             .iter()
-            .map(|(name, value)| [name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()])
+            .map(|(name, value)| {
+                [
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                ]
+            })
             .collect();
         hello["headers"] = json!(pairs);
     }

@@ -14,13 +14,13 @@
 //! `--concurrency 256` (handshakes in flight), `--echo-secs 3`, `--echo-rate 1000` (messages/s in total),
 //! `--settle-ms 1000` (wait after a step before reading RSS).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use futures_util::{stream, SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
-use tokio::time::{timeout, MissedTickBehavior};
+use tokio::time::{timeout, Instant, MissedTickBehavior};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -57,13 +57,19 @@ fn parse_args() -> Result<Args> {
         match flag.as_str() {
             "--url" => a.url = value,
             "--steps" => {
-                a.steps = value.split(',').map(|s| s.trim().parse::<usize>()).collect::<Result<_, _>>().context("--steps")?;
+                a.steps = value
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .context("--steps")?;
             }
             "--pid" => a.pids.push(value.parse().context("--pid")?),
             "--concurrency" => a.concurrency = value.parse().context("--concurrency")?,
             "--echo-secs" => a.echo_secs = value.parse().context("--echo-secs")?,
             "--echo-rate" => a.echo_rate = value.parse().context("--echo-rate")?,
-            "--settle-ms" => a.settle = Duration::from_millis(value.parse().context("--settle-ms")?),
+            "--settle-ms" => {
+                a.settle = Duration::from_millis(value.parse().context("--settle-ms")?)
+            }
             other => bail!("unknown flag {other}"),
         }
     }
@@ -92,7 +98,9 @@ fn rss_kib(pids: &[u32]) -> u64 {
 /// One connection: handshake, then the node's hello (any first data message).
 async fn open(url: String) -> Result<Ws> {
     timeout(IO_TIMEOUT, async move {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("handshake")?;
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .context("handshake")?;
         loop {
             match ws.next().await {
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => return Ok(ws),
@@ -110,7 +118,9 @@ async fn open(url: String) -> Result<Ws> {
 async fn echo_once(ws: &mut Ws, seq: u64) -> Result<Duration> {
     let payload = format!("bench-echo-{seq}");
     let start = Instant::now();
-    ws.send(Message::text(payload.clone())).await.context("send")?;
+    ws.send(Message::text(payload.clone()))
+        .await
+        .context("send")?;
     timeout(IO_TIMEOUT, async {
         loop {
             match ws.next().await {
@@ -195,8 +205,11 @@ async fn main() -> Result<()> {
     for &target in &args.steps {
         let want = target.saturating_sub(conns.len());
         let url = args.url.clone();
-        let results: Vec<Result<Ws>> =
-            stream::iter(0..want).map(|_| open(url.clone())).buffer_unordered(args.concurrency.max(1)).collect().await;
+        let results: Vec<Result<Ws>> = stream::iter(0..want)
+            .map(|_| open(url.clone()))
+            .buffer_unordered(args.concurrency.max(1))
+            .collect()
+            .await;
         let mut failed = 0usize;
         let mut first_error = None;
         for r in results {
@@ -215,7 +228,8 @@ async fn main() -> Result<()> {
         } else {
             json!(((rss.saturating_sub(base)) as f64 / conns.len() as f64 * 100.0).round() / 100.0)
         };
-        let (back, echo) = echo_phase(std::mem::take(&mut conns), args.echo_rate, args.echo_secs).await;
+        let (back, echo) =
+            echo_phase(std::mem::take(&mut conns), args.echo_rate, args.echo_secs).await;
         conns = back;
         steps.push(json!({
             "target": target, "conns": conns.len(), "failed": failed, "first_error": first_error,
@@ -225,7 +239,10 @@ async fn main() -> Result<()> {
             break;
         }
     }
-    println!("{}", json!({"url": args.url, "base_rss_kib": base, "steps": steps}));
+    println!(
+        "{}",
+        json!({"url": args.url, "base_rss_kib": base, "steps": steps})
+    );
     // Close politely but without waiting long: the script tears the proxies down next.
     let closing = stream::iter(conns).for_each_concurrent(256, |mut ws| async move {
         let _ = timeout(Duration::from_secs(2), ws.close(None)).await;

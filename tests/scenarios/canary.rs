@@ -8,10 +8,19 @@ use std::time::Duration;
 use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
 
 /// Node ids and their versions in the canary cluster.
-const NODES: [(&str, &str, u32); 4] = [("v1-a", "v1", 100), ("v1-b", "v1", 100), ("v2-a", "v2", 50), ("v2-b", "v2", 50)];
+const NODES: [(&str, &str, u32); 4] = [
+    ("v1-a", "v1", 100),
+    ("v1-b", "v1", 100),
+    ("v2-a", "v2", 50),
+    ("v2-b", "v2", 50),
+];
 
 fn version_of(node: &str) -> &'static str {
-    NODES.iter().find(|(id, _, _)| *id == node).map(|(_, v, _)| *v).unwrap_or_else(|| panic!("unknown node {node}"))
+    NODES
+        .iter()
+        .find(|(id, _, _)| *id == node)
+        .map(|(_, v, _)| *v)
+        .unwrap_or_else(|| panic!("unknown node {node}"))
 }
 
 /// Starts the four mocks and a gateway with three routes on cluster `svc`: `/strict` (no_match =
@@ -58,11 +67,17 @@ cluster = "svc"
 /// Sends `n` `GET path` with `headers` from 8 concurrent tasks; returns the serving node ids.
 async fn fan_out(gw: &Gateway, path: &str, headers: &[(&str, &str)], n: usize) -> Vec<String> {
     let url = gw.url(path);
-    let headers: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let tasks = (0..8).map(|t| {
         let (url, headers) = (url.clone(), headers.clone());
         async move {
-            let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let h: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
             let mut seen = Vec::new();
             for _ in (t..n).step_by(8) {
                 let r = get(&url, &h).await.expect("request");
@@ -72,7 +87,11 @@ async fn fan_out(gw: &Gateway, path: &str, headers: &[(&str, &str)], n: usize) -
             seen
         }
     });
-    futures_util::future::join_all(tasks).await.into_iter().flatten().collect()
+    futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 fn count(ids: &[String]) -> HashMap<&str, usize> {
@@ -86,7 +105,10 @@ fn count(ids: &[String]) -> HashMap<&str, usize> {
 #[tokio::test]
 async fn version_header_and_query_reach_only_v2_nodes() {
     let (_mocks, gw) = canary_setup().await;
-    for (path, headers) in [("/data", &[("x-version", "v2")][..]), ("/data?version=v2", &[][..])] {
+    for (path, headers) in [
+        ("/data", &[("x-version", "v2")][..]),
+        ("/data?version=v2", &[][..]),
+    ] {
         let ids = fan_out(&gw, path, headers, 1_000).await;
         assert_eq!(ids.len(), 1_000);
         let c = count(&ids);
@@ -94,7 +116,11 @@ async fn version_header_and_query_reach_only_v2_nodes() {
         assert_eq!(c.len(), 2, "both v2 nodes share the traffic: {c:?}");
         assert!(c.values().all(|n| (400..=600).contains(n)), "{path}: {c:?}");
     }
-    assert_eq!(gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#).await, 0.0);
+    assert_eq!(
+        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
+            .await,
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -115,29 +141,75 @@ async fn unknown_version_falls_back_with_warn_and_counter() {
     let ids = fan_out(&gw, "/data", &[("x-version", "v3")], 40).await;
     let c = count(&ids);
     assert_eq!(c.len(), 4, "served by all candidates: {c:?}");
-    let line = gw.logs.wait_for(&["requested_version", "candidates", "matched", "cluster"], Duration::from_secs(2)).await;
-    for part in ["WARN", "cluster=svc", "requested_version=\"v3\"", "candidates=4", "matched=0"] {
-        assert!(line.contains(part) || line.contains(&part.replace('"', "")), "{part} missing in {line}");
+    let line = gw
+        .logs
+        .wait_for(
+            &["requested_version", "candidates", "matched", "cluster"],
+            Duration::from_secs(2),
+        )
+        .await;
+    for part in [
+        "WARN",
+        "cluster=svc",
+        "requested_version=\"v3\"",
+        "candidates=4",
+        "matched=0",
+    ] {
+        assert!(
+            line.contains(part) || line.contains(&part.replace('"', "")),
+            "{part} missing in {line}"
+        );
     }
-    integration_tests::wait_until(Duration::from_secs(2), "one WARN per occurrence (40)", || async { gw.logs.matching(&["requested_version"]).len() >= 40 }).await;
-    assert_eq!(gw.logs.matching(&["requested_version"]).len(), 40, "one WARN per occurrence");
-    assert_eq!(gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#).await, 40.0);
+    integration_tests::wait_until(
+        Duration::from_secs(2),
+        "one WARN per occurrence (40)",
+        || async { gw.logs.matching(&["requested_version"]).len() >= 40 },
+    )
+    .await;
+    assert_eq!(
+        gw.logs.matching(&["requested_version"]).len(),
+        40,
+        "one WARN per occurrence"
+    );
+    assert_eq!(
+        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
+            .await,
+        40.0
+    );
 }
 
 #[tokio::test]
 async fn unknown_version_is_rejected_when_configured() {
     let (_mocks, gw) = canary_setup().await;
-    let r = get(&gw.url("/strict/data"), &[("x-version", "v3")]).await.expect("request");
+    let r = get(&gw.url("/strict/data"), &[("x-version", "v3")])
+        .await
+        .expect("request");
     assert_eq!(r.status, 503, "{}", r.text());
     let body = r.json();
     assert_eq!(body["code"], -1, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains("v3")), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains("v3")),
+        "{body}"
+    );
     // A version that exists is served on the same route; none at all is balanced.
-    let ok = get(&gw.url("/strict/data"), &[("x-version", "v2")]).await.expect("request");
+    let ok = get(&gw.url("/strict/data"), &[("x-version", "v2")])
+        .await
+        .expect("request");
     assert_eq!(ok.status, 200);
     assert_eq!(version_of(&ok.header("x-node-id").expect("node")), "v2");
-    assert_eq!(get(&gw.url("/strict/data"), &[]).await.expect("request").status, 200);
-    assert_eq!(gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#).await, 0.0, "a reject is not a fallback");
+    assert_eq!(
+        get(&gw.url("/strict/data"), &[])
+            .await
+            .expect("request")
+            .status,
+        200
+    );
+    assert_eq!(
+        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
+            .await,
+        0.0,
+        "a reject is not a fallback"
+    );
 }
 
 #[tokio::test]
@@ -161,19 +233,36 @@ async fn split_keeps_each_user_on_one_version() {
             out
         }
     });
-    let per_user: Vec<(String, HashSet<&str>)> = futures_util::future::join_all(tasks).await.into_iter().flatten().collect();
+    let per_user: Vec<(String, HashSet<&str>)> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     assert_eq!(per_user.len(), 100);
     for (user, versions) in &per_user {
         assert_eq!(versions.len(), 1, "{user} saw {versions:?}");
     }
     let on_v2 = per_user.iter().filter(|(_, v)| v.contains("v2")).count();
     eprintln!("split: {on_v2} of 100 users on v2");
-    assert!((22..=38).contains(&on_v2), "{on_v2} % of users on v2, want 30 +- 8");
+    assert!(
+        (22..=38).contains(&on_v2),
+        "{on_v2} % of users on v2, want 30 +- 8"
+    );
     // No user id: outside every bucket, so never on the split version's nodes while v1 is healthy.
     let ids = fan_out(&gw, "/split/data", &[], 80).await;
-    assert!(ids.iter().all(|id| version_of(id) == "v1"), "{:?}", count(&ids));
+    assert!(
+        ids.iter().all(|id| version_of(id) == "v1"),
+        "{:?}",
+        count(&ids)
+    );
     // An explicit version still wins over the split.
-    let ids = fan_out(&gw, "/split/data", &[("x-user-id", "user-1"), ("x-version", "v2")], 16).await;
+    let ids = fan_out(
+        &gw,
+        "/split/data",
+        &[("x-user-id", "user-1"), ("x-version", "v2")],
+        16,
+    )
+    .await;
     assert!(ids.iter().all(|id| version_of(id) == "v2"));
 }
 
@@ -203,11 +292,20 @@ async fn bound_id_rebinds_on_version() {
     let v2_node = send(Some("v2")).await;
     assert_eq!(version_of(&v2_node), "v2");
     assert_eq!(hops().await, 1.0, "re-bound with hop reason version");
-    gw.logs.wait_for(&["Hopping triggered for conn c-canary-1", "version"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &["Hopping triggered for conn c-canary-1", "version"],
+            Duration::from_secs(2),
+        )
+        .await;
     for v in [Some("v2"), None, Some("v2"), Some("v3")] {
         assert_eq!(send(v).await, v2_node, "stays on its v2 node ({v:?})");
     }
-    assert_eq!(hops().await, 1.0, "no further hops, not even for a version no node has");
+    assert_eq!(
+        hops().await,
+        1.0,
+        "no further hops, not even for a version no node has"
+    );
     let conn = gw.admin_json("/admin/conns/c-canary-1").await;
     assert_eq!(conn["node"], v2_node.as_str());
 }
@@ -247,17 +345,31 @@ cluster = "z"
     );
     let gw = Gateway::start(&toml).await;
     let ids = fan_out(&gw, "/data", &[], 80).await;
-    assert!(ids.iter().all(|id| id == "hz-a"), "same-zone node only: {:?}", count(&ids));
+    assert!(
+        ids.iter().all(|id| id == "hz-a"),
+        "same-zone node only: {:?}",
+        count(&ids)
+    );
 
     hz.set_down().await;
-    gw.wait_node_state("hz-a", "ejected", Duration::from_secs(3)).await;
+    gw.wait_node_state("hz-a", "ejected", Duration::from_secs(3))
+        .await;
     let ids = fan_out(&gw, "/data", &[], 80).await;
     let c = count(&ids);
     assert!(!c.contains_key("hz-a"), "{c:?}");
-    assert_eq!((c.get("sh-a"), c.get("nozone")), (Some(&40), Some(&40)), "all other nodes when none is healthy in the zone");
+    assert_eq!(
+        (c.get("sh-a"), c.get("nozone")),
+        (Some(&40), Some(&40)),
+        "all other nodes when none is healthy in the zone"
+    );
 
     hz.set_up().await;
-    gw.wait_node_state("hz-a", "healthy", Duration::from_secs(3)).await;
+    gw.wait_node_state("hz-a", "healthy", Duration::from_secs(3))
+        .await;
     let ids = fan_out(&gw, "/data", &[], 80).await;
-    assert!(ids.iter().all(|id| id == "hz-a"), "back to the zone: {:?}", count(&ids));
+    assert!(
+        ids.iter().all(|id| id == "hz-a"),
+        "back to the zone: {:?}",
+        count(&ids)
+    );
 }

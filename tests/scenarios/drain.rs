@@ -12,10 +12,14 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// TCP probes: a node made slow with `/control/delay` stays healthy.
-const TCP_HEALTH: &str = "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
+const TCP_HEALTH: &str =
+    "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
 
 fn config(nodes: &[(&str, String)], cluster_extra: &str, top: &str) -> String {
-    format!("{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n", cluster_toml("c", nodes, cluster_extra))
+    format!(
+        "{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
+        cluster_toml("c", nodes, cluster_extra)
+    )
 }
 
 fn grpc_addr(m: &Mock) -> String {
@@ -23,27 +27,48 @@ fn grpc_addr(m: &Mock) -> String {
 }
 
 async fn admin_post(gw: &Gateway, path: &str) -> integration_tests::Resp {
-    request("POST", &gw.admin(path), &[], Vec::new()).await.expect("admin call")
+    request("POST", &gw.admin(path), &[], Vec::new())
+        .await
+        .expect("admin call")
 }
 
 fn node_of(r: &integration_tests::Resp) -> String {
-    r.header("x-node-id").unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
+    r.header("x-node-id")
+        .unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
 }
 
 #[tokio::test]
 async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     let a = Mock::start("node-a").await;
     let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(&[("node-a", a.addr()), ("node-b", b.addr())], "", "")).await;
+    let gw = Gateway::start(&config(
+        &[("node-a", a.addr()), ("node-b", b.addr())],
+        "",
+        "",
+    ))
+    .await;
 
-    assert_eq!(admin_post(&gw, "/admin/nodes/nope/drain?period=1s").await.status, 404);
-    assert_eq!(admin_post(&gw, "/admin/nodes/nope/undrain").await.status, 404);
+    assert_eq!(
+        admin_post(&gw, "/admin/nodes/nope/drain?period=1s")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        admin_post(&gw, "/admin/nodes/nope/undrain").await.status,
+        404
+    );
 
     // A slow request in flight on node-a (every other node-a request is slow as well).
     a.delay(800).await;
     let url = gw.url("/data");
     let slow = tokio::spawn(async move { get(&url, &[("x-conn-id", "slow-1")]).await });
-    wait_until(Duration::from_secs(5), "a request in flight on node-a", || async { gw.node("node-a").await["inflight"] == 1 }).await;
+    wait_until(
+        Duration::from_secs(5),
+        "a request in flight on node-a",
+        || async { gw.node("node-a").await["inflight"] == 1 },
+    )
+    .await;
 
     let period = Duration::from_millis(1500);
     let r = admin_post(&gw, "/admin/nodes/node-a/drain?period=1500ms").await;
@@ -59,7 +84,12 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     }
     // The in-flight request finishes on node-a.
     let r = slow.await.expect("join").expect("slow request");
-    assert_eq!((r.status, node_of(&r)), (200, "node-a".to_string()), "{}", r.text());
+    assert_eq!(
+        (r.status, node_of(&r)),
+        (200, "node-a".to_string()),
+        "{}",
+        r.text()
+    );
 
     // Past the deadline the node stays draining until undrained.
     tokio::time::sleep_until(deadline + Duration::from_millis(300)).await;
@@ -74,42 +104,93 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
             seen_a += 1;
         }
     }
-    assert!(seen_a >= 3, "node-a got {seen_a} of 10 requests after undrain");
+    assert!(
+        seen_a >= 3,
+        "node-a got {seen_a} of 10 requests after undrain"
+    );
 }
 
 #[tokio::test]
 async fn bound_ids_hop_off_a_draining_node() {
     let a = Mock::start("node-a").await;
     let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(&[("node-a", a.addr()), ("node-b", b.addr())], "", "")).await;
-    let first = node_of(&get(&gw.url("/data"), &[("x-conn-id", "c-drain")]).await.expect("bind"));
-    let other = if first == "node-a" { "node-b" } else { "node-a" };
-    assert_eq!(admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=30s")).await.status, 202);
+    let gw = Gateway::start(&config(
+        &[("node-a", a.addr()), ("node-b", b.addr())],
+        "",
+        "",
+    ))
+    .await;
+    let first = node_of(
+        &get(&gw.url("/data"), &[("x-conn-id", "c-drain")])
+            .await
+            .expect("bind"),
+    );
+    let other = if first == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    assert_eq!(
+        admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=30s"))
+            .await
+            .status,
+        202
+    );
     for _ in 0..3 {
-        let r = get(&gw.url("/data"), &[("x-conn-id", "c-drain")]).await.expect("request");
+        let r = get(&gw.url("/data"), &[("x-conn-id", "c-drain")])
+            .await
+            .expect("request");
         assert_eq!(node_of(&r), other);
     }
-    assert_eq!(gw.metric("hopping_count_total{reason=\"draining\"}").await, 1.0);
+    assert_eq!(
+        gw.metric("hopping_count_total{reason=\"draining\"}").await,
+        1.0
+    );
     assert_eq!(gw.admin_json("/admin/conns/c-drain").await["node"], other);
-    gw.logs.wait_for(&[&format!("Hopping triggered for conn c-drain from {first} to {other}")], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &[&format!(
+                "Hopping triggered for conn c-drain from {first} to {other}"
+            )],
+            Duration::from_secs(2),
+        )
+        .await;
 }
 
 #[tokio::test]
 async fn h2_client_gets_goaway_when_its_node_drains() {
     let a = Mock::start("node-a").await;
     let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(&[("node-a", a.addr()), ("node-b", b.addr())], "", "")).await;
+    let gw = Gateway::start(&config(
+        &[("node-a", a.addr()), ("node-b", b.addr())],
+        "",
+        "",
+    ))
+    .await;
     let gw_addr = format!("127.0.0.1:{}", gw.port);
 
     // A connection without X-Conn-Id is its own affinity key: every request lands on one node.
     let mut c = h2c::connect(&gw_addr).await;
     let r = c.get("/echo", &[]).await.expect("first request");
     let first = r.header("x-node-id").expect("x-node-id");
-    let issued = r.header("x-conn-id").expect("the connection's conn id is returned");
+    let issued = r
+        .header("x-conn-id")
+        .expect("the connection's conn id is returned");
     for _ in 0..4 {
-        assert_eq!(c.get("/echo", &[]).await.expect("request").header("x-node-id").as_deref(), Some(first.as_str()));
+        assert_eq!(
+            c.get("/echo", &[])
+                .await
+                .expect("request")
+                .header("x-node-id")
+                .as_deref(),
+            Some(first.as_str())
+        );
     }
-    let (slow_node, other) = if first == "node-a" { (&a, "node-b") } else { (&b, "node-a") };
+    let (slow_node, other) = if first == "node-a" {
+        (&a, "node-b")
+    } else {
+        (&b, "node-a")
+    };
 
     // A slow request in flight on that node, then the node drains.
     slow_node.delay(1000).await;
@@ -119,25 +200,65 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
         send.ready().await?;
         h2c::read_all(send.send_request(req).await?).await
     });
-    wait_until(Duration::from_secs(5), "the slow request in flight", || async { gw.node(&first).await["inflight"] == 1 }).await;
-    assert_eq!(admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=5s")).await.status, 202);
+    wait_until(
+        Duration::from_secs(5),
+        "the slow request in flight",
+        || async { gw.node(&first).await["inflight"] == 1 },
+    )
+    .await;
+    assert_eq!(
+        admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=5s"))
+            .await
+            .status,
+        202
+    );
 
     // GOAWAY: the connection takes no new streams ...
-    gw.logs.wait_for(&["sending GOAWAY"], Duration::from_secs(2)).await;
-    wait_until(Duration::from_secs(2), "the client connection to refuse new streams", || async { c.send.is_closed() }).await;
+    gw.logs
+        .wait_for(&["sending GOAWAY"], Duration::from_secs(2))
+        .await;
+    wait_until(
+        Duration::from_secs(2),
+        "the client connection to refuse new streams",
+        || async { c.send.is_closed() },
+    )
+    .await;
     let refused = c.get("/echo", &[]).await;
-    assert!(refused.is_err(), "a new stream on a GOAWAY'd connection succeeded: {:?}", refused.map(|r| r.status));
+    assert!(
+        refused.is_err(),
+        "a new stream on a GOAWAY'd connection succeeded: {:?}",
+        refused.map(|r| r.status)
+    );
     // ... while the in-flight stream finishes, then the connection ends.
-    let r = slow.await.expect("join").expect("the in-flight request completes");
-    assert_eq!((r.status, r.header("x-node-id")), (200, Some(first.clone())));
-    tokio::time::timeout(Duration::from_secs(2), &mut c.conn).await.expect("the connection ends after its last stream").expect("join").expect("clean close");
+    let r = slow
+        .await
+        .expect("join")
+        .expect("the in-flight request completes");
+    assert_eq!(
+        (r.status, r.header("x-node-id")),
+        (200, Some(first.clone()))
+    );
+    tokio::time::timeout(Duration::from_secs(2), &mut c.conn)
+        .await
+        .expect("the connection ends after its last stream")
+        .expect("join")
+        .expect("clean close");
     // The drained connection's binding is gone with it.
-    assert_eq!(get(&gw.admin(&format!("/admin/conns/{issued}")), &[]).await.expect("admin").status, 404);
+    assert_eq!(
+        get(&gw.admin(&format!("/admin/conns/{issued}")), &[])
+            .await
+            .expect("admin")
+            .status,
+        404
+    );
 
     // The client's next connection is bound to a healthy node.
     let mut c2 = h2c::connect(&gw_addr).await;
     for _ in 0..3 {
-        let r = c2.get("/echo", &[]).await.expect("request on the new connection");
+        let r = c2
+            .get("/echo", &[])
+            .await
+            .expect("request on the new connection");
         assert_eq!(r.header("x-node-id").as_deref(), Some(other));
     }
 }
@@ -146,11 +267,25 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
 async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let b = Mock::start_with("node-b", &["--grpc"]).await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))], "protocol = \"h2c\"", "")).await;
+    let gw = Gateway::start(&config(
+        &[("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))],
+        "protocol = \"h2c\"",
+        "",
+    ))
+    .await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request("POST", TICKS_PATH, &grpc_headers(&[]), encode_frame(&proto::TicksRequest { count: 0 }));
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[]),
+        encode_frame(&proto::TicksRequest { count: 0 }),
+    );
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
-    let (tick, _) = s.next_message::<proto::Tick>().await.expect("alive").expect("a tick");
+    let (tick, _) = s
+        .next_message::<proto::Tick>()
+        .await
+        .expect("alive")
+        .expect("a tick");
     let node = tick.node.clone();
     let r = admin_post(&gw, &format!("/admin/nodes/{node}/drain?period=1s")).await;
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -158,7 +293,11 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
     // Ticks keep flowing until the deadline, then UNAVAILABLE trailers end the stream.
     let mut last = tick.seq;
     let ended = loop {
-        match s.next_message::<proto::Tick>().await.expect("the stream ends with trailers, not a reset") {
+        match s
+            .next_message::<proto::Tick>()
+            .await
+            .expect("the stream ends with trailers, not a reset")
+        {
             Some((t, _)) => {
                 assert_eq!((t.node.as_str(), t.seq), (node.as_str(), last + 1));
                 last = t.seq;
@@ -166,13 +305,37 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
             None => break Instant::now(),
         }
     };
-    assert!(ended + Duration::from_millis(50) >= deadline, "stream ended {:?} before the deadline", deadline - ended);
-    assert!(ended < deadline + Duration::from_millis(500), "stream ended {:?} after the deadline", ended - deadline);
+    assert!(
+        ended + Duration::from_millis(50) >= deadline,
+        "stream ended {:?} before the deadline",
+        deadline - ended
+    );
+    assert!(
+        ended < deadline + Duration::from_millis(500),
+        "stream ended {:?} after the deadline",
+        ended - deadline
+    );
     assert!(last >= 5, "only {last} ticks before the deadline");
     assert_eq!(s.trailer("grpc-status").as_deref(), Some("14"));
-    assert!(s.trailer("grpc-message").is_some_and(|m| m.contains("drain")));
-    gw.logs.wait_for(&["access", "path=/hopping.test.v1.Echo/Ticks", "grpc_status=14"], Duration::from_secs(2)).await;
-    wait_until(Duration::from_secs(1), "no stream left on the drained node", || async { gw.node(&node).await["inflight"] == 0 }).await;
+    assert!(s
+        .trailer("grpc-message")
+        .is_some_and(|m| m.contains("drain")));
+    gw.logs
+        .wait_for(
+            &[
+                "access",
+                "path=/hopping.test.v1.Echo/Ticks",
+                "grpc_status=14",
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
+    wait_until(
+        Duration::from_secs(1),
+        "no stream left on the drained node",
+        || async { gw.node(&node).await["inflight"] == 0 },
+    )
+    .await;
     assert_eq!(gw.node(&node).await["state"], "draining");
 }
 
@@ -180,13 +343,25 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
 async fn plain_stream_is_cut_at_the_drain_deadline() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config(&[("node-a", a.addr())], "", "")).await;
-    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.expect("connect");
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.expect("handshake");
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .expect("handshake");
     tokio::spawn(conn);
-    let req = http::Request::get("/sse").header("host", "app.example.test").body(http_body_util::Empty::<Bytes>::new()).expect("req");
+    let req = http::Request::get("/sse")
+        .header("host", "app.example.test")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .expect("req");
     let mut s = Stream::new(send.send_request(req).await.expect("head"));
     s.next_chunk().await.expect("alive").expect("an event");
-    assert_eq!(admin_post(&gw, "/admin/nodes/node-a/drain?period=500ms").await.status, 202);
+    assert_eq!(
+        admin_post(&gw, "/admin/nodes/node-a/drain?period=500ms")
+            .await
+            .status,
+        202
+    );
     let deadline = Instant::now() + Duration::from_millis(500);
     let err = loop {
         match s.next_chunk().await {
@@ -196,32 +371,63 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
         }
     };
     let now = Instant::now();
-    assert!(now + Duration::from_millis(50) >= deadline && now < deadline + Duration::from_millis(500), "cut at {:?} from the deadline", now.checked_duration_since(deadline));
+    assert!(
+        now + Duration::from_millis(50) >= deadline && now < deadline + Duration::from_millis(500),
+        "cut at {:?} from the deadline",
+        now.checked_duration_since(deadline)
+    );
     // HTTP/1.1: the chunked body stops without its last chunk, so the client sees a failed read.
-    assert!(err.is_incomplete_message() || err.is_body_write_aborted() || err.to_string().contains("body"), "unexpected error: {err}");
+    assert!(
+        err.is_incomplete_message()
+            || err.is_body_write_aborted()
+            || err.to_string().contains("body"),
+        "unexpected error: {err}"
+    );
 }
 
 #[tokio::test]
 async fn sigterm_finishes_in_flight_work_and_exits_zero() {
     let a = Mock::start("node-a").await;
-    let mut gw = Gateway::start(&config(&[("node-a", a.addr())], "", "[server]\nshutdown_timeout = \"5s\"\n")).await;
+    let mut gw = Gateway::start(&config(
+        &[("node-a", a.addr())],
+        "",
+        "[server]\nshutdown_timeout = \"5s\"\n",
+    ))
+    .await;
     let mut idle_h2 = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    assert_eq!(idle_h2.get("/data", &[]).await.expect("h2 request").status, 200);
+    assert_eq!(
+        idle_h2.get("/data", &[]).await.expect("h2 request").status,
+        200
+    );
     a.delay(1000).await;
     let url = gw.url("/data");
     let slow = tokio::spawn(async move { get(&url, &[]).await });
-    wait_until(Duration::from_secs(5), "a request in flight", || async { gw.node("node-a").await["inflight"] == 1 }).await;
+    wait_until(Duration::from_secs(5), "a request in flight", || async {
+        gw.node("node-a").await["inflight"] == 1
+    })
+    .await;
     let term_at = Instant::now();
     gw.signal("TERM");
     // Every h2 connection gets GOAWAY and ends (it has no streams left).
-    tokio::time::timeout(Duration::from_secs(2), &mut idle_h2.conn).await.expect("h2 connection closed after SIGTERM").expect("join").expect("clean GOAWAY close");
+    tokio::time::timeout(Duration::from_secs(2), &mut idle_h2.conn)
+        .await
+        .expect("h2 connection closed after SIGTERM")
+        .expect("join")
+        .expect("clean GOAWAY close");
     // New connections are refused.
-    wait_until(Duration::from_secs(2), "the listener to close", || async { TcpStream::connect(("127.0.0.1", gw.port)).await.is_err() }).await;
+    wait_until(Duration::from_secs(2), "the listener to close", || async {
+        TcpStream::connect(("127.0.0.1", gw.port)).await.is_err()
+    })
+    .await;
     // The in-flight request completes.
     let r = slow.await.expect("join").expect("in-flight request");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.text(), format!("Data from Node node-a (Port {})", a.port));
     let code = gw.wait_exit(Duration::from_secs(5)).await;
     assert_eq!(code, Some(0));
-    assert!(term_at.elapsed() < Duration::from_secs(5), "shutdown took {:?}", term_at.elapsed());
+    assert!(
+        term_at.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        term_at.elapsed()
+    );
 }

@@ -10,10 +10,17 @@ use tokio::time::Instant;
 
 /// A gateway config: `[health]` lines, one cluster `c` with `nodes` (id, addr) and extra cluster
 /// lines, and one catch-all route with extra route lines.
-fn config(health: &str, cluster_extra: &str, nodes: &[(&str, String)], route_extra: &str) -> String {
+fn config(
+    health: &str,
+    cluster_extra: &str,
+    nodes: &[(&str, String)],
+    route_extra: &str,
+) -> String {
     let mut s = format!("[health]\n{health}\n[[clusters]]\nname = \"c\"\n{cluster_extra}\n");
     for (id, addr) in nodes {
-        s.push_str(&format!("  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"));
+        s.push_str(&format!(
+            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"
+        ));
     }
     s.push_str(&format!("\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n{route_extra}\n"));
     s
@@ -22,17 +29,29 @@ fn config(health: &str, cluster_extra: &str, nodes: &[(&str, String)], route_ext
 /// The admin view of node `id`: (state, weight).
 async fn view(gw: &Gateway, id: &str) -> (String, f64) {
     let n = gw.node(id).await;
-    (n["state"].as_str().expect("state").to_string(), n["weight"].as_f64().expect("weight"))
+    (
+        n["state"].as_str().expect("state").to_string(),
+        n["weight"].as_f64().expect("weight"),
+    )
 }
 
 /// Polls node `id` every 10 ms until `state`; returns the time since `since` and the weight then.
-async fn time_to_state(gw: &Gateway, id: &str, state: &str, since: Instant, timeout: Duration) -> (Duration, f64) {
+async fn time_to_state(
+    gw: &Gateway,
+    id: &str,
+    state: &str,
+    since: Instant,
+    timeout: Duration,
+) -> (Duration, f64) {
     loop {
         let (s, w) = view(gw, id).await;
         if s == state {
             return (since.elapsed(), w);
         }
-        assert!(since.elapsed() < timeout, "node {id} not {state} after {timeout:?} (is {s})");
+        assert!(
+            since.elapsed() < timeout,
+            "node {id} not {state} after {timeout:?} (is {s})"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -54,7 +73,11 @@ async fn spread(gw: &Gateway, n: usize, concurrency: usize) -> HashMap<String, u
         }
     });
     let mut counts = HashMap::new();
-    for id in futures_util::future::join_all(tasks).await.into_iter().flatten() {
+    for id in futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flatten()
+    {
         *counts.entry(id).or_insert(0) += 1;
     }
     counts
@@ -76,7 +99,13 @@ slow_start = "3s"
 async fn business_down_degrades_ejects_and_ramps_back() {
     let a = Mock::start("a").await;
     let b = Mock::start("b").await;
-    let gw = Gateway::start(&config(BUSINESS_HEALTH, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = Gateway::start(&config(
+        BUSINESS_HEALTH,
+        "",
+        &[("a", a.addr()), ("b", b.addr())],
+        "",
+    ))
+    .await;
     assert_eq!(view(&gw, "a").await, ("healthy".to_string(), 100.0));
 
     // The node still answers 500 {"business":"DOWN"}; the status range admits it, the body check does not.
@@ -88,12 +117,35 @@ async fn business_down_degrades_ejects_and_ramps_back() {
     let (to_ejected, w) = time_to_state(&gw, "a", "ejected", t0, Duration::from_secs(3)).await;
     assert_eq!(w, 0.0);
     eprintln!("business DOWN: degraded after {to_degraded:?}, ejected after {to_ejected:?}");
-    assert_eq!(gw.metric(r#"gateway_node_weight{cluster="c",node="a"}"#).await, 0.0);
-    let line = gw.logs.wait_for(&["node state changed", "node=a", "degraded", "body /business"], Duration::from_secs(2)).await;
+    assert_eq!(
+        gw.metric(r#"gateway_node_weight{cluster="c",node="a"}"#)
+            .await,
+        0.0
+    );
+    let line = gw
+        .logs
+        .wait_for(
+            &["node state changed", "node=a", "degraded", "body /business"],
+            Duration::from_secs(2),
+        )
+        .await;
     assert!(line.contains("INFO"), "{line}");
-    gw.logs.wait_for(&["node state changed", "node=a", "ejected", "body /business"], Duration::from_secs(2)).await;
-    assert_eq!(gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="degraded"}"#).await, 1.0);
-    assert_eq!(gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="ejected"}"#).await, 1.0);
+    gw.logs
+        .wait_for(
+            &["node state changed", "node=a", "ejected", "body /business"],
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(
+        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="degraded"}"#)
+            .await,
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="ejected"}"#)
+            .await,
+        1.0
+    );
     // Every request now goes to b.
     let counts = spread(&gw, 40, 4).await;
     assert_eq!(counts.get("b"), Some(&40), "{counts:?}");
@@ -102,11 +154,17 @@ async fn business_down_degrades_ejects_and_ramps_back() {
     let t1 = Instant::now();
     a.set_up().await;
     let (to_healthy, first) = time_to_state(&gw, "a", "healthy", t1, Duration::from_secs(3)).await;
-    assert!(first < 100.0, "starts ramping below full weight, got {first}");
+    assert!(
+        first < 100.0,
+        "starts ramping below full weight, got {first}"
+    );
     let mut weights = vec![first];
     let ramp_start = Instant::now();
     while *weights.last().expect("non-empty") < 100.0 {
-        assert!(ramp_start.elapsed() < Duration::from_secs(6), "ramp never reached 100: {weights:?}");
+        assert!(
+            ramp_start.elapsed() < Duration::from_secs(6),
+            "ramp never reached 100: {weights:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (s, w) = view(&gw, "a").await;
         assert_eq!(s, "healthy");
@@ -114,11 +172,28 @@ async fn business_down_degrades_ejects_and_ramps_back() {
     }
     let ramp = ramp_start.elapsed();
     eprintln!("business UP: healthy after {to_healthy:?} at weight {first}; full weight {ramp:?} later; weights {weights:?}");
-    assert!(weights.windows(2).all(|w| w[0] <= w[1]), "ramp is monotonic: {weights:?}");
-    assert!(weights.iter().any(|w| *w > first && *w < 100.0), "intermediate weights seen: {weights:?}");
-    assert!(ramp >= Duration::from_millis(1_500) && ramp <= Duration::from_millis(3_500), "ramp took {ramp:?}");
-    assert_eq!(gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="healthy"}"#).await, 1.0);
-    assert_eq!(gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="degraded"}"#).await, 0.0);
+    assert!(
+        weights.windows(2).all(|w| w[0] <= w[1]),
+        "ramp is monotonic: {weights:?}"
+    );
+    assert!(
+        weights.iter().any(|w| *w > first && *w < 100.0),
+        "intermediate weights seen: {weights:?}"
+    );
+    assert!(
+        ramp >= Duration::from_millis(1_500) && ramp <= Duration::from_millis(3_500),
+        "ramp took {ramp:?}"
+    );
+    assert_eq!(
+        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="healthy"}"#)
+            .await,
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="degraded"}"#)
+            .await,
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -129,16 +204,24 @@ async fn degraded_node_gets_degraded_percent_of_its_share() {
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\ndegraded_percent = 20\neject_after = 100000\npassive_consecutive_errors = 0\n";
     let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
     let even = spread(&gw, 200, 8).await;
-    assert_eq!((even.get("a"), even.get("b")), (Some(&100), Some(&100)), "equal weights alternate exactly");
+    assert_eq!(
+        (even.get("a"), even.get("b")),
+        (Some(&100), Some(&100)),
+        "equal weights alternate exactly"
+    );
 
     a.set_down().await;
-    gw.wait_node_state("a", "degraded", Duration::from_secs(3)).await;
+    gw.wait_node_state("a", "degraded", Duration::from_secs(3))
+        .await;
     assert_eq!(view(&gw, "a").await.1, 20.0);
     // /data still answers 200 on a set-down node: only its share changes. 20 vs 100 -> 1/6.
     let counts = spread(&gw, 600, 8).await;
     let share = *counts.get("a").unwrap_or(&0) as f64 / 600.0;
     eprintln!("degraded share of a: {share:.3} ({counts:?})");
-    assert!((share - 1.0 / 6.0).abs() <= 0.05, "share {share:.3}, want 0.167 +- 0.05 ({counts:?})");
+    assert!(
+        (share - 1.0 / 6.0).abs() <= 0.05,
+        "share {share:.3}, want 0.167 +- 0.05 ({counts:?})"
+    );
     assert_eq!(view(&gw, "a").await.0, "degraded");
 }
 
@@ -147,7 +230,13 @@ async fn passive_errors_eject_a_hung_node_long_before_probes() {
     let a = Mock::start("a").await;
     let b = Mock::start("b").await;
     let health = "interval = \"10s\"\ntimeout = \"1s\"\ndegrade_after = 2\neject_after = 3\npassive_consecutive_errors = 3\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "timeout = \"300ms\"\nretries = 0\n")).await;
+    let gw = Gateway::start(&config(
+        health,
+        "",
+        &[("a", a.addr()), ("b", b.addr())],
+        "timeout = \"300ms\"\nretries = 0\n",
+    ))
+    .await;
     let warm = spread(&gw, 10, 1).await;
     assert_eq!(warm.len(), 2, "both nodes serve: {warm:?}");
 
@@ -155,24 +244,50 @@ async fn passive_errors_eject_a_hung_node_long_before_probes() {
     let t0 = Instant::now();
     let mut statuses = Vec::new();
     while view(&gw, "b").await.0 != "ejected" {
-        assert!(statuses.len() < 20, "b not ejected after {} requests: {statuses:?}", statuses.len());
+        assert!(
+            statuses.len() < 20,
+            "b not ejected after {} requests: {statuses:?}",
+            statuses.len()
+        );
         let r = get(&gw.url("/data"), &[]).await.expect("request");
         statuses.push((r.status, r.header("x-node-id")));
     }
     let took = t0.elapsed();
     let timeouts = statuses.iter().filter(|(s, _)| *s == 504).count();
-    eprintln!("passive ejection after {} requests ({timeouts} timed out) in {took:?}", statuses.len());
-    assert_eq!(timeouts, 3, "exactly passive_consecutive_errors timeouts: {statuses:?}");
+    eprintln!(
+        "passive ejection after {} requests ({timeouts} timed out) in {took:?}",
+        statuses.len()
+    );
+    assert_eq!(
+        timeouts, 3,
+        "exactly passive_consecutive_errors timeouts: {statuses:?}"
+    );
     assert!(statuses.len() <= 8, "a handful of requests: {statuses:?}");
-    assert!(took < Duration::from_secs(5), "well before the 10 s probe could eject it: {took:?}");
-    gw.logs.wait_for(&["node state changed", "node=b", "ejected", "passive"], Duration::from_secs(2)).await;
-    assert_eq!(gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="ejected"}"#).await, 1.0);
+    assert!(
+        took < Duration::from_secs(5),
+        "well before the 10 s probe could eject it: {took:?}"
+    );
+    gw.logs
+        .wait_for(
+            &["node state changed", "node=b", "ejected", "passive"],
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(
+        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="ejected"}"#)
+            .await,
+        1.0
+    );
 
     // All traffic moved to a, promptly.
     let t1 = Instant::now();
     let after = spread(&gw, 40, 4).await;
     assert_eq!(after.get("a"), Some(&40), "{after:?}");
-    assert!(t1.elapsed() < Duration::from_secs(3), "no request waited on the hung node: {:?}", t1.elapsed());
+    assert!(
+        t1.elapsed() < Duration::from_secs(3),
+        "no request waited on the hung node: {:?}",
+        t1.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -190,8 +305,14 @@ async fn timing_promise_degrade_and_eject_within_intervals() {
     let (degraded, _) = time_to_state(&gw, "a", "degraded", t0, Duration::from_secs(3)).await;
     let (ejected, _) = time_to_state(&gw, "a", "ejected", t0, Duration::from_secs(3)).await;
     eprintln!("timing promise: degraded after {degraded:?} (bound {:?}), ejected after {ejected:?} (bound {:?})", interval * 2 + slack, interval * 3 + interval + slack);
-    assert!(degraded <= interval * 2 + slack, "degraded after {degraded:?}");
-    assert!(ejected <= interval * 3 + interval + slack, "ejected after {ejected:?}");
+    assert!(
+        degraded <= interval * 2 + slack,
+        "degraded after {degraded:?}"
+    );
+    assert!(
+        ejected <= interval * 3 + interval + slack,
+        "ejected after {ejected:?}"
+    );
     assert!(ejected > degraded, "degraded first");
 
     // Recovery (recover_after 2, no slow start): back at full weight within two intervals plus slack.
@@ -210,7 +331,13 @@ async fn tcp_probe_override_ignores_business_health_and_sees_dead_nodes() {
     // Global [health] is an HTTP business check; cluster c overrides kind (and timings) to TCP.
     let global = "path = \"/actuator/health/business\"\nexpect_json = { pointer = \"/business\", equals = \"UP\" }\ninterval = \"2s\"\n";
     let cluster = "health = { kind = \"tcp\", interval = \"200ms\", timeout = \"200ms\", degrade_after = 1, eject_after = 2, recover_after = 1, slow_start = \"0s\" }";
-    let gw = Gateway::start(&config(global, cluster, &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = Gateway::start(&config(
+        global,
+        cluster,
+        &[("a", a.addr()), ("b", b.addr())],
+        "",
+    ))
+    .await;
     a.set_down().await;
     // A TCP probe only connects: business DOWN changes nothing over several intervals.
     let t0 = Instant::now();
@@ -222,10 +349,19 @@ async fn tcp_probe_override_ignores_business_health_and_sees_dead_nodes() {
     let t1 = Instant::now();
     let (ejected, _) = time_to_state(&gw, "a", "ejected", t1, Duration::from_secs(3)).await;
     eprintln!("tcp probe: killed node ejected after {ejected:?}");
-    assert!(ejected <= Duration::from_millis(200 * 2 + 200 + 300), "{ejected:?}");
-    gw.logs.wait_for(&["node state changed", "node=a", "ejected", "connect"], Duration::from_secs(2)).await;
+    assert!(
+        ejected <= Duration::from_millis(200 * 2 + 200 + 300),
+        "{ejected:?}"
+    );
+    gw.logs
+        .wait_for(
+            &["node state changed", "node=a", "ejected", "connect"],
+            Duration::from_secs(2),
+        )
+        .await;
     a.restart().await;
-    gw.wait_node_state("a", "healthy", Duration::from_secs(3)).await;
+    gw.wait_node_state("a", "healthy", Duration::from_secs(3))
+        .await;
     assert_eq!(view(&gw, "a").await.1, 100.0);
 }
 
@@ -238,25 +374,50 @@ async fn timeout_storm_keeps_the_last_node() {
     // Both nodes stop answering (probes included): every probe of the cluster times out.
     a.hang().await;
     b.hang().await;
-    gw.logs.wait_for(&["WARN", "timeout in the same interval", "cluster=c"], Duration::from_secs(5)).await;
+    gw.logs
+        .wait_for(
+            &["WARN", "timeout in the same interval", "cluster=c"],
+            Duration::from_secs(5),
+        )
+        .await;
     let states = || async { (view(&gw, "a").await.0, view(&gw, "b").await.0) };
     let (sa, sb) = states().await;
     let mut pair = [sa, sb];
     pair.sort();
-    assert_eq!(pair, ["degraded".to_string(), "ejected".to_string()], "one node ejected, the last one kept degraded");
+    assert_eq!(
+        pair,
+        ["degraded".to_string(), "ejected".to_string()],
+        "one node ejected, the last one kept degraded"
+    );
     // It stays that way over many more timed-out probes, and the WARN is logged once.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(1_200) {
         let (sa, sb) = states().await;
-        assert!(sa == "degraded" || sb == "degraded", "last node ejected: {sa} {sb}");
+        assert!(
+            sa == "degraded" || sb == "degraded",
+            "last node ejected: {sa} {sb}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(gw.logs.matching(&["timeout in the same interval"]).len(), 1, "WARN once per storm");
+    assert_eq!(
+        gw.logs.matching(&["timeout in the same interval"]).len(),
+        1,
+        "WARN once per storm"
+    );
     // Unhang: both come back.
     for m in [&a, &b] {
-        let r = request("POST", &format!("{}/control/unhang", m.url()), &[], Vec::new()).await.expect("unhang");
+        let r = request(
+            "POST",
+            &format!("{}/control/unhang", m.url()),
+            &[],
+            Vec::new(),
+        )
+        .await
+        .expect("unhang");
         assert_eq!(r.status, 200);
     }
-    gw.wait_node_state("a", "healthy", Duration::from_secs(3)).await;
-    gw.wait_node_state("b", "healthy", Duration::from_secs(3)).await;
+    gw.wait_node_state("a", "healthy", Duration::from_secs(3))
+        .await;
+    gw.wait_node_state("b", "healthy", Duration::from_secs(3))
+        .await;
 }

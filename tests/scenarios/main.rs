@@ -3,11 +3,11 @@
 
 #![allow(missing_docs)]
 
+mod canary;
 mod core;
 mod drain;
 mod h2;
-mod websocket;
 mod health;
-mod canary;
 mod redis;
 mod reload;
+mod websocket;

@@ -16,7 +16,9 @@ use tokio::time::Instant;
 fn cluster(name: &str, nodes: &[(&str, &str, &str)], extra: &str) -> String {
     let mut s = format!("[[clusters]]\nname = \"{name}\"\n{extra}\n");
     for (id, addr, meta) in nodes {
-        s.push_str(&format!("  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"));
+        s.push_str(&format!(
+            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"
+        ));
         if !meta.is_empty() {
             s.push_str(&format!("  metadata = {meta}\n"));
         }
@@ -30,21 +32,32 @@ fn route(id: &str, prefix: &str, cluster: &str, strip: &str, extra: &str) -> Str
 }
 
 async fn admin_post(gw: &Gateway, path: &str) -> Resp {
-    request("POST", &gw.admin(path), &[], Vec::new()).await.expect("admin call")
+    request("POST", &gw.admin(path), &[], Vec::new())
+        .await
+        .expect("admin call")
 }
 
 async fn generation(gw: &Gateway) -> u64 {
-    gw.admin_json("/admin/routes").await["generation"].as_u64().expect("generation")
+    gw.admin_json("/admin/routes").await["generation"]
+        .as_u64()
+        .expect("generation")
 }
 
 async fn route_ids(gw: &Gateway) -> Vec<String> {
     let v = gw.admin_json("/admin/routes").await;
-    v["routes"].as_array().expect("routes").iter().map(|r| r["id"].as_str().expect("id").to_string()).collect()
+    v["routes"]
+        .as_array()
+        .expect("routes")
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_string())
+        .collect()
 }
 
 /// `GET path` on a fresh connection (`Connection: close`): status and `x-node-id`.
 async fn fresh_get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: app.example.test\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -52,10 +65,22 @@ async fn fresh_get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, Str
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await.expect("answer within 10 s").expect("read");
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+        .await
+        .expect("answer within 10 s")
+        .expect("read");
     let text = String::from_utf8_lossy(&buf);
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let node = text.lines().find_map(|l| l.strip_prefix("x-node-id: ")).unwrap_or("-").trim().to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let node = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-node-id: "))
+        .unwrap_or("-")
+        .trim()
+        .to_string();
     (status, node)
 }
 
@@ -75,7 +100,8 @@ impl Load {
         let handles = specs
             .iter()
             .map(|&(path, v2, fresh)| {
-                let (stop, url, port, path) = (stop.clone(), gw.url(path), gw.port, path.to_string());
+                let (stop, url, port, path) =
+                    (stop.clone(), gw.url(path), gw.port, path.to_string());
                 tokio::spawn(async move {
                     let headers: &[(&str, &str)] = if v2 { &[("x-version", "v2")] } else { &[] };
                     let mut tick = tokio::time::interval(every);
@@ -86,7 +112,10 @@ impl Load {
                             fresh_get(port, &path, headers).await
                         } else {
                             let r = get(&url, headers).await.expect("request");
-                            (r.status, r.header("x-node-id").unwrap_or_else(|| "-".into()))
+                            (
+                                r.status,
+                                r.header("x-node-id").unwrap_or_else(|| "-".into()),
+                            )
                         };
                         out.push((status, node, v2));
                     }
@@ -111,17 +140,23 @@ impl Load {
 /// Keep the returned sockets alive while the address is in use.
 async fn hanging_addr() -> (String, tokio::net::TcpListener, Vec<TcpStream>) {
     let sock = tokio::net::TcpSocket::new_v4().expect("socket");
-    sock.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    sock.bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
     let listener = sock.listen(1).expect("listen");
     let addr = listener.local_addr().expect("local addr");
     let mut fill = Vec::new();
     for _ in 0..8 {
-        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await
+        {
             fill.push(s);
         }
     }
     let probe = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await;
-    assert!(probe.is_err(), "the accept queue of {addr} is full, so a connect hangs");
+    assert!(
+        probe.is_err(),
+        "the accept queue of {addr} is full, so a connect hangs"
+    );
     (addr.to_string(), listener, fill)
 }
 
@@ -129,13 +164,29 @@ async fn hanging_addr() -> (String, tokio::net::TcpListener, Vec<TcpStream>) {
 async fn case01_slow_reload_is_live_when_the_call_returns() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
     let (slow, _listener, _fill) = hanging_addr().await;
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""), route("a", "/a", "ca", "/a", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("a", "/a", "ca", "/a", "")
+    );
     let gw = Gateway::start(&v1).await;
     assert_eq!(generation(&gw).await, 1);
-    let v2 = format!("{v1}{}{}", cluster("cb", &[("node-b", &b.addr(), ""), ("node-slow", &slow, "")], ""), route("b", "/b", "cb", "/b", ""));
+    let v2 = format!(
+        "{v1}{}{}",
+        cluster(
+            "cb",
+            &[("node-b", &b.addr(), ""), ("node-slow", &slow, "")],
+            ""
+        ),
+        route("b", "/b", "cb", "/b", "")
+    );
 
     // 4 keep-alive loops, one request every 10 ms each: ~400 req/s offered.
-    let load = Load::start(&gw, &[("/a/echo/x", false, false); 4], Duration::from_millis(10));
+    let load = Load::start(
+        &gw,
+        &[("/a/echo/x", false, false); 4],
+        Duration::from_millis(10),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Written just before the call: the admin reload reads it first; the file watch then sees
     // content already read and does nothing.
@@ -147,23 +198,40 @@ async fn case01_slow_reload_is_live_when_the_call_returns() {
     assert_eq!(r.json()["generation"], 2);
     for _ in 0..20 {
         let r = get(&gw.url("/b/echo/x"), &[]).await.expect("GET /b");
-        assert_eq!((r.status, r.header("x-node-id").as_deref()), (200, Some("node-b")), "{}", r.text());
+        assert_eq!(
+            (r.status, r.header("x-node-id").as_deref()),
+            (200, Some("node-b")),
+            "{}",
+            r.text()
+        );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = t0 - Duration::from_millis(300);
     let outcomes = load.finish().await;
     let secs = started.elapsed().as_secs_f64();
-    let bad: Vec<_> = outcomes.iter().filter(|o| o.0 != 200 || o.1 != "node-a").collect();
-    assert!(bad.is_empty(), "every /a/x answered 200 from node-a: {bad:?}");
+    let bad: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.0 != 200 || o.1 != "node-a")
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "every /a/x answered 200 from node-a: {bad:?}"
+    );
     let rate = outcomes.len() as f64 / secs;
     assert!(rate >= 50.0, "load ran at {rate:.0} req/s");
     // The probe of the hanging node took its bounded time, and that node starts ejected.
-    assert!(reload_took >= Duration::from_millis(900) && reload_took < Duration::from_secs(5), "reload took {reload_took:?}");
+    assert!(
+        reload_took >= Duration::from_millis(900) && reload_took < Duration::from_secs(5),
+        "reload took {reload_took:?}"
+    );
     assert_eq!(gw.node("node-slow").await["state"], "ejected");
     assert_eq!(generation(&gw).await, 2);
     assert_eq!(gw.metric("gateway_route_table_generation").await, 2.0);
     assert_eq!(gw.metric("gateway_reloads_total{result=\"ok\"}").await, 1.0);
-    eprintln!("case01: {} /a requests at {rate:.0} req/s, reload call {reload_took:?}", outcomes.len());
+    eprintln!(
+        "case01: {} /a requests at {rate:.0} req/s, reload call {reload_took:?}",
+        outcomes.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,55 +243,130 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         ("node-b", b.addr(), "{ version = \"v1\" }"),
         ("node-c", c.addr(), "{ version = \"v2\" }"),
     ];
-    let nodes: Vec<(&str, &str, &str)> = nodes.iter().map(|(i, a, m)| (*i, a.as_str(), *m)).collect();
+    let nodes: Vec<(&str, &str, &str)> =
+        nodes.iter().map(|(i, a, m)| (*i, a.as_str(), *m)).collect();
     let base = format!("{FAST_HEALTH}{}", cluster("main", &nodes, ""));
-    let api = route("api", "/api", "main", "/api", "  [routes.canary]\n  version_header = \"x-version\"\n");
+    let api = route(
+        "api",
+        "/api",
+        "main",
+        "/api",
+        "  [routes.canary]\n  version_header = \"x-version\"\n",
+    );
     let original = format!("{base}{api}");
     let with_new = format!("{original}{}", route("new", "/new", "main", "/new", ""));
     let gw = Gateway::start(&original).await;
 
     // ~200 req/s: half with x-version: v2; keep-alive and fresh connections.
-    let specs = [("/api/echo/ping", false, false), ("/api/echo/ping", true, false), ("/api/echo/ping", false, true), ("/api/echo/ping", true, true)];
+    let specs = [
+        ("/api/echo/ping", false, false),
+        ("/api/echo/ping", true, false),
+        ("/api/echo/ping", false, true),
+        ("/api/echo/ping", true, true),
+    ];
     let load = Load::start(&gw, &specs, Duration::from_millis(20));
     for i in 0..20 {
-        std::fs::write(&gw.config_path, if i % 2 == 0 { &with_new } else { &original }).expect("write");
+        std::fs::write(
+            &gw.config_path,
+            if i % 2 == 0 { &with_new } else { &original },
+        )
+        .expect("write");
         let r = admin_post(&gw, "/admin/reload").await;
         assert_eq!(r.status, 200, "{}", r.text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let g = generation(&gw).await;
     assert_eq!(g, 21, "20 reloads, one generation each");
-    assert_eq!(route_ids(&gw).await, ["api"], "the last reload wrote the original");
+    assert_eq!(
+        route_ids(&gw).await,
+        ["api"],
+        "the last reload wrote the original"
+    );
 
     // A route naming a missing cluster (and a bad timeout): refused with every error.
-    let bad = format!("{original}{}", route("broken", "/broken", "nope", "", "timeout = \"soon\""));
+    let bad = format!(
+        "{original}{}",
+        route("broken", "/broken", "nope", "", "timeout = \"soon\"")
+    );
     std::fs::write(&gw.config_path, &bad).expect("write bad");
     let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!(r.status, 422, "{}", r.text());
     let errors = r.json()["errors"].as_array().expect("errors").clone();
-    let keys: Vec<&str> = errors.iter().map(|e| e["key"].as_str().expect("key")).collect();
-    assert_eq!(keys, ["routes[1].cluster", "routes[1].timeout"], "{errors:?}");
-    let cluster_line = bad.lines().position(|l| l.starts_with("cluster = \"nope\"")).expect("line") + 1;
-    assert_eq!((errors[0]["line"].as_u64(), errors[0]["column"].as_u64()), (Some(cluster_line as u64), Some(11)), "{errors:?}");
-    assert!(errors[0]["message"].as_str().expect("message").contains("nope"));
+    let keys: Vec<&str> = errors
+        .iter()
+        .map(|e| e["key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(
+        keys,
+        ["routes[1].cluster", "routes[1].timeout"],
+        "{errors:?}"
+    );
+    let cluster_line = bad
+        .lines()
+        .position(|l| l.starts_with("cluster = \"nope\""))
+        .expect("line")
+        + 1;
+    assert_eq!(
+        (errors[0]["line"].as_u64(), errors[0]["column"].as_u64()),
+        (Some(cluster_line as u64), Some(11)),
+        "{errors:?}"
+    );
+    assert!(errors[0]["message"]
+        .as_str()
+        .expect("message")
+        .contains("nope"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let outcomes = load.finish().await;
 
-    assert_eq!(generation(&gw).await, g, "the refused file left the table alone");
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"invalid\"}").await, 1.0);
-    let non_2xx: Vec<_> = outcomes.iter().filter(|o| !(200..300).contains(&o.0)).collect();
-    assert!(non_2xx.is_empty(), "{} of {} requests failed: {:?}", non_2xx.len(), outcomes.len(), &non_2xx[..non_2xx.len().min(5)]);
+    assert_eq!(
+        generation(&gw).await,
+        g,
+        "the refused file left the table alone"
+    );
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
+        1.0
+    );
+    let non_2xx: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !(200..300).contains(&o.0))
+        .collect();
+    assert!(
+        non_2xx.is_empty(),
+        "{} of {} requests failed: {:?}",
+        non_2xx.len(),
+        outcomes.len(),
+        &non_2xx[..non_2xx.len().min(5)]
+    );
     let v2_elsewhere: Vec<_> = outcomes.iter().filter(|o| o.2 && o.1 != "node-c").collect();
-    assert!(v2_elsewhere.is_empty(), "v2 requests served by default nodes: {v2_elsewhere:?}");
-    assert!(outcomes.len() >= 300, "only {} requests ran", outcomes.len());
-    eprintln!("case02: {} requests over 20 reloads, all 2xx", outcomes.len());
+    assert!(
+        v2_elsewhere.is_empty(),
+        "v2 requests served by default nodes: {v2_elsewhere:?}"
+    );
+    assert!(
+        outcomes.len() >= 300,
+        "only {} requests ran",
+        outcomes.len()
+    );
+    eprintln!(
+        "case02: {} requests over 20 reloads, all 2xx",
+        outcomes.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_triggers_coalesce_and_the_latest_file_wins() {
     let a = Mock::start("node-a").await;
-    let base = format!("{FAST_HEALTH}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""));
-    let file = |marker: &str| format!("{base}{}", route(marker, &format!("/{marker}"), "ca", "", ""));
+    let base = format!(
+        "{FAST_HEALTH}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], "")
+    );
+    let file = |marker: &str| {
+        format!(
+            "{base}{}",
+            route(marker, &format!("/{marker}"), "ca", "", "")
+        )
+    };
     let gw = Gateway::start(&file("start")).await;
     for round in 0..5 {
         let (first, last) = (format!("a{round}"), format!("b{round}"));
@@ -233,10 +376,18 @@ async fn concurrent_triggers_coalesce_and_the_latest_file_wins() {
         let r = admin_post(&gw, "/admin/reload").await;
         assert_eq!(r.status, 200, "{}", r.text());
         // The admin call was made after B was written: B is live when it returns.
-        assert_eq!(route_ids(&gw).await, [last.as_str()], "round {round}: right after POST /admin/reload");
+        assert_eq!(
+            route_ids(&gw).await,
+            [last.as_str()],
+            "round {round}: right after POST /admin/reload"
+        );
         // Whatever the file watch and SIGHUP still do, B stays live.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(route_ids(&gw).await, [last.as_str()], "round {round}: after the other triggers ran");
+        assert_eq!(
+            route_ids(&gw).await,
+            [last.as_str()],
+            "round {round}: after the other triggers ran"
+        );
     }
     let ok = gw.metric("gateway_reloads_total{result=\"ok\"}").await;
     assert!(ok >= 5.0, "5 rounds ran {ok} reloads");
@@ -245,42 +396,103 @@ async fn concurrent_triggers_coalesce_and_the_latest_file_wins() {
 
 #[tokio::test]
 async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected() {
-    let (a, b, c) = (Mock::start("node-a").await, Mock::start("node-b").await, Mock::start("node-c").await);
-    let (closed1, closed2) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let (a, b, c) = (
+        Mock::start("node-a").await,
+        Mock::start("node-b").await,
+        Mock::start("node-c").await,
+    );
+    let (closed1, closed2) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
     let r = route("api", "/", "main", "", "");
-    let gw = Gateway::start(&format!("{FAST_HEALTH}{}{r}", cluster("main", &[("node-a", &a.addr(), "")], ""))).await;
+    let gw = Gateway::start(&format!(
+        "{FAST_HEALTH}{}{r}",
+        cluster("main", &[("node-a", &a.addr(), "")], "")
+    ))
+    .await;
 
-    let refused = cluster("main", &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), ""), ("dead-1", &closed1, ""), ("dead-2", &closed2, "")], "");
+    let refused = cluster(
+        "main",
+        &[
+            ("node-a", &a.addr(), ""),
+            ("node-b", &b.addr(), ""),
+            ("dead-1", &closed1, ""),
+            ("dead-2", &closed2, ""),
+        ],
+        "",
+    );
     std::fs::write(&gw.config_path, format!("{FAST_HEALTH}{refused}{r}")).expect("write");
     let resp = admin_post(&gw, "/admin/reload").await;
     assert_eq!(resp.status, 422, "{}", resp.text());
-    let keys: Vec<String> = resp.json()["errors"].as_array().expect("errors").iter().map(|e| e["key"].as_str().expect("key").to_string()).collect();
+    let keys: Vec<String> = resp.json()["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["key"].as_str().expect("key").to_string())
+        .collect();
     assert_eq!(keys, ["-", "clusters[0].nodes[2]", "clusters[0].nodes[3]"]);
     assert_eq!(generation(&gw).await, 1);
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"probe_failed\"}").await, 1.0);
-    gw.logs.wait_for(&["reload refused", "2 of 3 new nodes failed"], Duration::from_secs(2)).await;
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"probe_failed\"}")
+            .await,
+        1.0
+    );
+    gw.logs
+        .wait_for(
+            &["reload refused", "2 of 3 new nodes failed"],
+            Duration::from_secs(2),
+        )
+        .await;
 
-    let accepted = cluster("main", &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), ""), ("node-c", &c.addr(), ""), ("dead-1", &closed1, "")], "");
+    let accepted = cluster(
+        "main",
+        &[
+            ("node-a", &a.addr(), ""),
+            ("node-b", &b.addr(), ""),
+            ("node-c", &c.addr(), ""),
+            ("dead-1", &closed1, ""),
+        ],
+        "",
+    );
     std::fs::write(&gw.config_path, format!("{FAST_HEALTH}{accepted}{r}")).expect("write");
     let resp = admin_post(&gw, "/admin/reload").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(gw.node("dead-1").await["state"], "ejected", "ejected before any probe interval passed");
+    assert_eq!(
+        gw.node("dead-1").await["state"],
+        "ejected",
+        "ejected before any probe interval passed"
+    );
     assert_eq!(gw.node("node-c").await["state"], "healthy");
     for _ in 0..30 {
         let r = get(&gw.url("/echo"), &[]).await.expect("request");
         assert_eq!(r.status, 200);
         assert_ne!(r.header("x-node-id").as_deref(), Some("dead-1"));
     }
-    assert_eq!(gw.metric("gateway_retries_total{route=\"api\",reason=\"connect_error\"}").await, 0.0, "no request tried the dead node");
+    assert_eq!(
+        gw.metric("gateway_retries_total{route=\"api\",reason=\"connect_error\"}")
+            .await,
+        0.0,
+        "no request tried the dead node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_ramps_a_new_route_from_its_initial_share() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""), route("api", "/api", "ca", "/api", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "ca", "/api", "")
+    );
     let gw = Gateway::start(&v1).await;
-    let warm = "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
-    let v2 = format!("{v1}{}{}", cluster("cb", &[("node-b", &b.addr(), "")], ""), route("new", "/api/echo/n", "cb", "/api", warm));
+    let warm =
+        "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
+    let v2 = format!(
+        "{v1}{}{}",
+        cluster("cb", &[("node-b", &b.addr(), "")], ""),
+        route("new", "/api/echo/n", "cb", "/api", warm)
+    );
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -307,7 +519,10 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
                     (new, all)
                 }
             });
-            let (new, all) = futures_util::future::join_all(tasks).await.into_iter().fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+            let (new, all) = futures_util::future::join_all(tasks)
+                .await
+                .into_iter()
+                .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
             (f64::from(new) / f64::from(all), all)
         }
     };
@@ -319,18 +534,33 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
     assert!((0.05..=0.35).contains(&first), "first second: {first:.3}");
     // Ramp 70 % -> 97 % between 2.0 and 2.9 s: about 84 % expected.
     assert!(late >= 0.65 && late > first + 0.3, "2.0-2.9 s: {late:.3}");
-    assert_eq!(after, 1.0, "after the window the new route takes all its matches");
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"rolled_back\"}").await, 0.0);
+    assert_eq!(
+        after, 1.0,
+        "after the window the new route takes all its matches"
+    );
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
+            .await,
+        0.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_error_rate_above_limit_rolls_back_automatically() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""), route("api", "/api", "ca", "/api", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "ca", "/api", "")
+    );
     let gw = Gateway::start(&v1).await;
     let warm = "  [routes.warmup]\n  initial_percent = 50\n  duration = \"30s\"\n  max_error_rate = 0.05\n";
     // The new route sends /api/status/500 to node-b's /status/500; the old route sends it to node-a's.
-    let v2 = format!("{v1}{}{}", cluster("cb", &[("node-b", &b.addr(), "")], ""), route("new", "/api/status", "cb", "/api", warm));
+    let v2 = format!(
+        "{v1}{}{}",
+        cluster("cb", &[("node-b", &b.addr(), "")], ""),
+        route("new", "/api/status", "cb", "/api", warm)
+    );
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!((r.status, generation(&gw).await), (200, 2), "{}", r.text());
@@ -340,17 +570,38 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
         let (url, gw) = (gw.url("/api/status/500"), &gw);
         async move {
             let _ = get(&url, &[]).await.expect("request");
-            gw.metric("gateway_reloads_total{result=\"rolled_back\"}").await >= 1.0
+            gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
+                .await
+                >= 1.0
         }
     })
     .await;
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"rolled_back\"}").await, 1.0);
-    assert_eq!(generation(&gw).await, 3, "the rollback is a swap of its own");
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        generation(&gw).await,
+        3,
+        "the rollback is a swap of its own"
+    );
     assert_eq!(gw.metric("gateway_route_table_generation").await, 3.0);
     assert_eq!(route_ids(&gw).await, ["api"]);
-    let line = gw.logs.wait_for(&["warm-up error rate above max_error_rate", "route new"], Duration::from_secs(2)).await;
+    let line = gw
+        .logs
+        .wait_for(
+            &["warm-up error rate above max_error_rate", "route new"],
+            Duration::from_secs(2),
+        )
+        .await;
     assert!(line.contains("generation=2"), "{line}");
-    gw.logs.wait_for(&["route table rolled back", "rolled_back"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &["route table rolled back", "rolled_back"],
+            Duration::from_secs(2),
+        )
+        .await;
     // The route is gone: node-a answers everything now, and nothing rolls back again.
     for _ in 0..30 {
         let r = get(&gw.url("/api/status/500"), &[]).await.expect("request");
@@ -364,51 +615,121 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
 #[tokio::test]
 async fn rollback_endpoint_restores_the_previous_table() {
     let a = Mock::start("node-a").await;
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""), route("api", "/api", "ca", "/api", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "ca", "/api", "")
+    );
     let gw = Gateway::start(&v1).await;
     let r = admin_post(&gw, "/admin/rollback").await;
     assert_eq!(r.status, 422, "nothing to roll back to: {}", r.text());
-    assert!(r.json()["errors"][0]["message"].as_str().expect("message").contains("no previous"));
+    assert!(r.json()["errors"][0]["message"]
+        .as_str()
+        .expect("message")
+        .contains("no previous"));
 
-    std::fs::write(&gw.config_path, format!("{v1}{}", route("new", "/new", "ca", "/new", ""))).expect("write");
-    assert_eq!(admin_post(&gw, "/admin/reload").await.json()["generation"], 2);
+    std::fs::write(
+        &gw.config_path,
+        format!("{v1}{}", route("new", "/new", "ca", "/new", "")),
+    )
+    .expect("write");
+    assert_eq!(
+        admin_post(&gw, "/admin/reload").await.json()["generation"],
+        2
+    );
     assert_eq!(route_ids(&gw).await, ["new", "api"]);
-    assert_eq!(get(&gw.url("/new/echo"), &[]).await.expect("request").status, 200);
+    assert_eq!(
+        get(&gw.url("/new/echo"), &[])
+            .await
+            .expect("request")
+            .status,
+        200
+    );
 
     let r = admin_post(&gw, "/admin/rollback").await;
-    assert_eq!((r.status, r.json()["generation"].as_u64()), (200, Some(3)), "{}", r.text());
+    assert_eq!(
+        (r.status, r.json()["generation"].as_u64()),
+        (200, Some(3)),
+        "{}",
+        r.text()
+    );
     assert_eq!(route_ids(&gw).await, ["api"]);
-    assert_eq!(get(&gw.url("/new/echo"), &[]).await.expect("request").status, 404);
+    assert_eq!(
+        get(&gw.url("/new/echo"), &[])
+            .await
+            .expect("request")
+            .status,
+        404
+    );
     assert_eq!(gw.metric("gateway_route_table_generation").await, 3.0);
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"rollback\"}").await, 1.0);
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"rollback\"}")
+            .await,
+        1.0
+    );
     // A second rollback undoes the first.
-    assert_eq!(admin_post(&gw, "/admin/rollback").await.json()["generation"], 4);
+    assert_eq!(
+        admin_post(&gw, "/admin/rollback").await.json()["generation"],
+        4
+    );
     assert_eq!(route_ids(&gw).await, ["new", "api"]);
 }
 
 #[tokio::test]
 async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() {
     let a = Mock::start("node-a").await;
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("ca", &[("node-a", &a.addr(), "")], ""), route("api", "/api", "ca", "/api", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "ca", "/api", "")
+    );
     let gw = Gateway::start(&v1).await;
-    gw.write_config(&format!("{v1}[[routes]]\nid = \"x\"\ncluster = \"ca\"\nbogus = 1\n"));
-    wait_until(Duration::from_secs(5), "invalid counted", || async { gw.metric("gateway_reloads_total{result=\"invalid\"}").await >= 1.0 }).await;
-    let line = gw.logs.wait_for(&["reload refused: invalid config"], Duration::from_secs(2)).await;
-    assert!(line.contains("gateway.toml:") && line.contains("bogus"), "{line}");
+    gw.write_config(&format!(
+        "{v1}[[routes]]\nid = \"x\"\ncluster = \"ca\"\nbogus = 1\n"
+    ));
+    wait_until(Duration::from_secs(5), "invalid counted", || async {
+        gw.metric("gateway_reloads_total{result=\"invalid\"}").await >= 1.0
+    })
+    .await;
+    let line = gw
+        .logs
+        .wait_for(&["reload refused: invalid config"], Duration::from_secs(2))
+        .await;
+    assert!(
+        line.contains("gateway.toml:") && line.contains("bogus"),
+        "{line}"
+    );
     assert_eq!(generation(&gw).await, 1);
     let r = get(&gw.url("/api/echo"), &[]).await.expect("request");
-    assert_eq!((r.status, r.header("x-node-id").as_deref()), (200, Some("node-a")));
+    assert_eq!(
+        (r.status, r.header("x-node-id").as_deref()),
+        (200, Some("node-a"))
+    );
     // A valid file afterwards is picked up by the watcher.
     gw.write_config(&format!("{v1}{}", route("new", "/new", "ca", "/new", "")));
-    wait_until(Duration::from_secs(5), "valid file applied", || async { generation(&gw).await == 2 }).await;
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"invalid\"}").await, 1.0);
+    wait_until(Duration::from_secs(5), "valid file applied", || async {
+        generation(&gw).await == 2
+    })
+    .await;
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
+        1.0
+    );
 }
 
 #[tokio::test]
 async fn node_removed_by_reload_drains_its_in_flight_request() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
     let tcp = "health = { kind = \"tcp\" }";
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("main", &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")], tcp), route("api", "/", "main", "", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(
+            "main",
+            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+            tcp
+        ),
+        route("api", "/", "main", "", "")
+    );
     let gw = Gateway::start(&v1).await;
     b.delay(1500).await;
     // Bind a conn id to node-b so the slow request lands there.
@@ -426,49 +747,109 @@ async fn node_removed_by_reload_drains_its_in_flight_request() {
             panic!("no request reached node-b");
         })
     };
-    wait_until(Duration::from_secs(10), "a request in flight on node-b", || async { gw.node("node-b").await["inflight"] == 1 }).await;
-    let v2 = format!("{FAST_HEALTH}{}{}", cluster("main", &[("node-a", &a.addr(), "")], tcp), route("api", "/", "main", "", ""));
+    wait_until(
+        Duration::from_secs(10),
+        "a request in flight on node-b",
+        || async { gw.node("node-b").await["inflight"] == 1 },
+    )
+    .await;
+    let v2 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("main", &[("node-a", &a.addr(), "")], tcp),
+        route("api", "/", "main", "", "")
+    );
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    gw.logs.wait_for(&["node removed by reload; draining", "node-b"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &["node removed by reload; draining", "node-b"],
+            Duration::from_secs(2),
+        )
+        .await;
     let (resp, took, id) = slow.await.expect("slow request");
-    assert_eq!((resp.status, resp.header("x-node-id").as_deref()), (200, Some("node-b")), "{}", resp.text());
+    assert_eq!(
+        (resp.status, resp.header("x-node-id").as_deref()),
+        (200, Some("node-b")),
+        "{}",
+        resp.text()
+    );
     assert!(took >= Duration::from_millis(1400), "{took:?}");
     // New work for the same id goes to node-a.
-    let r = get(&gw.url("/echo"), &[("X-Conn-Id", &id)]).await.expect("request");
+    let r = get(&gw.url("/echo"), &[("X-Conn-Id", &id)])
+        .await
+        .expect("request");
     assert_eq!(r.header("x-node-id").as_deref(), Some("node-a"));
 }
 
 #[tokio::test]
 async fn node_state_and_bindings_carry_over_an_unrelated_reload() {
-    let (a, mut b, c) = (Mock::start("node-a").await, Mock::start("node-b").await, Mock::start("node-c").await);
-    let nodes = [("node-a", a.addr()), ("node-b", b.addr()), ("node-c", c.addr())];
+    let (a, mut b, c) = (
+        Mock::start("node-a").await,
+        Mock::start("node-b").await,
+        Mock::start("node-c").await,
+    );
+    let nodes = [
+        ("node-a", a.addr()),
+        ("node-b", b.addr()),
+        ("node-c", c.addr()),
+    ];
     let nodes: Vec<(&str, &str, &str)> = nodes.iter().map(|(i, a)| (*i, a.as_str(), "")).collect();
-    let v1 = format!("{FAST_HEALTH}{}{}", cluster("main", &nodes, ""), route("api", "/", "main", "", ""));
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("main", &nodes, ""),
+        route("api", "/", "main", "", "")
+    );
     let gw = Gateway::start(&v1).await;
     // Bind 6 ids; remember where each went.
     let mut bound = Vec::new();
     for i in 0..6 {
         let id = format!("keep-{i}");
-        let r = get(&gw.url("/echo"), &[("X-Conn-Id", &id)]).await.expect("request");
+        let r = get(&gw.url("/echo"), &[("X-Conn-Id", &id)])
+            .await
+            .expect("request");
         bound.push((id, r.header("x-node-id").expect("node")));
     }
     // Eject node-b (killed), and keep only bindings on node-a / node-c for the check.
     b.kill().await;
-    gw.wait_node_state("node-b", "ejected", Duration::from_secs(5)).await;
+    gw.wait_node_state("node-b", "ejected", Duration::from_secs(5))
+        .await;
     let hops_before = gw.metric("hopping_count_total{reason=\"ejected\"}").await;
 
-    std::fs::write(&gw.config_path, format!("{v1}{}", route("other", "/other", "main", "/other", ""))).expect("write");
+    std::fs::write(
+        &gw.config_path,
+        format!("{v1}{}", route("other", "/other", "main", "/other", "")),
+    )
+    .expect("write");
     let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     // At once, before any probe could re-eject it: still ejected (a fresh runtime would be healthy).
     let n = gw.node("node-b").await;
-    assert_eq!((n["state"].as_str(), n["consecutive_failures"].as_u64().map(|f| f >= 3)), (Some("ejected"), Some(true)), "{n}");
+    assert_eq!(
+        (
+            n["state"].as_str(),
+            n["consecutive_failures"].as_u64().map(|f| f >= 3)
+        ),
+        (Some("ejected"), Some(true)),
+        "{n}"
+    );
     for (id, node) in bound.iter().filter(|(_, n)| n != "node-b") {
-        let r = get(&gw.url("/echo"), &[("X-Conn-Id", id)]).await.expect("request");
-        assert_eq!(r.header("x-node-id").as_ref(), Some(node), "binding {id} survived the reload");
-        assert_eq!(gw.admin_json(&format!("/admin/conns/{id}")).await["node"], node.as_str());
+        let r = get(&gw.url("/echo"), &[("X-Conn-Id", id)])
+            .await
+            .expect("request");
+        assert_eq!(
+            r.header("x-node-id").as_ref(),
+            Some(node),
+            "binding {id} survived the reload"
+        );
+        assert_eq!(
+            gw.admin_json(&format!("/admin/conns/{id}")).await["node"],
+            node.as_str()
+        );
     }
-    assert_eq!(gw.metric("hopping_count_total{reason=\"ejected\"}").await, hops_before, "no hop for surviving bindings");
+    assert_eq!(
+        gw.metric("hopping_count_total{reason=\"ejected\"}").await,
+        hops_before,
+        "no hop for surviving bindings"
+    );
 }

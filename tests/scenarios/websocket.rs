@@ -28,30 +28,51 @@ fn config(mode: &str, nodes: &[&Mock], extra: &str) -> String {
     )
 }
 
-async fn try_connect(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
-    let mut req = format!("ws://127.0.0.1:{}{path}", gw.port).into_client_request().expect("request");
+async fn try_connect(
+    gw: &Gateway,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
+    let mut req = format!("ws://127.0.0.1:{}{path}", gw.port)
+        .into_client_request()
+        .expect("request");
     for (k, v) in headers {
-        req.headers_mut().append(HeaderName::from_bytes(k.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
+        req.headers_mut().append(
+            HeaderName::from_bytes(k.as_bytes()).expect("name"),
+            HeaderValue::from_str(v).expect("value"),
+        );
     }
-    let (ws, resp) = timeout(Duration::from_secs(5), connect_async(req)).await.expect("handshake in time")?;
+    let (ws, resp) = timeout(Duration::from_secs(5), connect_async(req))
+        .await
+        .expect("handshake in time")?;
     assert_eq!(resp.status(), 101);
     Ok(ws)
 }
 
 async fn connect(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> Ws {
-    try_connect(gw, path, headers).await.expect("upgrade accepted")
+    try_connect(gw, path, headers)
+        .await
+        .expect("upgrade accepted")
 }
 
 /// The next message of any kind within `t`.
 async fn next(ws: &mut Ws, t: Duration) -> Message {
-    timeout(t, ws.next()).await.expect("a message in time").expect("socket open").expect("no socket error")
+    timeout(t, ws.next())
+        .await
+        .expect("a message in time")
+        .expect("socket open")
+        .expect("no socket error")
 }
 
 /// The next text message within `t`, skipping control frames; a Close fails the test.
 async fn next_text(ws: &mut Ws, t: Duration) -> String {
     let deadline = Instant::now() + t;
     loop {
-        let m = timeout_at(deadline, ws.next()).await.expect("a text message in time").expect("socket open").expect("no socket error");
+        let m = timeout_at(deadline, ws.next())
+            .await
+            .expect("a text message in time")
+            .expect("socket open")
+            .expect("no socket error");
         match m {
             Message::Text(s) => return s.to_string(),
             Message::Close(c) => panic!("the client saw a Close: {c:?}"),
@@ -63,7 +84,8 @@ async fn next_text(ws: &mut Ws, t: Duration) -> String {
 /// The node's hello message (first message of every mock socket).
 async fn hello(ws: &mut Ws, t: Duration) -> Value {
     let text = next_text(ws, t).await;
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("hello is JSON ({e}): {text}"));
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("hello is JSON ({e}): {text}"));
     assert!(v["node"].is_string(), "not a hello: {text}");
     v
 }
@@ -72,7 +94,11 @@ async fn hello(ws: &mut Ws, t: Duration) -> Value {
 async fn close_of(ws: &mut Ws, t: Duration) -> (u16, String) {
     let deadline = Instant::now() + t;
     loop {
-        let m = timeout_at(deadline, ws.next()).await.expect("a Close in time").expect("socket open until the Close").expect("no socket error");
+        let m = timeout_at(deadline, ws.next())
+            .await
+            .expect("a Close in time")
+            .expect("socket open until the Close")
+            .expect("no socket error");
         if let Message::Close(c) = m {
             let c = c.expect("the Close carries a code");
             return (u16::from(c.code), c.reason.to_string());
@@ -84,7 +110,10 @@ async fn close_of(ws: &mut Ws, t: Duration) -> (u16, String) {
 async fn expect_end(ws: &mut Ws, t: Duration) {
     let deadline = Instant::now() + t;
     loop {
-        match timeout_at(deadline, ws.next()).await.expect("TCP closed in time") {
+        match timeout_at(deadline, ws.next())
+            .await
+            .expect("TCP closed in time")
+        {
             None | Some(Err(_)) => return,
             Some(Ok(Message::Close(_))) => {}
             Some(Ok(m)) => panic!("data after the Close: {m:?}"),
@@ -94,12 +123,23 @@ async fn expect_end(ws: &mut Ws, t: Duration) {
 
 /// Sum of `hopping_count_total` over every reason.
 async fn hops(gw: &Gateway) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[]).await.expect("metrics").text();
-    text.lines().filter(|l| l.starts_with("hopping_count_total{")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).sum()
+    let text = get(&gw.admin("/metrics"), &[])
+        .await
+        .expect("metrics")
+        .text();
+    text.lines()
+        .filter(|l| l.starts_with("hopping_count_total{"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum()
 }
 
 async fn wait_gauge(gw: &Gateway, value: f64) {
-    wait_until(Duration::from_secs(3), &format!("websocket gauge at {value}"), || async move { gw.metric(GAUGE).await == value }).await;
+    wait_until(
+        Duration::from_secs(3),
+        &format!("websocket gauge at {value}"),
+        || async move { gw.metric(GAUGE).await == value },
+    )
+    .await;
 }
 
 fn other_of(node: &str) -> &'static str {
@@ -123,36 +163,86 @@ async fn ws_hops_without_closing_client() {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
-    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hop-1"), ("Authorization", "Bearer t0k"), ("Cookie", "s=1")]).await;
+    let mut ws = connect(
+        &gw,
+        "/ws",
+        &[
+            ("X-Conn-Id", "c-hop-1"),
+            ("Authorization", "Bearer t0k"),
+            ("Cookie", "s=1"),
+        ],
+    )
+    .await;
     let first = hello(&mut ws, Duration::from_secs(2)).await;
     let first_node = first["node"].as_str().expect("node").to_string();
-    assert_eq!(first, json!({"node": first_node, "conn_id": "c-hop-1", "hopped_from": null}));
+    assert_eq!(
+        first,
+        json!({"node": first_node, "conn_id": "c-hop-1", "hopped_from": null})
+    );
     let other = other_of(&first_node);
     let hops_before = hops(&gw).await;
     let latency_before = gw.metric("hopping_latency_seconds_count").await;
 
     kill(&mut a, &mut b, &first_node).await;
     let t0 = Instant::now();
-    ws.send(Message::text("sent-during-hop")).await.expect("client send");
+    ws.send(Message::text("sent-during-hop"))
+        .await
+        .expect("client send");
     // next_text fails the test on any Close: the client's socket stays open.
     let h = hello(&mut ws, Duration::from_secs(2)).await;
-    assert_eq!(h, json!({"node": other, "conn_id": "c-hop-1", "hopped_from": first_node}));
-    assert_eq!(next_text(&mut ws, Duration::from_secs(2)).await, "sent-during-hop");
+    assert_eq!(
+        h,
+        json!({"node": other, "conn_id": "c-hop-1", "hopped_from": first_node})
+    );
+    assert_eq!(
+        next_text(&mut ws, Duration::from_secs(2)).await,
+        "sent-during-hop"
+    );
     let took = t0.elapsed();
     assert!(took < Duration::from_secs(2), "hop took {took:?}");
 
-    wait_until(Duration::from_secs(2), "hopping_count_total to rise", || async { hops(&gw).await > hops_before }).await;
-    assert_eq!(gw.metric("hopping_latency_seconds_count").await, latency_before + 1.0);
+    wait_until(
+        Duration::from_secs(2),
+        "hopping_count_total to rise",
+        || async { hops(&gw).await > hops_before },
+    )
+    .await;
+    assert_eq!(
+        gw.metric("hopping_latency_seconds_count").await,
+        latency_before + 1.0
+    );
     let sum = gw.metric("hopping_latency_seconds_sum").await;
-    println!("hop latency observed: {:.1} ms (client saw the new hello after {took:?})", sum * 1000.0);
+    println!(
+        "hop latency observed: {:.1} ms (client saw the new hello after {took:?})",
+        sum * 1000.0
+    );
     assert_eq!(gw.admin_json("/admin/conns/c-hop-1").await["node"], other);
-    gw.logs.wait_for(&["Hopping triggered for conn c-hop-1 from", first_node.as_str(), other], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &[
+                "Hopping triggered for conn c-hop-1 from",
+                first_node.as_str(),
+                other,
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
 
-    ws.send(Message::text("still-here")).await.expect("client send");
-    assert_eq!(next_text(&mut ws, Duration::from_secs(2)).await, "still-here");
+    ws.send(Message::text("still-here"))
+        .await
+        .expect("client send");
+    assert_eq!(
+        next_text(&mut ws, Duration::from_secs(2)).await,
+        "still-here"
+    );
     ws.close(None).await.expect("close");
     wait_gauge(&gw, 0.0).await;
-    gw.logs.wait_for(&["status=101", "conn_id=c-hop-1", "hops=1"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &["status=101", "conn_id=c-hop-1", "hops=1"],
+            Duration::from_secs(2),
+        )
+        .await;
 }
 
 #[tokio::test]
@@ -165,15 +255,33 @@ async fn ws_hops_when_node_drains() {
     let first_node = first["node"].as_str().expect("node").to_string();
     let other = other_of(&first_node);
 
-    let r = request("POST", &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=2s")), &[], Vec::new()).await.expect("drain call");
+    let r = request(
+        "POST",
+        &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=2s")),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("drain call");
     assert_eq!(r.status, 202);
     let t0 = Instant::now();
     let h = hello(&mut ws, Duration::from_secs(3)).await;
     let took = t0.elapsed();
-    assert_eq!(h, json!({"node": other, "conn_id": "c-drain-1", "hopped_from": first_node}));
-    assert!(took < Duration::from_millis(2200), "hopped after {took:?}, past the 2 s drain period");
-    ws.send(Message::text("on-the-new-node")).await.expect("send");
-    assert_eq!(next_text(&mut ws, Duration::from_secs(2)).await, "on-the-new-node");
+    assert_eq!(
+        h,
+        json!({"node": other, "conn_id": "c-drain-1", "hopped_from": first_node})
+    );
+    assert!(
+        took < Duration::from_millis(2200),
+        "hopped after {took:?}, past the 2 s drain period"
+    );
+    ws.send(Message::text("on-the-new-node"))
+        .await
+        .expect("send");
+    assert_eq!(
+        next_text(&mut ws, Duration::from_secs(2)).await,
+        "on-the-new-node"
+    );
     assert!(gw.metric("hopping_count_total{reason=\"draining\"}").await >= 1.0);
 }
 
@@ -183,7 +291,10 @@ async fn ws_hint_mode_closes_1012_and_reconnect_lands_on_healthy_node() {
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config("hint", &[&a, &b], "")).await;
     let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hint-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
     kill(&mut a, &mut b, &first_node).await;
     let (code, reason) = close_of(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(code, 1012);
@@ -211,8 +322,19 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
             on_a.push(ws);
         }
     }
-    assert!(on_a.len() >= 3, "round robin put {} of 10 sockets on node-a", on_a.len());
-    let r = request("POST", &gw.admin("/admin/nodes/node-a/drain?period=2s"), &[], Vec::new()).await.expect("drain call");
+    assert!(
+        on_a.len() >= 3,
+        "round robin put {} of 10 sockets on node-a",
+        on_a.len()
+    );
+    let r = request(
+        "POST",
+        &gw.admin("/admin/nodes/node-a/drain?period=2s"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("drain call");
     assert_eq!(r.status, 202);
     let t0 = Instant::now();
     let waits = on_a.iter_mut().map(|ws| async move {
@@ -223,8 +345,14 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
     let times = futures_util::future::join_all(waits).await;
     let first = times.iter().min().expect("some");
     let last = times.iter().max().expect("some");
-    assert!(*last < Duration::from_millis(2300), "hints must come within the period: {times:?}");
-    assert!(*last - *first > Duration::from_millis(200), "hints must be spread, not sent at once: {times:?}");
+    assert!(
+        *last < Duration::from_millis(2300),
+        "hints must come within the period: {times:?}"
+    );
+    assert!(
+        *last - *first > Duration::from_millis(200),
+        "hints must be spread, not sent at once: {times:?}"
+    );
 }
 
 #[tokio::test]
@@ -234,17 +362,30 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
     let baseline = gw.metric(GAUGE).await;
 
-    let mut ws = connect(&gw, "/ws?tick_ms=100&close_after_ms=300&close_code=1001&close_reason=going%20away", &[("X-Conn-Id", "c-2002")]).await;
+    let mut ws = connect(
+        &gw,
+        "/ws?tick_ms=100&close_after_ms=300&close_code=1001&close_reason=going%20away",
+        &[("X-Conn-Id", "c-2002")],
+    )
+    .await;
     hello(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(gw.metric(GAUGE).await, baseline + 1.0);
     let t0 = Instant::now();
-    assert_eq!(close_of(&mut ws, Duration::from_secs(2)).await, (1001, "going away".to_string()));
+    assert_eq!(
+        close_of(&mut ws, Duration::from_secs(2)).await,
+        (1001, "going away".to_string())
+    );
     assert!(t0.elapsed() < Duration::from_millis(1300));
     expect_end(&mut ws, Duration::from_secs(2)).await;
     wait_gauge(&gw, baseline).await;
 
     // FIN without a Close frame: 1011, never 1005/1006.
-    let mut ws = connect(&gw, "/ws?tick_ms=100&drop_after_ms=300", &[("X-Conn-Id", "c-2003")]).await;
+    let mut ws = connect(
+        &gw,
+        "/ws?tick_ms=100&drop_after_ms=300",
+        &[("X-Conn-Id", "c-2003")],
+    )
+    .await;
     hello(&mut ws, Duration::from_secs(2)).await;
     let t0 = Instant::now();
     let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
@@ -260,7 +401,10 @@ async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
     let mut ws = connect(&gw, "/ws?tick_ms=100", &[("X-Conn-Id", "c-2004")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
     kill(&mut a, &mut b, &first_node).await;
     let t0 = Instant::now();
     let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
@@ -270,13 +414,22 @@ async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node
     wait_gauge(&gw, 0.0).await;
     // At once, before probes eject the dead node: the refused connect moves on to the healthy one.
     let mut again = connect(&gw, "/ws", &[("X-Conn-Id", "c-2004")]).await;
-    assert_eq!(hello(&mut again, Duration::from_secs(2)).await["node"], other_of(&first_node));
+    assert_eq!(
+        hello(&mut again, Duration::from_secs(2)).await["node"],
+        other_of(&first_node)
+    );
 }
 
 /// Sends a raw upgrade request; returns the socket, status, response headers (lower-case names)
 /// and bytes read past the head.
-async fn raw_upgrade(gw: &Gateway, path: &str, lines: &[&str]) -> (TcpStream, u16, Vec<(String, String)>, Vec<u8>) {
-    let mut tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.expect("connect");
+async fn raw_upgrade(
+    gw: &Gateway,
+    path: &str,
+    lines: &[&str],
+) -> (TcpStream, u16, Vec<(String, String)>, Vec<u8>) {
+    let mut tcp = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
     let mut head = format!("GET {path} HTTP/1.1\r\nHost: app.example.test\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n");
     for l in lines {
         head.push_str(l);
@@ -287,8 +440,15 @@ async fn raw_upgrade(gw: &Gateway, path: &str, lines: &[&str]) -> (TcpStream, u1
     let mut buf = Vec::new();
     let end = loop {
         let mut chunk = [0u8; 4096];
-        let n = timeout(Duration::from_secs(5), tcp.read(&mut chunk)).await.expect("response in time").expect("read");
-        assert!(n > 0, "connection closed before the response head: {}", String::from_utf8_lossy(&buf));
+        let n = timeout(Duration::from_secs(5), tcp.read(&mut chunk))
+            .await
+            .expect("response in time")
+            .expect("read");
+        assert!(
+            n > 0,
+            "connection closed before the response head: {}",
+            String::from_utf8_lossy(&buf)
+        );
         buf.extend_from_slice(&chunk[..n]);
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
@@ -296,13 +456,24 @@ async fn raw_upgrade(gw: &Gateway, path: &str, lines: &[&str]) -> (TcpStream, u1
     };
     let text = String::from_utf8(buf[..end].to_vec()).expect("ascii head");
     let mut lines = text.split("\r\n");
-    let status: u16 = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status line");
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
     (tcp, status, headers, buf[end + 4..].to_vec())
 }
 
 fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
-    headers.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str()).collect()
+    headers
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .collect()
 }
 
 /// Reads one unmasked frame from the gateway; returns opcode and payload.
@@ -311,7 +482,11 @@ async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
         if buf.len() >= 2 {
             let (len, at) = match buf[1] & 0x7f {
                 126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
-                127 if buf.len() >= 10 => (usize::try_from(u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes"))).expect("fits"), 10),
+                127 if buf.len() >= 10 => (
+                    usize::try_from(u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")))
+                        .expect("fits"),
+                    10,
+                ),
                 n @ 0..=125 => (usize::from(n), 2),
                 _ => (usize::MAX, 0),
             };
@@ -324,7 +499,10 @@ async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
             }
         }
         let mut chunk = [0u8; 4096];
-        let n = timeout(Duration::from_secs(3), tcp.read(&mut chunk)).await.expect("frame in time").expect("read");
+        let n = timeout(Duration::from_secs(3), tcp.read(&mut chunk))
+            .await
+            .expect("frame in time")
+            .expect("read");
         assert!(n > 0, "closed before a whole frame");
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -348,30 +526,58 @@ async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
         &["Connection: keep-alive, Upgrade", "Upgrade: websocket"],
         &["connection: upgrade", "upgrade: websocket"],
         &["Connection: Upgrade, keep-alive", "Upgrade: websocket"],
-        &["Connection: keep-alive", "Connection: Upgrade", "Upgrade: websocket"],
+        &[
+            "Connection: keep-alive",
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+        ],
         &["Connection: Upgrade", "Upgrade: WebSocket"],
     ];
     let mut nodes = Vec::new();
     for v in variants {
         let mut lines = v.to_vec();
         lines.push("X-Conn-Id: c-1001");
-        let (mut tcp, status, headers, mut buf) = raw_upgrade(&gw, "/ws?echo_headers=1", &lines).await;
+        let (mut tcp, status, headers, mut buf) =
+            raw_upgrade(&gw, "/ws?echo_headers=1", &lines).await;
         assert_eq!(status, 101, "{v:?}: {headers:?}");
         let upgrade = header_values(&headers, "upgrade");
-        assert!(upgrade.len() == 1 && upgrade[0].eq_ignore_ascii_case("websocket"), "{v:?}: {headers:?}");
+        assert!(
+            upgrade.len() == 1 && upgrade[0].eq_ignore_ascii_case("websocket"),
+            "{v:?}: {headers:?}"
+        );
         assert_eq!(header_values(&headers, "connection"), ["Upgrade"], "{v:?}");
-        assert_eq!(header_values(&headers, "sec-websocket-accept"), ["s3pPLMBiTxaQ9kYGzzhZRbK+xOo="], "{v:?}");
+        assert_eq!(
+            header_values(&headers, "sec-websocket-accept"),
+            ["s3pPLMBiTxaQ9kYGzzhZRbK+xOo="],
+            "{v:?}"
+        );
 
         let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
         assert_eq!(op, 1);
         let hello: Value = serde_json::from_slice(&payload).expect("hello JSON");
-        let seen: Vec<(String, String)> = serde_json::from_value(hello["headers"].clone()).expect("headers echoed");
-        assert_eq!(header_values(&seen, "upgrade"), ["websocket"], "{v:?}: node saw {seen:?}");
+        let seen: Vec<(String, String)> =
+            serde_json::from_value(hello["headers"].clone()).expect("headers echoed");
+        assert_eq!(
+            header_values(&seen, "upgrade"),
+            ["websocket"],
+            "{v:?}: node saw {seen:?}"
+        );
         let conn = header_values(&seen, "connection");
         assert_eq!(conn.len(), 1, "{v:?}: node saw {seen:?}");
-        assert!(conn[0].split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")), "{v:?}: {conn:?}");
-        assert!(!conn[0].to_ascii_lowercase().contains("keep-alive"), "{v:?}: {conn:?}");
-        assert_eq!(header_values(&seen, "sec-websocket-key"), ["dGhlIHNhbXBsZSBub25jZQ=="]);
+        assert!(
+            conn[0]
+                .split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade")),
+            "{v:?}: {conn:?}"
+        );
+        assert!(
+            !conn[0].to_ascii_lowercase().contains("keep-alive"),
+            "{v:?}: {conn:?}"
+        );
+        assert_eq!(
+            header_values(&seen, "sec-websocket-key"),
+            ["dGhlIHNhbXBsZSBub25jZQ=="]
+        );
         assert_eq!(hello["conn_id"], "c-1001");
         nodes.push(hello["node"].as_str().expect("node").to_string());
 
@@ -380,8 +586,14 @@ async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
         assert_eq!((op, payload.as_slice()), (1, b"ping-through".as_slice()));
     }
     // The id's binding picks the node as for plain HTTP: every variant went to the bound node.
-    let bound = gw.admin_json("/admin/conns/c-1001").await["node"].as_str().expect("bound").to_string();
-    assert!(nodes.iter().all(|n| *n == bound), "{nodes:?} vs binding {bound}");
+    let bound = gw.admin_json("/admin/conns/c-1001").await["node"]
+        .as_str()
+        .expect("bound")
+        .to_string();
+    assert!(
+        nodes.iter().all(|n| *n == bound),
+        "{nodes:?} vs binding {bound}"
+    );
 }
 
 #[tokio::test]
@@ -390,33 +602,66 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
     let gw = Gateway::start(&config("hop", &[&a], "")).await;
     let ext = "permessage-deflate; client_max_window_bits";
 
-    let offer = ["Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Protocol: v10.stomp, v11.stomp"];
+    let offer = [
+        "Connection: Upgrade",
+        "Upgrade: websocket",
+        "Sec-WebSocket-Protocol: v10.stomp, v11.stomp",
+    ];
     let mut lines = offer.to_vec();
     let ext_line = format!("Sec-WebSocket-Extensions: {ext}");
     lines.push(&ext_line);
     let (mut tcp, status, headers, mut buf) = raw_upgrade(&gw, "/ws?echo_headers=1", &lines).await;
     assert_eq!(status, 101);
-    assert_eq!(header_values(&headers, "sec-websocket-protocol"), ["v10.stomp"]);
+    assert_eq!(
+        header_values(&headers, "sec-websocket-protocol"),
+        ["v10.stomp"]
+    );
     // The mock accepts no extension; the gateway must not invent one.
-    assert!(header_values(&headers, "sec-websocket-extensions").is_empty(), "{headers:?}");
+    assert!(
+        header_values(&headers, "sec-websocket-extensions").is_empty(),
+        "{headers:?}"
+    );
     let (_, payload) = raw_frame(&mut tcp, &mut buf).await;
-    let seen: Vec<(String, String)> = serde_json::from_value(serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone()).expect("headers");
-    assert_eq!(header_values(&seen, "sec-websocket-protocol"), ["v10.stomp, v11.stomp"]);
+    let seen: Vec<(String, String)> = serde_json::from_value(
+        serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone(),
+    )
+    .expect("headers");
+    assert_eq!(
+        header_values(&seen, "sec-websocket-protocol"),
+        ["v10.stomp, v11.stomp"]
+    );
     assert_eq!(header_values(&seen, "sec-websocket-extensions"), [ext]);
 
     // The offer split over two lines reaches the node as two lines, in order.
-    let lines = ["Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Protocol: v10.stomp", "Sec-WebSocket-Protocol: v11.stomp"];
+    let lines = [
+        "Connection: Upgrade",
+        "Upgrade: websocket",
+        "Sec-WebSocket-Protocol: v10.stomp",
+        "Sec-WebSocket-Protocol: v11.stomp",
+    ];
     let (mut tcp, status, headers, mut buf) = raw_upgrade(&gw, "/ws?echo_headers=1", &lines).await;
     assert_eq!(status, 101);
-    assert_eq!(header_values(&headers, "sec-websocket-protocol"), ["v10.stomp"]);
+    assert_eq!(
+        header_values(&headers, "sec-websocket-protocol"),
+        ["v10.stomp"]
+    );
     let (_, payload) = raw_frame(&mut tcp, &mut buf).await;
-    let seen: Vec<(String, String)> = serde_json::from_value(serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone()).expect("headers");
-    assert_eq!(header_values(&seen, "sec-websocket-protocol"), ["v10.stomp", "v11.stomp"]);
+    let seen: Vec<(String, String)> = serde_json::from_value(
+        serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone(),
+    )
+    .expect("headers");
+    assert_eq!(
+        header_values(&seen, "sec-websocket-protocol"),
+        ["v10.stomp", "v11.stomp"]
+    );
 
     // The node selects nothing: no protocol header, and the socket works.
     let (mut tcp, status, headers, mut buf) = raw_upgrade(&gw, "/ws?protocol=", &offer).await;
     assert_eq!(status, 101);
-    assert!(header_values(&headers, "sec-websocket-protocol").is_empty(), "{headers:?}");
+    assert!(
+        header_values(&headers, "sec-websocket-protocol").is_empty(),
+        "{headers:?}"
+    );
     assert_eq!(raw_frame(&mut tcp, &mut buf).await.0, 1);
 
     // The node selects something not offered: relayed as is, never rewritten.
@@ -430,16 +675,27 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("hop", &[&a], "")).await;
-    let mut ws = connect(&gw, "/ws?report_pings=1&tick_ms=4000", &[("X-Conn-Id", "c-ping")]).await;
+    let mut ws = connect(
+        &gw,
+        "/ws?report_pings=1&tick_ms=4000",
+        &[("X-Conn-Id", "c-ping")],
+    )
+    .await;
     hello(&mut ws, Duration::from_secs(2)).await;
-    ws.send(Message::Ping(Bytes::from_static(b"hb-1"))).await.expect("ping");
+    ws.send(Message::Ping(Bytes::from_static(b"hb-1")))
+        .await
+        .expect("ping");
     let mut pongs = Vec::new();
     let mut reported = false;
     while !(reported && !pongs.is_empty()) {
         match next(&mut ws, Duration::from_secs(2)).await {
             Message::Pong(p) => pongs.push(p),
             Message::Text(t) => {
-                assert_eq!(t.as_str(), "ping hb-1", "the node reports the ping it received");
+                assert_eq!(
+                    t.as_str(),
+                    "ping hb-1",
+                    "the node reports the ping it received"
+                );
                 reported = true;
             }
             m => panic!("unexpected {m:?}"),
@@ -447,30 +703,49 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
     }
     assert_eq!(pongs, [Bytes::from_static(b"hb-1")]);
     // Nothing else: the gateway did not answer the ping itself (that would be a second Pong).
-    assert!(timeout(Duration::from_millis(500), ws.next()).await.is_err(), "a second answer to one ping");
+    assert!(
+        timeout(Duration::from_millis(500), ws.next())
+            .await
+            .is_err(),
+        "a second answer to one ping"
+    );
 
     // Silent for ~3 s (no idle limit configured): the socket stays open and delivers the node's text.
     let t0 = Instant::now();
-    assert_eq!(next_text(&mut ws, Duration::from_secs(6)).await, "tick node-a 1");
+    assert_eq!(
+        next_text(&mut ws, Duration::from_secs(6)).await,
+        "tick node-a 1"
+    );
     assert!(t0.elapsed() > Duration::from_secs(2));
 
     // Node pings reach the client.
     let mut ws = connect(&gw, "/ws?ping_every_ms=200", &[]).await;
     hello(&mut ws, Duration::from_secs(2)).await;
-    assert_eq!(next(&mut ws, Duration::from_secs(2)).await, Message::Ping(Bytes::from_static(b"mock-ping")));
+    assert_eq!(
+        next(&mut ws, Duration::from_secs(2)).await,
+        Message::Ping(Bytes::from_static(b"mock-ping"))
+    );
 }
 
 #[tokio::test]
 async fn ws_idle_timeout_sends_1001() {
     let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config("hop", &[&a], "[limits]\nwebsocket_idle_timeout = \"1s\"\n")).await;
+    let gw = Gateway::start(&config(
+        "hop",
+        &[&a],
+        "[limits]\nwebsocket_idle_timeout = \"1s\"\n",
+    ))
+    .await;
     let mut ws = connect(&gw, "/ws", &[]).await;
     hello(&mut ws, Duration::from_secs(2)).await;
     let t0 = Instant::now();
     let (code, _) = close_of(&mut ws, Duration::from_secs(3)).await;
     assert_eq!(code, 1001);
     let idle = t0.elapsed();
-    assert!(idle > Duration::from_millis(800) && idle < Duration::from_millis(2000), "closed after {idle:?}");
+    assert!(
+        idle > Duration::from_millis(800) && idle < Duration::from_millis(2000),
+        "closed after {idle:?}"
+    );
     expect_end(&mut ws, Duration::from_secs(2)).await;
 }
 
@@ -494,8 +769,10 @@ async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
     let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
     a.kill().await;
     b.kill().await;
-    gw.wait_node_state("node-a", "ejected", Duration::from_secs(5)).await;
-    gw.wait_node_state("node-b", "ejected", Duration::from_secs(5)).await;
+    gw.wait_node_state("node-a", "ejected", Duration::from_secs(5))
+        .await;
+    gw.wait_node_state("node-b", "ejected", Duration::from_secs(5))
+        .await;
     let t0 = Instant::now();
     match try_connect(&gw, "/ws", &[("X-Conn-Id", "c-down")]).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 503),
@@ -504,16 +781,37 @@ async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
     }
     assert!(t0.elapsed() < Duration::from_millis(500));
     // The same upgrade on a raw socket: the route's fallback body, and no 101 ever.
-    let (mut tcp, status, headers, mut body) = raw_upgrade(&gw, "/ws", &["Connection: Upgrade", "Upgrade: websocket", "X-Conn-Id: c-down"]).await;
+    let (mut tcp, status, headers, mut body) = raw_upgrade(
+        &gw,
+        "/ws",
+        &[
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+            "X-Conn-Id: c-down",
+        ],
+    )
+    .await;
     assert_eq!(status, 503);
-    assert_eq!(header_values(&headers, "content-type"), ["application/json"]);
-    let len: usize = header_values(&headers, "content-length").first().and_then(|v| v.parse().ok()).expect("content-length");
+    assert_eq!(
+        header_values(&headers, "content-type"),
+        ["application/json"]
+    );
+    let len: usize = header_values(&headers, "content-length")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .expect("content-length");
     while body.len() < len {
         let mut chunk = [0u8; 1024];
-        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk)).await.expect("body in time").expect("read");
+        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
+            .await
+            .expect("body in time")
+            .expect("read");
         assert!(n > 0, "closed before the body");
         body.extend_from_slice(&chunk[..n]);
     }
     let body: Value = serde_json::from_slice(&body[..len]).expect("JSON fallback");
-    assert_eq!(body, json!({"code": -1, "message": "service temporarily unavailable"}));
+    assert_eq!(
+        body,
+        json!({"code": -1, "message": "service temporarily unavailable"})
+    );
 }

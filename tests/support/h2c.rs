@@ -26,7 +26,9 @@ pub struct H2Conn {
 
 /// Opens an h2c (prior knowledge) connection to `addr` (`host:port`).
 pub async fn connect(addr: &str) -> H2Conn {
-    let tcp = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let tcp = TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     let _ = tcp.set_nodelay(true);
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
@@ -34,7 +36,11 @@ pub async fn connect(addr: &str) -> H2Conn {
         .await
         .unwrap_or_else(|e| panic!("h2 handshake with {addr}: {e}"));
     let conn = tokio::spawn(conn);
-    H2Conn { send, conn, authority: addr.to_string() }
+    H2Conn {
+        send,
+        conn,
+        authority: addr.to_string(),
+    }
 }
 
 /// A finished h2 response read frame by frame.
@@ -51,7 +57,10 @@ pub struct H2Resp {
 
 impl H2Resp {
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 
     pub fn text(&self) -> String {
@@ -59,19 +68,33 @@ impl H2Resp {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers.as_ref()?.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.trailers
+            .as_ref()?
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 }
 
 impl H2Conn {
     /// Builds a request for `path` on this connection's authority.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Request<Full<Bytes>> {
-        let mut b = Request::builder().method(method).version(http::Version::HTTP_2).uri(format!("http://{}{path}", self.authority));
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Request<Full<Bytes>> {
+        let mut b = Request::builder()
+            .method(method)
+            .version(http::Version::HTTP_2)
+            .uri(format!("http://{}{path}", self.authority));
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
@@ -79,7 +102,10 @@ impl H2Conn {
     }
 
     /// Sends `req` and returns the response head with its streaming body.
-    pub async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, hyper::Error> {
+    pub async fn send(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper::Error> {
         self.send.ready().await?;
         self.send.send_request(req).await
     }
@@ -90,7 +116,9 @@ impl H2Conn {
             let resp = self.send(req).await?;
             read_all(resp).await
         };
-        tokio::time::timeout(Duration::from_secs(10), fut).await.context("h2 request timed out")?
+        tokio::time::timeout(Duration::from_secs(10), fut)
+            .await
+            .context("h2 request timed out")?
     }
 
     /// `GET path` with `headers`, read whole.
@@ -120,7 +148,13 @@ pub async fn read_all(resp: Response<Incoming>) -> anyhow::Result<H2Resp> {
             }
         }
     }
-    Ok(H2Resp { status: parts.status.as_u16(), headers: parts.headers, body: data.freeze(), data_frames, trailers })
+    Ok(H2Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: data.freeze(),
+        data_frames,
+        trailers,
+    })
 }
 
 /// gRPC request headers: `content-type: application/grpc`, `te: trailers`, plus `extra`.
@@ -139,7 +173,11 @@ pub fn grpc_messages<M: prost::Message + Default>(buf: &[u8]) -> Vec<M> {
         out.push(M::decode(msg).expect("valid protobuf"));
         rest = &rest[used..];
     }
-    assert!(rest.is_empty(), "trailing partial gRPC frame of {} bytes", rest.len());
+    assert!(
+        rest.is_empty(),
+        "trailing partial gRPC frame of {} bytes",
+        rest.len()
+    );
     out
 }
 
@@ -160,7 +198,14 @@ impl Stream {
     pub fn new(resp: Response<Incoming>) -> Stream {
         let head_at = Instant::now();
         let (parts, body) = resp.into_parts();
-        Stream { status: parts.status.as_u16(), headers: parts.headers, head_at, body, buf: BytesMut::new(), trailers: None }
+        Stream {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            head_at,
+            body,
+            buf: BytesMut::new(),
+            trailers: None,
+        }
     }
 
     /// The next DATA chunk with its arrival time; `Ok(None)` at the end of the stream (trailers
@@ -181,7 +226,9 @@ impl Stream {
     }
 
     /// The next whole gRPC message decoded as `M`, with the arrival time of its last byte.
-    pub async fn next_message<M: prost::Message + Default>(&mut self) -> Result<Option<(M, Instant)>, hyper::Error> {
+    pub async fn next_message<M: prost::Message + Default>(
+        &mut self,
+    ) -> Result<Option<(M, Instant)>, hyper::Error> {
         loop {
             if let Some((compressed, msg, used)) = mock_backend::grpc::split_frame(&self.buf) {
                 assert!(!compressed, "compressed gRPC message");
@@ -198,11 +245,18 @@ impl Stream {
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers.as_ref()?.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.trailers
+            .as_ref()?
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 
     /// A header value.
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 }

@@ -22,17 +22,25 @@ impl Resp {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 }
 
 fn client() -> &'static Client<HttpConnector, Full<Bytes>> {
     static C: OnceLock<Client<HttpConnector, Full<Bytes>>> = OnceLock::new();
-    C.get_or_init(|| Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_millis(500)).build_http())
+    C.get_or_init(|| {
+        Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_millis(500))
+            .build_http()
+    })
 }
 
 /// `GET url` with `headers`.
@@ -41,7 +49,12 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> anyhow::Result<Resp> {
 }
 
 /// Any request; 30 s overall timeout.
-pub async fn request(method: &str, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> anyhow::Result<Resp> {
+pub async fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> anyhow::Result<Resp> {
     let mut b = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -51,7 +64,11 @@ pub async fn request(method: &str, url: &str, headers: &[(&str, &str)], body: Ve
         let resp = client().request(req).await?;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await?.to_bytes();
-        Ok::<_, anyhow::Error>(Resp { status: parts.status.as_u16(), headers: parts.headers, body })
+        Ok::<_, anyhow::Error>(Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
     };
     tokio::time::timeout(Duration::from_secs(30), fut).await?
 }

@@ -21,7 +21,10 @@ pub use self::http::{get, request, Resp};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_path_buf()
 }
 
 /// Path of a release binary, built once per test process so tests never run stale binaries.
@@ -36,7 +39,15 @@ pub fn bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--release", "-q", "-p", "hopping-gateway", "-p", "mock-backend"])
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "-p",
+                "hopping-gateway",
+                "-p",
+                "mock-backend",
+            ])
             .current_dir(root())
             .status()
             .expect("cargo runs");
@@ -49,7 +60,11 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind :0")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Polls `f` every 20 ms until it is true; panics with `what` at the deadline.
@@ -63,13 +78,19 @@ where
         if f().await {
             return;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 async fn wait_port(port: u16, timeout: Duration) {
-    wait_until(timeout, &format!("port {port} to accept"), || async move { TcpStream::connect(("127.0.0.1", port)).await.is_ok() }).await;
+    wait_until(timeout, &format!("port {port} to accept"), || async move {
+        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
 }
 
 /// Captured output lines of a child.
@@ -78,7 +99,16 @@ pub struct Logs(Arc<Mutex<Vec<String>>>);
 
 impl Logs {
     fn capture(&self, child: &mut Child) {
-        for stream in [child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), child.stderr.take().map(|s| Box::new(s) as _)].into_iter().flatten() {
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child.stderr.take().map(|s| Box::new(s) as _),
+        ]
+        .into_iter()
+        .flatten()
+        {
             let lines = self.0.clone();
             tokio::spawn(async move {
                 let mut r = BufReader::new(stream).lines();
@@ -99,7 +129,10 @@ impl Logs {
 
     /// Lines containing every one of `parts`.
     pub fn matching(&self, parts: &[&str]) -> Vec<String> {
-        self.lines().into_iter().filter(|l| parts.iter().all(|p| l.contains(p))).collect()
+        self.lines()
+            .into_iter()
+            .filter(|l| parts.iter().all(|p| l.contains(p)))
+            .collect()
     }
 
     /// Waits for a line containing every one of `parts`.
@@ -147,14 +180,26 @@ impl Mock {
                 args.push(e.to_string());
             }
         }
-        let mut m = Mock { id: id.to_string(), port, grpc_port, args, child: None, logs: Logs::default() };
+        let mut m = Mock {
+            id: id.to_string(),
+            port,
+            grpc_port,
+            args,
+            child: None,
+            logs: Logs::default(),
+        };
         m.spawn().await;
         m
     }
 
     async fn spawn(&mut self) {
         let mut cmd = Command::new(bin("mock-backend"));
-        cmd.arg(self.port.to_string()).arg(&self.id).args(&self.args).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        cmd.arg(self.port.to_string())
+            .arg(&self.id)
+            .args(&self.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn mock-backend");
         self.logs.capture(&mut child);
         self.child = Some(child);
@@ -188,7 +233,9 @@ impl Mock {
     }
 
     async fn control(&self, path: &str) -> Resp {
-        let r = request("POST", &format!("{}{path}", self.url()), &[], Vec::new()).await.expect("control call");
+        let r = request("POST", &format!("{}{path}", self.url()), &[], Vec::new())
+            .await
+            .expect("control call");
         assert_eq!(r.status, 200, "control {path}: {}", r.text());
         r
     }
@@ -215,7 +262,9 @@ impl Mock {
 
     /// Requests received (excluding /control/*).
     pub async fn requests(&self) -> u64 {
-        let r = get(&format!("{}/control/stats", self.url()), &[]).await.expect("stats");
+        let r = get(&format!("{}/control/stats", self.url()), &[])
+            .await
+            .expect("stats");
         r.json()["requests"].as_u64().expect("requests count")
     }
 
@@ -254,7 +303,19 @@ impl Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, toml).expect("write config");
-        let mut g = Gateway { port: free_port(), admin_port: free_port(), config_path, child: None, logs: Logs::default(), _dir: dir, extra: extra.iter().map(|s| s.to_string()).collect(), env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        let mut g = Gateway {
+            port: free_port(),
+            admin_port: free_port(),
+            config_path,
+            child: None,
+            logs: Logs::default(),
+            _dir: dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
         g.spawn().await;
         g
     }
@@ -269,7 +330,10 @@ impl Gateway {
             .arg(format!("127.0.0.1:{}", self.admin_port))
             .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -286,7 +350,10 @@ impl Gateway {
                     Ok(r) => r.status == 200,
                     Err(_) => {
                         let l = logs.lines();
-                        assert!(!l.iter().any(|x| x.contains("hopping-gateway: ")), "gateway failed to start: {l:?}");
+                        assert!(
+                            !l.iter().any(|x| x.contains("hopping-gateway: ")),
+                            "gateway failed to start: {l:?}"
+                        );
                         false
                     }
                 }
@@ -307,23 +374,40 @@ impl Gateway {
 
     /// `GET` an admin path as JSON.
     pub async fn admin_json(&self, path: &str) -> serde_json::Value {
-        get(&self.admin(path), &[]).await.expect("admin call").json()
+        get(&self.admin(path), &[])
+            .await
+            .expect("admin call")
+            .json()
     }
 
     /// The admin view of node `id`.
     pub async fn node(&self, id: &str) -> serde_json::Value {
         let nodes = self.admin_json("/admin/nodes").await;
-        nodes.as_array().expect("array").iter().find(|n| n["id"] == id).cloned().unwrap_or_else(|| panic!("node {id} not in {nodes}"))
+        nodes
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|n| n["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
     }
 
     /// Waits until node `id` is in `state`.
     pub async fn wait_node_state(&self, id: &str, state: &str, timeout: Duration) {
-        wait_until(timeout, &format!("node {id} to be {state}"), || async move { self.node(id).await["state"] == state }).await;
+        wait_until(
+            timeout,
+            &format!("node {id} to be {state}"),
+            || async move { self.node(id).await["state"] == state },
+        )
+        .await;
     }
 
     /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
     pub async fn metric(&self, series: &str) -> f64 {
-        let text = get(&self.admin("/metrics"), &[]).await.expect("metrics").text();
+        let text = get(&self.admin("/metrics"), &[])
+            .await
+            .expect("metrics")
+            .text();
         metric_value(&text, series)
     }
 
@@ -343,14 +427,23 @@ impl Gateway {
     /// Sends `signal` (e.g. `"HUP"`, `"TERM"`) to the gateway.
     pub fn signal(&self, signal: &str) {
         let pid = self.pid().expect("running");
-        let ok = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill runs").success();
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs")
+            .success();
         assert!(ok, "kill -{signal} {pid}");
     }
 
     /// Waits for the process to exit; returns its exit code.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
         let c = self.child.as_mut()?;
-        tokio::time::timeout(timeout, c.wait()).await.ok()?.ok()?.code()
+        tokio::time::timeout(timeout, c.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
     }
 
     /// SIGKILL then start again on the same ports with the same config.
@@ -365,7 +458,12 @@ impl Gateway {
     pub fn rss_kib(&self) -> u64 {
         let pid = self.pid().expect("running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).expect("VmRSS")
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS")
     }
 }
 
@@ -373,7 +471,12 @@ impl Gateway {
 pub fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series).filter(|rest| rest.starts_with(' ')).and_then(|rest| rest.trim().split(' ').next()).and_then(|v| v.parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .filter(|rest| rest.starts_with(' '))
+                .and_then(|rest| rest.trim().split(' ').next())
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0.0)
 }
 
@@ -386,14 +489,26 @@ pub struct Redis {
 impl Redis {
     /// Starts redis-server and waits for it to accept.
     pub async fn start() -> Redis {
-        let mut r = Redis { port: free_port(), child: None };
+        let mut r = Redis {
+            port: free_port(),
+            child: None,
+        };
         r.spawn().await;
         r
     }
 
     async fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -423,7 +538,11 @@ impl Redis {
 
     /// A client connection.
     pub async fn client(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url()).expect("url").get_multiplexed_async_connection().await.expect("redis connect")
+        redis::Client::open(self.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect")
     }
 }
 
@@ -431,7 +550,9 @@ impl Redis {
 pub fn cluster_toml(name: &str, nodes: &[(&str, String)], extra: &str) -> String {
     let mut s = format!("[[clusters]]\nname = \"{name}\"\n{extra}\n");
     for (id, addr) in nodes {
-        s.push_str(&format!("  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"));
+        s.push_str(&format!(
+            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"
+        ));
     }
     s
 }

@@ -99,7 +99,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let opts = Options { config: cfg, file: cli.config.clone(), overrides };
+    let opts = Options {
+        config: cfg,
+        file: cli.config.clone(),
+        overrides,
+    };
     match rt.block_on(server::run(opts, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! The admin listener (SPEC section 8): nodes, drain/undrain, routes, reload/rollback, bindings,
 //! metrics, liveness and readiness. Loopback by default; a bearer token when `admin_token` is set
-//! (compared in constant time). Never served on the data port.
+//! (compared in constant time) for every call but `GET /healthz` and `GET /readyz`. Never served on
+//! the data port.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,7 +46,10 @@ type AdminBody = Full<Bytes>;
 fn json_resp(status: StatusCode, v: &Value) -> Response<AdminBody> {
     let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -55,12 +59,24 @@ fn error(status: StatusCode, msg: &str) -> Response<AdminBody> {
 
 impl Admin {
     /// Serves one admin request.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<AdminBody>, std::convert::Infallible> {
-        if let Some(token) = &self.token {
-            let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<AdminBody>, std::convert::Infallible> {
+        // Liveness and readiness stay open: orchestrator probes carry no token (as Envoy's /ready).
+        let probe =
+            req.method() == Method::GET && matches!(req.uri().path(), "/healthz" | "/readyz");
+        if let Some(token) = self.token.as_ref().filter(|_| !probe) {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
             if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
                 let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                r.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 return Ok(r);
             }
         }
@@ -68,30 +84,51 @@ impl Admin {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
         // Drain the request body (bounded) so keep-alive works; admin calls carry no meaningful body.
-        let _ = http_body_util::Limited::new(req.into_body(), 64 * 1024).collect().await;
+        let _ = http_body_util::Limited::new(req.into_body(), 64 * 1024)
+            .collect()
+            .await;
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         let resp = match (&method, segs.as_slice()) {
             (&Method::GET, ["healthz"]) => json_resp(StatusCode::OK, &json!({"status": "ok"})),
             (&Method::GET, ["readyz"]) => {
                 if self.ready.load(Ordering::Acquire) {
-                    json_resp(StatusCode::OK, &json!({"status": "ready", "generation": self.routing.table().generation}))
+                    json_resp(
+                        StatusCode::OK,
+                        &json!({"status": "ready", "generation": self.routing.table().generation}),
+                    )
                 } else {
-                    json_resp(StatusCode::SERVICE_UNAVAILABLE, &json!({"status": "shutting down"}))
+                    json_resp(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({"status": "shutting down"}),
+                    )
                 }
             }
             (&Method::GET, ["metrics"]) => {
                 self.refresh_node_metrics(&self.routing.table());
                 let mut r = Response::new(Full::new(Bytes::from(self.metrics.encode())));
-                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
                 r
             }
             (&Method::GET, ["admin", "nodes"]) => json_resp(StatusCode::OK, &self.nodes()),
-            (&Method::POST, ["admin", "nodes", id, action @ ("drain" | "undrain")]) => self.drain(id, action, &query),
-            (&Method::GET, ["admin", "routes"]) => json_resp(StatusCode::OK, &routes_json(&self.routing.table(), self.routing.has_previous())),
+            (&Method::POST, ["admin", "nodes", id, action @ ("drain" | "undrain")]) => {
+                self.drain(id, action, &query)
+            }
+            (&Method::GET, ["admin", "routes"]) => json_resp(
+                StatusCode::OK,
+                &routes_json(&self.routing.table(), self.routing.has_previous()),
+            ),
             (&Method::POST, ["admin", "reload"]) => reload_resp(self.routing.reload().await),
-            (&Method::POST, ["admin", "rollback"]) => reload_resp(self.routing.rollback("rollback").await),
+            (&Method::POST, ["admin", "rollback"]) => {
+                reload_resp(self.routing.rollback("rollback").await)
+            }
             (&Method::GET, ["admin", "conns", id]) => match self.hopper.store().lookup(id).await {
-                Some(b) => json_resp(StatusCode::OK, &json!({"conn_id": id, "node": &*b.node, "ttl_ms": b.ttl.as_millis() as u64})),
+                Some(b) => json_resp(
+                    StatusCode::OK,
+                    &json!({"conn_id": id, "node": &*b.node, "ttl_ms": b.ttl.as_millis() as u64}),
+                ),
                 None => error(StatusCode::NOT_FOUND, &format!("no binding for conn {id}")),
             },
             (&Method::DELETE, ["admin", "conns", id]) => {
@@ -103,7 +140,10 @@ impl Admin {
                     error(StatusCode::NOT_FOUND, &format!("no binding for conn {id}"))
                 }
             }
-            _ => error(StatusCode::NOT_FOUND, &format!("no admin endpoint {method} {path}")),
+            _ => error(
+                StatusCode::NOT_FOUND,
+                &format!("no admin endpoint {method} {path}"),
+            ),
         };
         Ok(resp)
     }
@@ -140,17 +180,28 @@ impl Admin {
         };
         if action == "undrain" {
             node.runtime.undrain();
-            return json_resp(StatusCode::OK, &json!({"node": id, "state": node.state().as_str()}));
+            return json_resp(
+                StatusCode::OK,
+                &json!({"node": id, "state": node.state().as_str()}),
+            );
         }
         let period = match crate::selection::version::query_param(query, "period") {
             Some(p) => match humantime::parse_duration(&p) {
                 Ok(d) => d,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid period {p:?}: {e}")),
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("invalid period {p:?}: {e}"),
+                    )
+                }
             },
             None => DEFAULT_DRAIN_PERIOD,
         };
         node.runtime.start_drain(Instant::now() + period);
-        json_resp(StatusCode::ACCEPTED, &json!({"node": id, "state": "draining", "period_ms": period.as_millis() as u64}))
+        json_resp(
+            StatusCode::ACCEPTED,
+            &json!({"node": id, "state": "draining", "period_ms": period.as_millis() as u64}),
+        )
     }
 
     /// Sets the node gauges from `table` (called at scrape time so removed nodes disappear).
@@ -159,13 +210,23 @@ impl Admin {
         self.metrics.node_weight.clear();
         self.metrics.node_state.clear();
         for n in table.nodes() {
-            let labels = NodeLabels { cluster: n.cluster.clone(), node: n.id.clone() };
-            self.metrics.node_weight.get_or_create(&labels).set(weight::display(table.effective_weight(&n, now)));
+            let labels = NodeLabels {
+                cluster: n.cluster.clone(),
+                node: n.id.clone(),
+            };
+            self.metrics
+                .node_weight
+                .get_or_create(&labels)
+                .set(weight::display(table.effective_weight(&n, now)));
             let state = table.node_state(&n, now);
             for s in NodeState::ALL {
                 self.metrics
                     .node_state
-                    .get_or_create(&NodeStateLabels { cluster: n.cluster.clone(), node: n.id.clone(), state: s.as_str() })
+                    .get_or_create(&NodeStateLabels {
+                        cluster: n.cluster.clone(),
+                        node: n.id.clone(),
+                        state: s.as_str(),
+                    })
                     .set(i64::from(s == state));
             }
         }
@@ -175,7 +236,10 @@ impl Admin {
 fn reload_resp(r: Result<u64, ReloadError>) -> Response<AdminBody> {
     match r {
         Ok(g) => json_resp(StatusCode::OK, &json!({"generation": g})),
-        Err(e) => json_resp(StatusCode::UNPROCESSABLE_ENTITY, &json!({"errors": e.issues()})),
+        Err(e) => json_resp(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &json!({"errors": e.issues()}),
+        ),
     }
 }
 

@@ -111,7 +111,11 @@ impl fmt::Display for ConfigError {
             if i > 0 {
                 writeln!(f)?;
             }
-            write!(f, "{}:{}:{}: {}: {}", self.file, e.line, e.column, e.key, e.message)?;
+            write!(
+                f,
+                "{}:{}:{}: {}: {}",
+                self.file, e.line, e.column, e.key, e.message
+            )?;
         }
         Ok(())
     }

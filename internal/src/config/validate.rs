@@ -25,7 +25,10 @@ impl Check {
             Some(s) => match humantime::parse_duration(s) {
                 Ok(d) => d,
                 Err(e) => {
-                    self.err(key, format!("invalid duration {s:?}: {e} (use e.g. \"250ms\", \"2s\", \"1h\")"));
+                    self.err(
+                        key,
+                        format!("invalid duration {s:?}: {e} (use e.g. \"250ms\", \"2s\", \"1h\")"),
+                    );
                     default
                 }
             },
@@ -38,18 +41,29 @@ impl Check {
             Ok(a) => a,
             Err(e) => {
                 self.err(key, format!("invalid socket address {s:?}: {e}"));
-                default.parse().expect("defaults are valid socket addresses")
+                default
+                    .parse()
+                    .expect("defaults are valid socket addresses")
             }
         }
     }
 
-    fn one_of<T: Copy>(&mut self, key: &str, v: Option<&String>, default: T, options: &[(&str, T)]) -> T {
+    fn one_of<T: Copy>(
+        &mut self,
+        key: &str,
+        v: Option<&String>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> T {
         let Some(s) = v else { return default };
         match options.iter().find(|(name, _)| name == s) {
             Some((_, t)) => *t,
             None => {
                 let names: Vec<_> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
-                self.err(key, format!("unknown value {s:?}, expected one of {}", names.join(", ")));
+                self.err(
+                    key,
+                    format!("unknown value {s:?}, expected one of {}", names.join(", ")),
+                );
                 default
             }
         }
@@ -69,7 +83,10 @@ impl Check {
 /// Parses TOML and validates; see [`super::load_str`].
 pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
     let index = SpanIndex::new(text);
-    let mk = |issues: Vec<ConfigIssue>| ConfigError { file: file.to_string(), issues };
+    let mk = |issues: Vec<ConfigIssue>| ConfigError {
+        file: file.to_string(),
+        issues,
+    };
     let de = match toml::Deserializer::parse(text) {
         Ok(de) => de,
         Err(e) => return Err(mk(vec![syntax_issue(&index, &e, "-".into())])),
@@ -87,7 +104,12 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
             .into_iter()
             .map(|(key, message)| {
                 let (line, column) = index.locate(&key);
-                ConfigIssue { key, line, column, message }
+                ConfigIssue {
+                    key,
+                    line,
+                    column,
+                    message,
+                }
             })
             .collect())
     })
@@ -98,7 +120,12 @@ fn syntax_issue(index: &SpanIndex, e: &toml::de::Error, key: String) -> ConfigIs
         Some(span) => index.line_col(span.start),
         None => index.locate(&key),
     };
-    ConfigIssue { key, line, column, message: e.message().trim().to_string() }
+    ConfigIssue {
+        key,
+        line,
+        column,
+        message: e.message().trim().to_string(),
+    }
 }
 
 /// Validates a parsed file into a [`Config`].
@@ -113,7 +140,13 @@ pub fn from_file(f: &FileConfig) -> Result<Config, Vec<(String, String)>> {
     let clusters = clusters(&mut c, f);
     let routes = routes(&mut c, f, &clusters);
     if c.issues.is_empty() {
-        Ok(Config { server, affinity, limits, clusters, routes })
+        Ok(Config {
+            server,
+            affinity,
+            limits,
+            clusters,
+            routes,
+        })
     } else {
         Err(c.issues)
     }
@@ -121,30 +154,45 @@ pub fn from_file(f: &FileConfig) -> Result<Config, Vec<(String, String)>> {
 
 fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
     let s = &f.server;
-    let trusted_proxies = s.trusted_proxies.as_ref().filter(|v| !v.is_empty()).map(|list| {
-        list.iter()
-            .enumerate()
-            .filter_map(|(i, cidr)| {
-                let parsed = cidr
-                    .parse::<ipnet::IpNet>()
-                    .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
-                match parsed {
-                    Ok(n) => Some(n),
-                    Err(e) => {
-                        c.err(format!("server.trusted_proxies[{i}]"), format!("invalid CIDR {cidr:?}: {e}"));
-                        None
+    let trusted_proxies = s
+        .trusted_proxies
+        .as_ref()
+        .filter(|v| !v.is_empty())
+        .map(|list| {
+            list.iter()
+                .enumerate()
+                .filter_map(|(i, cidr)| {
+                    let parsed = cidr
+                        .parse::<ipnet::IpNet>()
+                        .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+                    match parsed {
+                        Ok(n) => Some(n),
+                        Err(e) => {
+                            c.err(
+                                format!("server.trusted_proxies[{i}]"),
+                                format!("invalid CIDR {cidr:?}: {e}"),
+                            );
+                            None
+                        }
                     }
-                }
-            })
-            .collect()
-    });
+                })
+                .collect()
+        });
     ServerConfig {
         listen: c.addr("server.listen", s.listen.as_ref(), DEFAULT_LISTEN),
-        admin_listen: c.addr("server.admin_listen", s.admin_listen.as_ref(), DEFAULT_ADMIN_LISTEN),
+        admin_listen: c.addr(
+            "server.admin_listen",
+            s.admin_listen.as_ref(),
+            DEFAULT_ADMIN_LISTEN,
+        ),
         admin_token: s.admin_token.clone().filter(|t| !t.is_empty()),
         zone: s.zone.clone().filter(|z| !z.is_empty()),
         trusted_proxies,
-        shutdown_timeout: c.duration("server.shutdown_timeout", s.shutdown_timeout.as_ref(), DEFAULT_SHUTDOWN_TIMEOUT),
+        shutdown_timeout: c.duration(
+            "server.shutdown_timeout",
+            s.shutdown_timeout.as_ref(),
+            DEFAULT_SHUTDOWN_TIMEOUT,
+        ),
         access_log: s.access_log.unwrap_or(true),
     }
 }
@@ -155,19 +203,37 @@ fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
     let header = c
         .header_name("affinity.header", header_str)
         .unwrap_or(http::HeaderName::from_static("x-conn-id"));
-    let ids = c.one_of("affinity.ids", a.ids.as_ref(), IdMode::Client, &[("client", IdMode::Client), ("signed", IdMode::Signed)]);
-    let redis_url = a.redis_url.clone().unwrap_or_else(|| DEFAULT_REDIS_URL.to_string());
+    let ids = c.one_of(
+        "affinity.ids",
+        a.ids.as_ref(),
+        IdMode::Client,
+        &[("client", IdMode::Client), ("signed", IdMode::Signed)],
+    );
+    let redis_url = a
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| DEFAULT_REDIS_URL.to_string());
     let store = match a.store.as_deref() {
         None | Some("memory") => StoreKind::Memory,
         Some("redis") => {
-            let ok = ["redis://", "rediss://", "redis+cluster://", "redis+sentinel://", "redis+unix://", "unix://"];
+            let ok = [
+                "redis://",
+                "rediss://",
+                "redis+cluster://",
+                "redis+sentinel://",
+                "redis+unix://",
+                "unix://",
+            ];
             if !ok.iter().any(|p| redis_url.starts_with(p)) {
                 c.err("affinity.redis_url", format!("unsupported URL {redis_url:?}: use redis://, rediss://, redis+cluster:// or redis+sentinel://"));
             }
             StoreKind::Redis { url: redis_url }
         }
         Some(other) => {
-            c.err("affinity.store", format!("unknown value {other:?}, expected one of \"memory\", \"redis\""));
+            c.err(
+                "affinity.store",
+                format!("unknown value {other:?}, expected one of \"memory\", \"redis\""),
+            );
             StoreKind::Memory
         }
     };
@@ -175,20 +241,36 @@ fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
     if ttl.is_zero() {
         c.err("affinity.ttl", "must be greater than 0s");
     }
-    let max_entries = a.max_entries.map(|n| n as usize).unwrap_or(DEFAULT_MAX_ENTRIES);
+    let max_entries = a
+        .max_entries
+        .map(|n| n as usize)
+        .unwrap_or(DEFAULT_MAX_ENTRIES);
     if max_entries == 0 {
         c.err("affinity.max_entries", "must be at least 1");
     }
     AffinityConfig {
         header,
         ids,
-        secret_env: a.secret_env.clone().unwrap_or_else(|| "HOPGW_SECRET".into()),
-        old_secrets_env: a.old_secrets_env.clone().unwrap_or_else(|| "HOPGW_OLD_SECRETS".into()),
+        secret_env: a
+            .secret_env
+            .clone()
+            .unwrap_or_else(|| "HOPGW_SECRET".into()),
+        old_secrets_env: a
+            .old_secrets_env
+            .clone()
+            .unwrap_or_else(|| "HOPGW_OLD_SECRETS".into()),
         store,
         ttl,
         max_entries: max_entries.max(1),
-        key_prefix: a.key_prefix.clone().unwrap_or_else(|| DEFAULT_KEY_PREFIX.into()),
-        redis_timeout: c.duration("affinity.redis_timeout", a.redis_timeout.as_ref(), DEFAULT_REDIS_TIMEOUT),
+        key_prefix: a
+            .key_prefix
+            .clone()
+            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.into()),
+        redis_timeout: c.duration(
+            "affinity.redis_timeout",
+            a.redis_timeout.as_ref(),
+            DEFAULT_REDIS_TIMEOUT,
+        ),
     }
 }
 
@@ -204,25 +286,71 @@ fn limits(c: &mut Check, f: &FileConfig) -> Limits {
             None => d,
         }
     };
-    let ws_idle = c.duration("limits.websocket_idle_timeout", l.websocket_idle_timeout.as_ref(), Duration::ZERO);
-    let rate_window = c.duration("limits.body_rate_window", l.body_rate_window.as_ref(), DEFAULT_BODY_RATE_WINDOW);
+    let ws_idle = c.duration(
+        "limits.websocket_idle_timeout",
+        l.websocket_idle_timeout.as_ref(),
+        Duration::ZERO,
+    );
+    let rate_window = c.duration(
+        "limits.body_rate_window",
+        l.body_rate_window.as_ref(),
+        DEFAULT_BODY_RATE_WINDOW,
+    );
     if rate_window.is_zero() {
         c.err("limits.body_rate_window", "must be more than 0s");
     }
     let body_min_rate = match l.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE) {
         0 => None,
-        bytes_per_sec => Some(BodyMinRate { bytes_per_sec, window: if rate_window.is_zero() { DEFAULT_BODY_RATE_WINDOW } else { rate_window } }),
+        bytes_per_sec => Some(BodyMinRate {
+            bytes_per_sec,
+            window: if rate_window.is_zero() {
+                DEFAULT_BODY_RATE_WINDOW
+            } else {
+                rate_window
+            },
+        }),
     };
     Limits {
-        max_request_line: pos(c, "limits.max_request_line", l.max_request_line, DEFAULT_MAX_REQUEST_LINE),
-        max_header_bytes: pos(c, "limits.max_header_bytes", l.max_header_bytes, DEFAULT_MAX_HEADER_BYTES),
+        max_request_line: pos(
+            c,
+            "limits.max_request_line",
+            l.max_request_line,
+            DEFAULT_MAX_REQUEST_LINE,
+        ),
+        max_header_bytes: pos(
+            c,
+            "limits.max_header_bytes",
+            l.max_header_bytes,
+            DEFAULT_MAX_HEADER_BYTES,
+        ),
         max_headers: pos(c, "limits.max_headers", l.max_headers, DEFAULT_MAX_HEADERS),
-        header_read_timeout: c.duration("limits.header_read_timeout", l.header_read_timeout.as_ref(), DEFAULT_HEADER_READ_TIMEOUT),
-        body_idle_timeout: c.duration("limits.body_idle_timeout", l.body_idle_timeout.as_ref(), DEFAULT_BODY_IDLE_TIMEOUT),
-        max_connections: pos(c, "limits.max_connections", l.max_connections, DEFAULT_MAX_CONNECTIONS),
+        header_read_timeout: c.duration(
+            "limits.header_read_timeout",
+            l.header_read_timeout.as_ref(),
+            DEFAULT_HEADER_READ_TIMEOUT,
+        ),
+        body_idle_timeout: c.duration(
+            "limits.body_idle_timeout",
+            l.body_idle_timeout.as_ref(),
+            DEFAULT_BODY_IDLE_TIMEOUT,
+        ),
+        max_connections: pos(
+            c,
+            "limits.max_connections",
+            l.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+        ),
         websocket_idle_timeout: (!ws_idle.is_zero()).then_some(ws_idle),
-        connect_timeout: c.duration("limits.connect_timeout", l.connect_timeout.as_ref(), DEFAULT_CONNECT_TIMEOUT),
-        upstream_idle_timeout: c.duration("limits.upstream_idle_timeout", l.upstream_idle_timeout.as_ref(), DEFAULT_UPSTREAM_IDLE_TIMEOUT),
+        connect_timeout: c.duration(
+            "limits.connect_timeout",
+            l.connect_timeout.as_ref(),
+            DEFAULT_CONNECT_TIMEOUT,
+        ),
+        upstream_idle_timeout: c.duration(
+            "limits.upstream_idle_timeout",
+            l.upstream_idle_timeout.as_ref(),
+            DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+        ),
         body_min_rate,
     }
 }
@@ -235,14 +363,19 @@ fn merge_health(base: &HealthFile, over: Option<&HealthFile>) -> HealthFile {
         path: o.path.clone().or_else(|| base.path.clone()),
         interval: o.interval.clone().or_else(|| base.interval.clone()),
         timeout: o.timeout.clone().or_else(|| base.timeout.clone()),
-        expect_status: o.expect_status.clone().or_else(|| base.expect_status.clone()),
+        expect_status: o
+            .expect_status
+            .clone()
+            .or_else(|| base.expect_status.clone()),
         expect_json: o.expect_json.clone().or_else(|| base.expect_json.clone()),
         degrade_after: o.degrade_after.or(base.degrade_after),
         degraded_percent: o.degraded_percent.or(base.degraded_percent),
         eject_after: o.eject_after.or(base.eject_after),
         recover_after: o.recover_after.or(base.recover_after),
         slow_start: o.slow_start.clone().or_else(|| base.slow_start.clone()),
-        passive_consecutive_errors: o.passive_consecutive_errors.or(base.passive_consecutive_errors),
+        passive_consecutive_errors: o
+            .passive_consecutive_errors
+            .or(base.passive_consecutive_errors),
     }
 }
 
@@ -252,7 +385,10 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
         None | Some("http") => ProbeKind::Http,
         Some("tcp") => ProbeKind::Tcp,
         Some(o) => {
-            c.err(format!("{key}.kind"), format!("unknown value {o:?}, expected one of \"http\", \"tcp\""));
+            c.err(
+                format!("{key}.kind"),
+                format!("unknown value {o:?}, expected one of \"http\", \"tcp\""),
+            );
             ProbeKind::Http
         }
     };
@@ -260,11 +396,19 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
     if !path.starts_with('/') {
         c.err(format!("{key}.path"), "must start with '/'");
     }
-    let interval = c.duration(&format!("{key}.interval"), h.interval.as_ref(), DEFAULT_HEALTH_INTERVAL);
+    let interval = c.duration(
+        &format!("{key}.interval"),
+        h.interval.as_ref(),
+        DEFAULT_HEALTH_INTERVAL,
+    );
     if interval < Duration::from_millis(10) {
         c.err(format!("{key}.interval"), "must be at least 10ms");
     }
-    let timeout = c.duration(&format!("{key}.timeout"), h.timeout.as_ref(), DEFAULT_HEALTH_TIMEOUT);
+    let timeout = c.duration(
+        &format!("{key}.timeout"),
+        h.timeout.as_ref(),
+        DEFAULT_HEALTH_TIMEOUT,
+    );
     if timeout.is_zero() {
         c.err(format!("{key}.timeout"), "must be greater than 0s");
     }
@@ -272,7 +416,10 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
         None => 200..=299,
         Some([lo, hi]) if (100..=599).contains(lo) && lo <= hi && *hi <= 599 => *lo..=*hi,
         Some(_) => {
-            c.err(format!("{key}.expect_status"), "expected [low, high] with 100 <= low <= high <= 599");
+            c.err(
+                format!("{key}.expect_status"),
+                "expected [low, high] with 100 <= low <= high <= 599",
+            );
             200..=299
         }
     };
@@ -282,20 +429,35 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
         c.err(format!("{key}.eject_after"), "must be at least 1");
     }
     if degrade_after == 0 || degrade_after > eject_after {
-        c.err(format!("{key}.degrade_after"), format!("must be between 1 and eject_after ({eject_after})"));
+        c.err(
+            format!("{key}.degrade_after"),
+            format!("must be between 1 and eject_after ({eject_after})"),
+        );
     }
-    let degraded_percent = h.degraded_percent.unwrap_or(DEFAULT_DEGRADED_PERCENT as u32);
+    let degraded_percent = h
+        .degraded_percent
+        .unwrap_or(DEFAULT_DEGRADED_PERCENT as u32);
     if !(1..=100).contains(&degraded_percent) {
-        c.err(format!("{key}.degraded_percent"), "must be between 1 and 100");
+        c.err(
+            format!("{key}.degraded_percent"),
+            "must be between 1 and 100",
+        );
     }
     let recover_after = h.recover_after.unwrap_or(DEFAULT_RECOVER_AFTER);
     if recover_after == 0 {
         c.err(format!("{key}.recover_after"), "must be at least 1");
     }
-    let slow_start = c.duration(&format!("{key}.slow_start"), h.slow_start.as_ref(), DEFAULT_SLOW_START);
+    let slow_start = c.duration(
+        &format!("{key}.slow_start"),
+        h.slow_start.as_ref(),
+        DEFAULT_SLOW_START,
+    );
     if let Some(j) = &h.expect_json {
         if !j.pointer.is_empty() && !j.pointer.starts_with('/') {
-            c.err(format!("{key}.expect_json.pointer"), "a JSON pointer is empty or starts with '/' (RFC 6901)");
+            c.err(
+                format!("{key}.expect_json.pointer"),
+                "a JSON pointer is empty or starts with '/' (RFC 6901)",
+            );
         }
     }
     HealthConfig {
@@ -304,13 +466,19 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
         interval,
         timeout,
         expect_status,
-        expect_json: h.expect_json.as_ref().map(|j| ExpectJson { pointer: j.pointer.clone(), equals: j.equals.clone() }),
+        expect_json: h.expect_json.as_ref().map(|j| ExpectJson {
+            pointer: j.pointer.clone(),
+            equals: j.equals.clone(),
+        }),
         degrade_after: degrade_after.clamp(1, eject_after.max(1)),
         degraded_percent: degraded_percent.clamp(1, 100) as u8,
         eject_after: eject_after.max(1),
         recover_after: recover_after.max(1),
         slow_start: (!slow_start.is_zero()).then_some(slow_start),
-        passive_consecutive_errors: NonZeroU32::new(h.passive_consecutive_errors.unwrap_or(DEFAULT_PASSIVE_ERRORS)),
+        passive_consecutive_errors: NonZeroU32::new(
+            h.passive_consecutive_errors
+                .unwrap_or(DEFAULT_PASSIVE_ERRORS),
+        ),
     }
 }
 
@@ -326,14 +494,27 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         if cl.name.is_empty() {
             c.err(format!("{key}.name"), "required");
         } else if !names.insert(cl.name.clone()) {
-            c.err(format!("{key}.name"), format!("duplicate cluster name {:?}", cl.name));
+            c.err(
+                format!("{key}.name"),
+                format!("duplicate cluster name {:?}", cl.name),
+            );
         }
-        let protocol = c.one_of(&format!("{key}.protocol"), cl.protocol.as_ref(), Protocol::Http1, &[("http1", Protocol::Http1), ("h2c", Protocol::H2c)]);
+        let protocol = c.one_of(
+            &format!("{key}.protocol"),
+            cl.protocol.as_ref(),
+            Protocol::Http1,
+            &[("http1", Protocol::Http1), ("h2c", Protocol::H2c)],
+        );
         let lb = c.one_of(
             &format!("{key}.lb"),
             cl.lb.as_ref(),
             Picker::RoundRobin,
-            &[("round_robin", Picker::RoundRobin), ("random", Picker::Random), ("weighted", Picker::Weighted), ("least_request", Picker::LeastRequest)],
+            &[
+                ("round_robin", Picker::RoundRobin),
+                ("random", Picker::Random),
+                ("weighted", Picker::Weighted),
+                ("least_request", Picker::LeastRequest),
+            ],
         );
         let before = c.issues.len();
         let merged = merge_health(&f.health, cl.health.as_ref());
@@ -351,19 +532,39 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
             if n.id.is_empty() {
                 c.err(format!("{nkey}.id"), "required");
             } else if !node_ids.insert(n.id.clone()) {
-                c.err(format!("{nkey}.id"), format!("duplicate node id {:?} (node ids are unique across clusters)", n.id));
+                c.err(
+                    format!("{nkey}.id"),
+                    format!(
+                        "duplicate node id {:?} (node ids are unique across clusters)",
+                        n.id
+                    ),
+                );
             }
             match n.addr.rsplit_once(':') {
                 Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-                _ => c.err(format!("{nkey}.addr"), format!("expected HOST:PORT, got {:?}", n.addr)),
+                _ => c.err(
+                    format!("{nkey}.addr"),
+                    format!("expected HOST:PORT, got {:?}", n.addr),
+                ),
             }
             let weight = n.weight.unwrap_or(100);
             if weight > 10_000 {
                 c.err(format!("{nkey}.weight"), "must be between 0 and 10000");
             }
-            nodes.push(NodeConfig { id: n.id.clone(), addr: n.addr.clone(), weight, metadata: n.metadata.clone() });
+            nodes.push(NodeConfig {
+                id: n.id.clone(),
+                addr: n.addr.clone(),
+                weight,
+                metadata: n.metadata.clone(),
+            });
         }
-        out.push(ClusterConfig { name: cl.name.clone(), protocol, health, lb, nodes });
+        out.push(ClusterConfig {
+            name: cl.name.clone(),
+            protocol,
+            health,
+            lb,
+            nodes,
+        });
     }
     out
 }
@@ -376,12 +577,18 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
         if r.id.is_empty() {
             c.err(format!("{key}.id"), "required");
         } else if !ids.insert(r.id.clone()) {
-            c.err(format!("{key}.id"), format!("duplicate route id {:?}", r.id));
+            c.err(
+                format!("{key}.id"),
+                format!("duplicate route id {:?}", r.id),
+            );
         }
         if r.cluster.is_empty() {
             c.err(format!("{key}.cluster"), "required");
         } else if !clusters.iter().any(|cl| cl.name == r.cluster) {
-            c.err(format!("{key}.cluster"), format!("unknown cluster {:?}", r.cluster));
+            c.err(
+                format!("{key}.cluster"),
+                format!("unknown cluster {:?}", r.cluster),
+            );
         }
         let m = &r.match_;
         for (k, v) in [("path_prefix", &m.path_prefix), ("path", &m.path)] {
@@ -395,23 +602,35 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
             .methods
             .iter()
             .enumerate()
-            .filter_map(|(j, s)| match http::Method::from_bytes(s.to_ascii_uppercase().as_bytes()) {
-                Ok(m) => Some(m),
-                Err(_) => {
-                    c.err(format!("{key}.match.methods[{j}]"), format!("invalid method {s:?}"));
-                    None
+            .filter_map(|(j, s)| {
+                match http::Method::from_bytes(s.to_ascii_uppercase().as_bytes()) {
+                    Ok(m) => Some(m),
+                    Err(_) => {
+                        c.err(
+                            format!("{key}.match.methods[{j}]"),
+                            format!("invalid method {s:?}"),
+                        );
+                        None
+                    }
                 }
             })
             .collect();
         let headers = m
             .headers
             .iter()
-            .filter_map(|(name, v)| c.header_name(&format!("{key}.match.headers.{name}"), name).map(|h| (h, v.clone())))
+            .filter_map(|(name, v)| {
+                c.header_name(&format!("{key}.match.headers.{name}"), name)
+                    .map(|h| (h, v.clone()))
+            })
             .collect();
         let matcher = RouteMatch {
             path_prefix: m.path_prefix.clone().filter(|p| !p.is_empty()),
             path: m.path.clone().filter(|p| !p.is_empty()),
-            host: m.host.clone().filter(|h| !h.is_empty()).map(|h| h.to_ascii_lowercase()),
+            host: m
+                .host
+                .clone()
+                .filter(|h| !h.is_empty())
+                .map(|h| h.to_ascii_lowercase()),
             methods,
             headers,
         };
@@ -420,28 +639,43 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
         let status = match http::StatusCode::from_u16(status) {
             Ok(s) if (200..=599).contains(&status) => s,
             _ => {
-                c.err(format!("{key}.fallback.status"), "must be between 200 and 599");
+                c.err(
+                    format!("{key}.fallback.status"),
+                    "must be between 200 and 599",
+                );
                 http::StatusCode::SERVICE_UNAVAILABLE
             }
         };
         let fallback = Fallback {
             status,
             content_type: fb.content_type.unwrap_or_else(|| "application/json".into()),
-            body: fb.body.unwrap_or_else(|| r#"{"code":-1,"message":"service temporarily unavailable"}"#.into()),
+            body: fb.body.unwrap_or_else(|| {
+                r#"{"code":-1,"message":"service temporarily unavailable"}"#.into()
+            }),
         };
         let canary = r.canary.as_ref().map(|cf| canary(c, &key, cf));
         let warmup = r.warmup.as_ref().map(|w| {
             let initial_percent = w.initial_percent.unwrap_or(10.0);
             if !(0.0..=100.0).contains(&initial_percent) {
-                c.err(format!("{key}.warmup.initial_percent"), "must be between 0 and 100");
+                c.err(
+                    format!("{key}.warmup.initial_percent"),
+                    "must be between 0 and 100",
+                );
             }
             let max_error_rate = w.max_error_rate.unwrap_or(0.05);
             if !(0.0..=1.0).contains(&max_error_rate) {
-                c.err(format!("{key}.warmup.max_error_rate"), "must be between 0 and 1");
+                c.err(
+                    format!("{key}.warmup.max_error_rate"),
+                    "must be between 0 and 1",
+                );
             }
             WarmupConfig {
                 initial_percent,
-                duration: c.duration(&format!("{key}.warmup.duration"), w.duration.as_ref(), Duration::from_secs(120)),
+                duration: c.duration(
+                    &format!("{key}.warmup.duration"),
+                    w.duration.as_ref(),
+                    Duration::from_secs(120),
+                ),
                 max_error_rate,
             }
         });
@@ -450,10 +684,31 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
             matcher,
             cluster: r.cluster.clone(),
             strip_prefix: r.strip_prefix.clone().filter(|s| !s.is_empty()),
-            timeout: c.duration(&format!("{key}.timeout"), r.timeout.as_ref(), DEFAULT_ROUTE_TIMEOUT),
+            timeout: c.duration(
+                &format!("{key}.timeout"),
+                r.timeout.as_ref(),
+                DEFAULT_ROUTE_TIMEOUT,
+            ),
             retries: r.retries.unwrap_or(DEFAULT_RETRIES),
-            websocket: c.one_of(&format!("{key}.websocket"), r.websocket.as_ref(), WsMode::Hop, &[("hop", WsMode::Hop), ("hint", WsMode::Hint), ("close", WsMode::Close)]),
-            on_all_down: c.one_of(&format!("{key}.on_all_down"), r.on_all_down.as_ref(), OnAllDown::Fallback, &[("fallback", OnAllDown::Fallback), ("fail_open", OnAllDown::FailOpen)]),
+            websocket: c.one_of(
+                &format!("{key}.websocket"),
+                r.websocket.as_ref(),
+                WsMode::Hop,
+                &[
+                    ("hop", WsMode::Hop),
+                    ("hint", WsMode::Hint),
+                    ("close", WsMode::Close),
+                ],
+            ),
+            on_all_down: c.one_of(
+                &format!("{key}.on_all_down"),
+                r.on_all_down.as_ref(),
+                OnAllDown::Fallback,
+                &[
+                    ("fallback", OnAllDown::Fallback),
+                    ("fail_open", OnAllDown::FailOpen),
+                ],
+            ),
             fallback,
             max_body: r.max_body,
             canary,
@@ -465,7 +720,10 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
 
 fn canary(c: &mut Check, key: &str, cf: &super::file::CanaryFile) -> CanaryConfig {
     let version_header = c
-        .header_name(&format!("{key}.canary.version_header"), cf.version_header.as_deref().unwrap_or("x-version"))
+        .header_name(
+            &format!("{key}.canary.version_header"),
+            cf.version_header.as_deref().unwrap_or("x-version"),
+        )
         .unwrap_or(http::HeaderName::from_static("x-version"));
     let split = cf
         .split
@@ -480,26 +738,49 @@ fn canary(c: &mut Check, key: &str, cf: &super::file::CanaryFile) -> CanaryConfi
                 c.err(format!("{skey}.version"), "required");
             }
             let by = match s.by.split_once(':') {
-                Some(("header", n)) if !n.is_empty() => c.header_name(&format!("{skey}.by"), n).map(SplitKey::Header),
+                Some(("header", n)) if !n.is_empty() => c
+                    .header_name(&format!("{skey}.by"), n)
+                    .map(SplitKey::Header),
                 Some(("cookie", n)) if !n.is_empty() => Some(SplitKey::Cookie(n.to_string())),
                 Some(("query", n)) if !n.is_empty() => Some(SplitKey::Query(n.to_string())),
                 _ => {
-                    c.err(format!("{skey}.by"), format!("expected \"header:NAME\", \"cookie:NAME\" or \"query:NAME\", got {:?}", s.by));
+                    c.err(
+                        format!("{skey}.by"),
+                        format!(
+                            "expected \"header:NAME\", \"cookie:NAME\" or \"query:NAME\", got {:?}",
+                            s.by
+                        ),
+                    );
                     None
                 }
             }?;
-            Some(Split { by, percent: s.percent, version: s.version.clone() })
+            Some(Split {
+                by,
+                percent: s.percent,
+                version: s.version.clone(),
+            })
         })
         .collect::<Vec<_>>();
     let total: f64 = split.iter().map(|s| s.percent).sum();
     if total > 100.0 {
-        c.err(format!("{key}.canary.split"), format!("percents add up to {total}, more than 100"));
+        c.err(
+            format!("{key}.canary.split"),
+            format!("percents add up to {total}, more than 100"),
+        );
     }
     CanaryConfig {
         version_header,
         version_query: cf.version_query.clone().unwrap_or_else(|| "version".into()),
         metadata_key: cf.metadata_key.clone().unwrap_or_else(|| "version".into()),
-        no_match: c.one_of(&format!("{key}.canary.no_match"), cf.no_match.as_ref(), NoMatch::FallbackAll, &[("fallback_all", NoMatch::FallbackAll), ("reject", NoMatch::Reject)]),
+        no_match: c.one_of(
+            &format!("{key}.canary.no_match"),
+            cf.no_match.as_ref(),
+            NoMatch::FallbackAll,
+            &[
+                ("fallback_all", NoMatch::FallbackAll),
+                ("reject", NoMatch::Reject),
+            ],
+        ),
         split,
     }
 }
@@ -510,7 +791,8 @@ mod tests {
 
     #[test]
     fn unknown_key_is_refused_with_line_and_column() {
-        let err = load_str("[server]\nlisten = \"127.0.0.1:1\"\nbogus = 1\n", "g.toml").unwrap_err();
+        let err =
+            load_str("[server]\nlisten = \"127.0.0.1:1\"\nbogus = 1\n", "g.toml").unwrap_err();
         assert_eq!(err.issues.len(), 1);
         let e = &err.issues[0];
         assert_eq!((e.line, e.column), (3, 1), "{e:?}");
@@ -530,7 +812,14 @@ mod tests {
         let text = "[[clusters]]\nname = \"a\"\n[[clusters.nodes]]\nid = \"n\"\naddr = \"nope\"\n\n[[routes]]\nid = \"r\"\ncluster = \"missing\"\ntimeout = \"x\"\n";
         let err = load_str(text, "g.toml").unwrap_err();
         let keys: Vec<_> = err.issues.iter().map(|e| e.key.as_str()).collect();
-        assert_eq!(keys, ["clusters[0].nodes[0].addr", "routes[0].cluster", "routes[0].timeout"]);
+        assert_eq!(
+            keys,
+            [
+                "clusters[0].nodes[0].addr",
+                "routes[0].cluster",
+                "routes[0].timeout"
+            ]
+        );
         assert_eq!(err.issues[1].line, 9);
     }
 

@@ -38,7 +38,10 @@ pub struct ConnIds {
 
 impl std::fmt::Debug for ConnIds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnIds").field("mode", &self.mode).field("keys", &self.keys.len()).finish()
+        f.debug_struct("ConnIds")
+            .field("mode", &self.mode)
+            .field("keys", &self.keys.len())
+            .finish()
     }
 }
 
@@ -89,8 +92,12 @@ impl ConnIds {
     }
 
     fn verify(&self, id: &str) -> bool {
-        let Some((body, tag_hex)) = id.rsplit_once('.') else { return false };
-        let Ok(given) = hex::decode(tag_hex) else { return false };
+        let Some((body, tag_hex)) = id.rsplit_once('.') else {
+            return false;
+        };
+        let Ok(given) = hex::decode(tag_hex) else {
+            return false;
+        };
         self.keys.iter().any(|key| {
             let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
             mac.update(body.as_bytes());
@@ -119,17 +126,26 @@ mod tests {
         assert_eq!(ids.parse(b"a\x01b"), Err(IdError::BadChars));
         assert_eq!(ids.parse(b"a b"), Err(IdError::BadChars));
         assert_eq!(ids.parse(b""), Err(IdError::Empty));
-        assert_eq!(uuid::Uuid::parse_str(&ids.issue()).map(|u| u.get_version_num()), Ok(4));
+        assert_eq!(
+            uuid::Uuid::parse_str(&ids.issue()).map(|u| u.get_version_num()),
+            Ok(4)
+        );
     }
 
     #[test]
     fn signed_ids_verify_and_forgeries_do_not() {
-        let ids = ConnIds::new(IdMode::Signed, vec![b"new-key".to_vec(), b"old-key".to_vec()]);
+        let ids = ConnIds::new(
+            IdMode::Signed,
+            vec![b"new-key".to_vec(), b"old-key".to_vec()],
+        );
         let id = ids.issue();
         assert!(id.len() <= MAX_ID_LEN);
         assert_eq!(ids.parse(id.as_bytes()), Ok(id.as_str()));
         let old = ConnIds::new(IdMode::Signed, vec![b"old-key".to_vec()]).issue();
-        assert!(ids.parse(old.as_bytes()).is_ok(), "rotated key still accepted");
+        assert!(
+            ids.parse(old.as_bytes()).is_ok(),
+            "rotated key still accepted"
+        );
         let forged = ConnIds::new(IdMode::Signed, vec![b"other".to_vec()]).issue();
         assert_eq!(ids.parse(forged.as_bytes()), Err(IdError::Forged));
         let truncated = &id[..id.len() - 2];

@@ -38,8 +38,14 @@ pub struct Hopper {
 }
 
 /// Why a bound node can no longer serve its conn id.
-fn unusable_reason(node: Option<&Arc<Node>>, c: &Criteria<'_>, now: Instant) -> Option<&'static str> {
-    let Some(node) = node else { return Some("removed") };
+fn unusable_reason(
+    node: Option<&Arc<Node>>,
+    c: &Criteria<'_>,
+    now: Instant,
+) -> Option<&'static str> {
+    let Some(node) = node else {
+        return Some("removed");
+    };
     if c.exclude.contains(&node.id) {
         return Some("connect_error");
     }
@@ -70,44 +76,86 @@ impl Hopper {
 
     /// Places a request. Without `conn`, a plain selection (not bound). With it: the bound node if
     /// usable; else select, bind or hop, and count and log the hop.
-    pub async fn place(&self, conn: Option<&str>, table: &RouteTable, cluster: &Cluster, c: &Criteria<'_>, now: Instant) -> Placement {
+    pub async fn place(
+        &self,
+        conn: Option<&str>,
+        table: &RouteTable,
+        cluster: &Cluster,
+        c: &Criteria<'_>,
+        now: Instant,
+    ) -> Placement {
         let Some(conn) = conn else {
             let s = selection::select(table, cluster, c, now);
-            return Placement { node: s.node, hopped_from: None, version_miss: s.version_miss };
+            return Placement {
+                node: s.node,
+                hopped_from: None,
+                version_miss: s.version_miss,
+            };
         };
         let bound = self.store.get(conn).await;
         let bound_node = bound.as_deref().and_then(|id| cluster.node(id));
         let bound_reason = bound.as_ref().map(|_| unusable_reason(bound_node, c, now));
         if bound_reason == Some(None) {
-            return Placement { node: bound_node.cloned(), hopped_from: None, version_miss: None };
+            return Placement {
+                node: bound_node.cloned(),
+                hopped_from: None,
+                version_miss: None,
+            };
         }
         let s = selection::select(table, cluster, c, now);
         // Bound to a usable node that lacks the requested version, and no node has it: the request
         // falls back to all candidates anyway, so the binding stays (no hop on every such request).
         if bound_reason == Some(Some("version")) && s.version_miss.is_some() {
-            return Placement { node: bound_node.cloned(), hopped_from: None, version_miss: s.version_miss };
+            return Placement {
+                node: bound_node.cloned(),
+                hopped_from: None,
+                version_miss: s.version_miss,
+            };
         }
         let Some(chosen) = s.node else {
-            return Placement { node: None, hopped_from: None, version_miss: s.version_miss };
+            return Placement {
+                node: None,
+                hopped_from: None,
+                version_miss: s.version_miss,
+            };
         };
         let Some(old) = bound else {
             let winner = self.store.bind(conn, &chosen.id).await;
             // Another replica bound it first: follow it if usable there.
             let node = match cluster.node(&winner) {
-                Some(n) if winner != chosen.id && unusable_reason(Some(n), c, now).is_none() => n.clone(),
+                Some(n) if winner != chosen.id && unusable_reason(Some(n), c, now).is_none() => {
+                    n.clone()
+                }
                 _ => chosen,
             };
-            return Placement { node: Some(node), hopped_from: None, version_miss: s.version_miss };
+            return Placement {
+                node: Some(node),
+                hopped_from: None,
+                version_miss: s.version_miss,
+            };
         };
         let reason = unusable_reason(bound_node, c, now).unwrap_or("rebalance");
         let node = self.hop(conn, &old, chosen, cluster, c, reason, now).await;
-        Placement { node: Some(node), hopped_from: Some((old, reason)), version_miss: s.version_miss }
+        Placement {
+            node: Some(node),
+            hopped_from: Some((old, reason)),
+            version_miss: s.version_miss,
+        }
     }
 
     /// Rebinds `conn` from `old` to `to` (compare-and-set), logs and counts the hop, and returns the
     /// node the id ends up on (a racing replica's choice when it won and is usable).
     #[allow(clippy::too_many_arguments)]
-    pub async fn hop(&self, conn: &str, old: &str, to: Arc<Node>, cluster: &Cluster, c: &Criteria<'_>, reason: &'static str, now: Instant) -> Arc<Node> {
+    pub async fn hop(
+        &self,
+        conn: &str,
+        old: &str,
+        to: Arc<Node>,
+        cluster: &Cluster,
+        c: &Criteria<'_>,
+        reason: &'static str,
+        now: Instant,
+    ) -> Arc<Node> {
         let winner = self.store.hop(conn, old, &to.id).await;
         let node = match cluster.node(&winner) {
             Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => n.clone(),
@@ -166,11 +214,19 @@ cluster = "c"
     }
 
     fn crit(version: Option<&str>) -> Criteria<'_> {
-        Criteria { version, metadata_key: "version", avoid_versions: &[], exclude: &[], zone: None }
+        Criteria {
+            version,
+            metadata_key: "version",
+            avoid_versions: &[],
+            exclude: &[],
+            zone: None,
+        }
     }
 
     fn version_hops(m: &Metrics) -> u64 {
-        m.hops.get_or_create(&crate::metrics::ReasonLabel { reason: "version" }).get()
+        m.hops
+            .get_or_create(&crate::metrics::ReasonLabel { reason: "version" })
+            .get()
     }
 
     #[tokio::test]
@@ -187,11 +243,17 @@ cluster = "c"
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
         assert!(p.hopped_from.is_none());
         // No version: the binding holds.
-        assert_eq!(place(None).await.node.map(|n| n.id.to_string()).as_deref(), Some("a"));
+        assert_eq!(
+            place(None).await.node.map(|n| n.id.to_string()).as_deref(),
+            Some("a")
+        );
         // A v2 request re-binds it, counted as a `version` hop.
         let p = place(Some("v2")).await;
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
-        assert_eq!(p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)), Some(("a", "version")));
+        assert_eq!(
+            p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)),
+            Some(("a", "version"))
+        );
         assert_eq!(version_hops(&metrics), 1);
         assert_eq!(hopper.store().get("conn-1").await.as_deref(), Some("b"));
         // Further v2 and unversioned requests stay.
@@ -204,7 +266,13 @@ cluster = "c"
         let p = place(Some("v3")).await;
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
         assert!(p.hopped_from.is_none());
-        assert_eq!(p.version_miss, Some(VersionMiss { candidates: 2, matched: 0 }));
+        assert_eq!(
+            p.version_miss,
+            Some(VersionMiss {
+                candidates: 2,
+                matched: 0
+            })
+        );
         assert_eq!(version_hops(&metrics), 1);
     }
 
@@ -213,21 +281,36 @@ cluster = "c"
         let (hopper, table, metrics) = setup();
         let cluster = table.clusters.get("c").expect("cluster").clone();
         let now = Instant::now();
-        let p = hopper.place(Some("conn-2"), &table, &cluster, &crit(Some("v2")), now).await;
+        let p = hopper
+            .place(Some("conn-2"), &table, &cluster, &crit(Some("v2")), now)
+            .await;
         let b = p.node.expect("placed");
         assert_eq!(&*b.id, "b");
         b.runtime.eject(&b.settings.health, "test", now);
-        let p = hopper.place(Some("conn-2"), &table, &cluster, &crit(None), now).await;
+        let p = hopper
+            .place(Some("conn-2"), &table, &cluster, &crit(None), now)
+            .await;
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
-        assert_eq!(p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)), Some(("b", "ejected")));
-        assert_eq!(metrics.hops.get_or_create(&crate::metrics::ReasonLabel { reason: "ejected" }).get(), 1);
+        assert_eq!(
+            p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)),
+            Some(("b", "ejected"))
+        );
+        assert_eq!(
+            metrics
+                .hops
+                .get_or_create(&crate::metrics::ReasonLabel { reason: "ejected" })
+                .get(),
+            1
+        );
     }
 
     #[tokio::test]
     async fn requests_without_conn_id_are_not_bound() {
         let (hopper, table, _) = setup();
         let cluster = table.clusters.get("c").expect("cluster").clone();
-        let p = hopper.place(None, &table, &cluster, &crit(Some("v2")), Instant::now()).await;
+        let p = hopper
+            .place(None, &table, &cluster, &crit(Some("v2")), Instant::now())
+            .await;
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
         assert!(hopper.store().get("conn-x").await.is_none());
     }

@@ -57,13 +57,20 @@ impl BodyTap {
     /// The whole body as a fresh body if it was fully captured, or never polled (then `None` and
     /// `untouched` is true: the original may be reused). Returns `Err(())` if it cannot be replayed.
     pub fn replay(&self) -> Result<Option<ProxyBody>, ()> {
-        let c = self.capture.lock().expect("capture mutex is never poisoned");
+        let c = self
+            .capture
+            .lock()
+            .expect("capture mutex is never poisoned");
         if !c.polled {
             return Ok(None);
         }
         if c.ended && !c.overflowed {
             let chunks = c.chunks.clone();
-            let stream = futures_util::stream::iter(chunks.into_iter().map(|b| Ok::<_, BoxError>(Frame::data(b))));
+            let stream = futures_util::stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|b| Ok::<_, BoxError>(Frame::data(b))),
+            );
             return Ok(Some(http_body_util::StreamBody::new(stream).boxed_unsync()));
         }
         Err(())
@@ -71,7 +78,10 @@ impl BodyTap {
 
     /// True once any body byte was handed upstream.
     pub fn polled(&self) -> bool {
-        self.capture.lock().expect("capture mutex is never poisoned").polled
+        self.capture
+            .lock()
+            .expect("capture mutex is never poisoned")
+            .polled
     }
 }
 
@@ -93,7 +103,14 @@ impl<B> RequestBody<B> {
     /// Wraps `inner` with idle timeout `idle` and optional `max` bytes; returns the body and its tap.
     pub fn new(inner: B, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
         let tap = BodyTap::default();
-        let body = RequestBody { inner, tap: tap.clone(), idle, timer: tokio::time::sleep(idle), max, seen: 0 };
+        let body = RequestBody {
+            inner,
+            tap: tap.clone(),
+            idle,
+            timer: tokio::time::sleep(idle),
+            max,
+            seen: 0,
+        };
         (body, tap)
     }
 }
@@ -106,10 +123,17 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         {
-            let mut c = this.tap.capture.lock().expect("capture mutex is never poisoned");
+            let mut c = this
+                .tap
+                .capture
+                .lock()
+                .expect("capture mutex is never poisoned");
             c.polled = true;
         }
         match this.inner.as_mut().poll_frame(cx) {
@@ -120,7 +144,11 @@ where
                 Poll::Pending
             }
             Poll::Ready(None) => {
-                this.tap.capture.lock().expect("capture mutex is never poisoned").ended = true;
+                this.tap
+                    .capture
+                    .lock()
+                    .expect("capture mutex is never poisoned")
+                    .ended = true;
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
@@ -128,13 +156,19 @@ where
                 this.timer.as_mut().reset(Instant::now() + *this.idle);
                 if let Some(data) = frame.data_ref() {
                     *this.seen += data.len() as u64;
-                    this.tap.bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    this.tap
+                        .bytes_in
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
                     if let Some(max) = *this.max {
                         if *this.seen > max {
                             return Poll::Ready(Some(Err(Box::new(BodyError::TooLarge(max)))));
                         }
                     }
-                    let mut c = this.tap.capture.lock().expect("capture mutex is never poisoned");
+                    let mut c = this
+                        .tap
+                        .capture
+                        .lock()
+                        .expect("capture mutex is never poisoned");
                     if !c.overflowed {
                         if c.len + data.len() <= REPLAY_LIMIT {
                             c.len += data.len();
@@ -146,7 +180,11 @@ where
                     }
                 }
                 if self_end(&this.inner) {
-                    this.tap.capture.lock().expect("capture mutex is never poisoned").ended = true;
+                    this.tap
+                        .capture
+                        .lock()
+                        .expect("capture mutex is never poisoned")
+                        .ended = true;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -191,7 +229,11 @@ pin_project_lite::pin_project! {
 impl<B> ResponseBody<B> {
     /// Wraps `inner`; `done(bytes_out, complete)` runs exactly once.
     pub fn new(inner: B, done: Completion) -> Self {
-        ResponseBody { inner, bytes_out: 0, done: Some(done) }
+        ResponseBody {
+            inner,
+            bytes_out: 0,
+            done: Some(done),
+        }
     }
 }
 
@@ -203,7 +245,10 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         let r = ready!(this.inner.as_mut().poll_frame(cx));
         match &r {

@@ -59,12 +59,20 @@ pub fn client_fault(e: &hyper::Error) -> Option<ProxyError> {
                 BodyError::TooLarge(limit) => ProxyError::BodyTooLarge { limit: *limit },
             });
         }
-        if let Some(ClientBodyError::BelowMinRate { min, bytes, window }) = cause.downcast_ref::<ClientBodyError>() {
-            return Some(ProxyError::ClientBody(ClientBodyError::BelowMinRate { min: *min, bytes: *bytes, window: *window }));
+        if let Some(ClientBodyError::BelowMinRate { min, bytes, window }) =
+            cause.downcast_ref::<ClientBodyError>()
+        {
+            return Some(ProxyError::ClientBody(ClientBodyError::BelowMinRate {
+                min: *min,
+                bytes: *bytes,
+                window: *window,
+            }));
         }
         if let Some(h) = cause.downcast_ref::<hyper::Error>() {
             // hyper's server reading the client's body (the downstream side).
-            return Some(ProxyError::ClientBody(ClientBodyError::Broken(super::upstream::describe(h))));
+            return Some(ProxyError::ClientBody(ClientBodyError::Broken(
+                super::upstream::describe(h),
+            )));
         }
         src = cause.source();
     }
@@ -108,11 +116,21 @@ impl<B> MinRate<B> {
 }
 
 /// Checks the windows that ended by `waited_now`; `Err` when one of them was too slow.
-fn close_windows(rule: &BodyMinRate, waited_now: Duration, window_start: &mut Duration, window_bytes: &mut u64, in_grace: &mut bool) -> Result<(), ClientBodyError> {
+fn close_windows(
+    rule: &BodyMinRate,
+    waited_now: Duration,
+    window_start: &mut Duration,
+    window_bytes: &mut u64,
+    in_grace: &mut bool,
+) -> Result<(), ClientBodyError> {
     while waited_now.saturating_sub(*window_start) >= rule.window {
         let need = (rule.bytes_per_sec as f64 * rule.window.as_secs_f64()).ceil() as u64;
         if !*in_grace && *window_bytes < need {
-            return Err(ClientBodyError::BelowMinRate { min: rule.bytes_per_sec, bytes: *window_bytes, window: rule.window });
+            return Err(ClientBodyError::BelowMinRate {
+                min: rule.bytes_per_sec,
+                bytes: *window_bytes,
+                window: rule.window,
+            });
         }
         *in_grace = false;
         *window_start += rule.window;
@@ -129,10 +147,16 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         let Some(rule) = *this.rule else {
-            return this.inner.poll_frame(cx).map(|f| f.map(|r| r.map_err(Into::into)));
+            return this
+                .inner
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Into::into)));
         };
         let polled = this.inner.as_mut().poll_frame(cx);
         let now = Instant::now();
@@ -148,7 +172,13 @@ where
                 }
                 // Bytes that arrive at the end of a window count for it.
                 if r.as_ref().is_some_and(|f| f.is_ok()) {
-                    if let Err(e) = close_windows(&rule, *this.waited, this.window_start, this.window_bytes, this.in_grace) {
+                    if let Err(e) = close_windows(
+                        &rule,
+                        *this.waited,
+                        this.window_start,
+                        this.window_bytes,
+                        this.in_grace,
+                    ) {
                         return Poll::Ready(Some(Err(Box::new(e))));
                     }
                 }
@@ -158,7 +188,13 @@ where
                 let since = *this.pending_since.get_or_insert(now);
                 loop {
                     let waited_now = *this.waited + now.saturating_duration_since(since);
-                    if let Err(e) = close_windows(&rule, waited_now, this.window_start, this.window_bytes, this.in_grace) {
+                    if let Err(e) = close_windows(
+                        &rule,
+                        waited_now,
+                        this.window_start,
+                        this.window_bytes,
+                        this.in_grace,
+                    ) {
                         return Poll::Ready(Some(Err(Box::new(e))));
                     }
                     // Wake when the current window of waiting ends, to judge it even if no byte comes.
@@ -187,24 +223,34 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     fn rule() -> Option<BodyMinRate> {
-        Some(BodyMinRate { bytes_per_sec: 100, window: Duration::from_secs(1) })
+        Some(BodyMinRate {
+            bytes_per_sec: 100,
+            window: Duration::from_secs(1),
+        })
     }
 
     /// A body yielding `chunk` bytes every `every`, `n` times.
-    fn trickle(chunk: usize, every: Duration, n: usize) -> impl Body<Data = Bytes, Error = BoxError> {
+    fn trickle(
+        chunk: usize,
+        every: Duration,
+        n: usize,
+    ) -> impl Body<Data = Bytes, Error = BoxError> {
         let s = futures_util::stream::unfold(0, move |i| async move {
             if i == n {
                 return None;
             }
             tokio::time::sleep(every).await;
-            Some((Ok::<_, BoxError>(Frame::data(Bytes::from(vec![b'x'; chunk]))), i + 1))
+            Some((
+                Ok::<_, BoxError>(Frame::data(Bytes::from(vec![b'x'; chunk]))),
+                i + 1,
+            ))
         });
         StreamBody::new(s)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_trickle_is_cut_after_the_grace_window() {
-        let mut b = MinRate::new(trickle(1, Duration::from_millis(300), 100), rule());
+        let mut b = Box::pin(MinRate::new(trickle(1, Duration::from_millis(300), 100), rule()));
         let start = Instant::now();
         let err = loop {
             match b.frame().await {
@@ -213,14 +259,20 @@ mod tests {
                 None => panic!("the trickle was never cut"),
             }
         };
-        assert!(matches!(err.downcast_ref::<ClientBodyError>(), Some(ClientBodyError::BelowMinRate { .. })), "{err}");
+        assert!(
+            matches!(
+                err.downcast_ref::<ClientBodyError>(),
+                Some(ClientBodyError::BelowMinRate { .. })
+            ),
+            "{err}"
+        );
         // Grace window 1 s, then the first judged window 1 s.
         assert_eq!(start.elapsed(), Duration::from_secs(2));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_steady_body_passes_and_a_silent_reader_costs_nothing() {
-        let mut b = MinRate::new(trickle(50, Duration::from_millis(250), 40), rule());
+        let mut b = Box::pin(MinRate::new(trickle(50, Duration::from_millis(250), 40), rule()));
         let mut n = 0;
         while let Some(f) = b.frame().await {
             f.expect("steady 200 B/s passes");
@@ -235,7 +287,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn off_is_a_pass_through() {
-        let mut b = MinRate::new(trickle(1, Duration::from_secs(5), 3), None);
+        let mut b = Box::pin(MinRate::new(trickle(1, Duration::from_secs(5), 3), None));
         let mut n = 0;
         while let Some(f) = b.frame().await {
             f.expect("no rule");

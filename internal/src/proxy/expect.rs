@@ -44,7 +44,9 @@ pub enum ContinueError {
 
 /// True if `headers` carry `Expect: 100-continue` (the only expectation defined, RFC 9110 10.1.1).
 pub fn wants_continue(headers: &HeaderMap) -> bool {
-    headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 #[derive(Debug, Default)]
@@ -87,7 +89,13 @@ impl ContinueGate {
     /// Wraps `inner` so it is not polled until the gate opens or `wait` passes from the first poll
     /// (the moment the upstream head was written).
     pub fn hold(&self, inner: ProxyBody, wait: Duration) -> ProxyBody {
-        Held { inner: Some(inner), gate: self.0.clone(), wait, timer: None }.boxed_unsync()
+        Held {
+            inner: Some(inner),
+            gate: self.0.clone(),
+            wait,
+            timer: None,
+        }
+        .boxed_unsync()
     }
 }
 
@@ -112,9 +120,14 @@ impl Held {
             return Poll::Ready(Err(ContinueError::AnsweredFirst));
         }
         let wait = self.wait;
-        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
         if timer.as_mut().poll(cx).is_ready() {
-            tracing::debug!(wait_ms = wait.as_millis() as u64, "node sent no 100 Continue in time; sending the request body");
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "node sent no 100 Continue in time; sending the request body"
+            );
             self.gate.open.store(true, Ordering::Release);
             return Poll::Ready(Ok(()));
         }
@@ -126,7 +139,10 @@ impl Body for Held {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.ready(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
@@ -157,7 +173,9 @@ mod tests {
     use http_body_util::Full;
 
     fn body(s: &'static str) -> ProxyBody {
-        Full::new(Bytes::from_static(s.as_bytes())).map_err(|never| match never {}).boxed_unsync()
+        Full::new(Bytes::from_static(s.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed_unsync()
     }
 
     #[tokio::test(start_paused = true)]
@@ -187,7 +205,11 @@ mod tests {
         let gate = ContinueGate::new();
         let mut held = gate.hold(body("abc"), Duration::from_secs(1));
         gate.answered();
-        let err = held.frame().await.expect("a frame").expect_err("answered first");
+        let err = held
+            .frame()
+            .await
+            .expect("a frame")
+            .expect_err("answered first");
         assert!(err.downcast_ref::<ContinueError>().is_some());
         assert!(held.is_end_stream());
     }

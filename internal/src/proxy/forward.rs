@@ -3,6 +3,9 @@
 //! - connect failure (nothing sent): retried on another node, any method;
 //! - stale pooled connection (request handed back unsent): retried on a new connection by the
 //!   upstream client itself;
+//! - reused pooled connection the node closed after the request was written, before a response head
+//!   (CASE-21): an idempotent request whose body was kept is replayed once on a new connection to
+//!   the same node, with no passive-health penalty; any other request gets a 502;
 //! - failure after sending: retried on another node only for idempotent methods whose body was
 //!   fully kept for replay (up to `retries`); an h2 GOAWAY/REFUSED_STREAM (not processed) is replayed
 //!   on a new connection to the same node for any method, with no passive-health penalty;
@@ -46,22 +49,38 @@ pub struct Attempt {
 }
 
 fn is_idempotent(m: &Method) -> bool {
-    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 /// Builds the request for `node`.
-pub(crate) fn build(method: &Method, path_and_query: &str, headers: &HeaderMap, node: &Node, body: ProxyBody) -> Request<ProxyBody> {
+pub(crate) fn build(
+    method: &Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    node: &Node,
+    body: ProxyBody,
+) -> Request<ProxyBody> {
     let mut req = Request::new(body);
     *req.method_mut() = method.clone();
     *req.headers_mut() = headers.clone();
     match node.settings.protocol {
         Protocol::Http1 => {
-            *req.uri_mut() = path_and_query.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            *req.uri_mut() = path_and_query
+                .parse()
+                .unwrap_or_else(|_| Uri::from_static("/"));
         }
         Protocol::H2c => {
             *req.version_mut() = http::Version::HTTP_2;
-            let authority = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or(node.addr.as_str());
-            *req.uri_mut() = format!("http://{authority}{path_and_query}").parse().unwrap_or_else(|_| Uri::from_static("/"));
+            let authority = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or(node.addr.as_str());
+            *req.uri_mut() = format!("http://{authority}{path_and_query}")
+                .parse()
+                .unwrap_or_else(|_| Uri::from_static("/"));
             req.headers_mut().remove(header::HOST);
         }
     }
@@ -70,23 +89,52 @@ pub(crate) fn build(method: &Method, path_and_query: &str, headers: &HeaderMap, 
 
 /// Picks another node for a retry, excluding `tried`.
 fn another(p: &Proxy, ctx: &Attempt, tried: &[NodeId]) -> Option<Arc<Node>> {
-    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude: tried, zone: p.settings.zone.as_deref() };
+    let metadata_key = ctx
+        .route
+        .config
+        .canary
+        .as_ref()
+        .map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria {
+        version: ctx.wanted.version.as_deref(),
+        metadata_key,
+        avoid_versions: &ctx.wanted.avoid,
+        exclude: tried,
+        zone: p.settings.zone.as_deref(),
+    };
     selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
 }
 
 /// Forwards `req` to `node` (and others on retry); see the module docs.
-pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, req: Request<Incoming>, up_headers: HeaderMap, path_and_query: String, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
+pub(crate) async fn forward(
+    p: Arc<Proxy>,
+    ctx: Attempt,
+    mut node: Arc<Node>,
+    req: Request<Incoming>,
+    up_headers: HeaderMap,
+    path_and_query: String,
+    log: &mut LogCtx,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let method = req.method().clone();
     // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
-    let gate = (req.version() == http::Version::HTTP_11 && node.settings.protocol == Protocol::Http1 && expect::wants_continue(req.headers())).then(ContinueGate::new);
+    let gate = (req.version() == http::Version::HTTP_11
+        && node.settings.protocol == Protocol::Http1
+        && expect::wants_continue(req.headers()))
+    .then(ContinueGate::new);
     let incoming = req.into_body();
     let empty = incoming.is_end_stream();
     let (mut body, tap): (ProxyBody, BodyTap) = if empty {
-        (Empty::new().map_err(|never| match never {}).boxed_unsync(), BodyTap::default())
+        (
+            Empty::new().map_err(|never| match never {}).boxed_unsync(),
+            BodyTap::default(),
+        )
     } else {
         let incoming = MinRate::new(incoming, p.settings.limits.body_min_rate);
-        let (b, tap) = RequestBody::new(incoming, p.settings.limits.body_idle_timeout, ctx.route.config.max_body);
+        let (b, tap) = RequestBody::new(
+            incoming,
+            p.settings.limits.body_idle_timeout,
+            ctx.route.config.max_body,
+        );
         match &gate {
             Some(g) => (g.hold(b.boxed_unsync(), expect::CONTINUE_WAIT), tap),
             None => (b.boxed_unsync(), tap),
@@ -94,6 +142,7 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
     };
     let retries = ctx.route.config.retries;
     let mut post_send_retries = 0;
+    let mut stale_replayed = false;
     let mut tried: Vec<NodeId> = Vec::new();
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     let deadline = super::grpc::head_deadline(ctx.start, ctx.route.config.timeout, &up_headers);
@@ -109,8 +158,12 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
         let result = tokio::time::timeout_at(deadline, p.upstream.send(&node, upstream_req)).await;
         let err = match result {
             Err(_) => {
-                node.runtime.record_passive_error(&health(&node), "timeout", Instant::now());
-                return Err(ProxyError::Timeout { node: node.id.to_string(), timeout_ms: ctx.route.config.timeout.as_millis() });
+                node.runtime
+                    .record_passive_error(&health(&node), "timeout", Instant::now());
+                return Err(ProxyError::Timeout {
+                    node: node.id.to_string(),
+                    timeout_ms: ctx.route.config.timeout.as_millis(),
+                });
             }
             Ok(Ok(sent)) => {
                 if let Some(g) = &gate {
@@ -118,15 +171,29 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                 }
                 let status = sent.response.status();
                 if status.is_server_error() {
-                    node.runtime.record_passive_error(&health(&node), &format!("status {}", status.as_u16()), Instant::now());
+                    node.runtime.record_passive_error(
+                        &health(&node),
+                        &format!("status {}", status.as_u16()),
+                        Instant::now(),
+                    );
                 } else {
                     node.runtime.record_passive_success();
                 }
                 if let Some(t) = failure_seen {
                     p.metrics.hop_latency.observe(t.elapsed().as_secs_f64());
                 }
-                p.metrics.request_duration.observe(ctx.start.elapsed().as_secs_f64());
-                return Ok(respond_with(&p, &ctx, &node, sent, inflight, tap, log.clone()));
+                p.metrics
+                    .request_duration
+                    .observe(ctx.start.elapsed().as_secs_f64());
+                return Ok(respond_with(
+                    &p,
+                    &ctx,
+                    &node,
+                    sent,
+                    inflight,
+                    tap,
+                    log.clone(),
+                ));
             }
             Ok(Err(e)) => e,
         };
@@ -134,18 +201,23 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
         let now = Instant::now();
         failure_seen.get_or_insert(now);
         let detail = err.detail();
+        let stale = matches!(err, SendError::Stale(_));
         match err {
             SendError::Connect(_, back) | SendError::NotSent(_, back) => {
-                node.runtime.record_passive_error(&health(&node), &detail, now);
+                node.runtime
+                    .record_passive_error(&health(&node), &detail, now);
                 tried.push(node.id.clone());
                 let Some(next) = another(&p, &ctx, &tried) else {
-                    return Err(ProxyError::Connect { node: node.id.to_string(), detail });
+                    return Err(ProxyError::Connect {
+                        node: node.id.to_string(),
+                        detail,
+                    });
                 };
                 retry_log(&p, &ctx, &node, &next, "connect_error", &detail);
                 body = back.into_body();
                 node = moved(&p, &ctx, &node, next, "connect_error", log, &tried).await;
             }
-            SendError::Sent(e) => {
+            SendError::Sent(e) | SendError::Stale(e) => {
                 // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
                 if let Some(client) = client_fault(&e) {
                     return Err(client);
@@ -153,7 +225,9 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                 let unprocessed = is_unprocessed(&e);
                 let replay = match tap.replay() {
                     Ok(Some(b)) => Some(b),
-                    Ok(None) if empty => Some(Empty::new().map_err(|never| match never {}).boxed_unsync()),
+                    Ok(None) if empty => {
+                        Some(Empty::new().map_err(|never| match never {}).boxed_unsync())
+                    }
                     _ => None,
                 };
                 if unprocessed {
@@ -161,21 +235,59 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
                     if let Some(b) = replay {
                         if post_send_retries < retries.max(1) + 2 {
                             post_send_retries += 1;
-                            p.metrics.retries.get_or_create(&RetryLabels { route: ctx.route.id.clone(), reason: "goaway" }).inc();
+                            p.metrics
+                                .retries
+                                .get_or_create(&RetryLabels {
+                                    route: ctx.route.id.clone(),
+                                    reason: "goaway",
+                                })
+                                .inc();
                             tracing::debug!(node = %node.id, "stream refused by GOAWAY; replaying on a new connection");
                             body = b;
                             continue;
                         }
                     }
-                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                    return Err(ProxyError::Upstream {
+                        node: node.id.to_string(),
+                        detail,
+                    });
                 }
-                node.runtime.record_passive_error(&health(&node), &detail, now);
-                let Some(b) = replay.filter(|_| is_idempotent(&method) && post_send_retries < retries) else {
-                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                // A pooled connection the node closed while idle (CASE-21): replay once on a new
+                // connection to the same node, with no passive-health penalty.
+                let replay = match replay {
+                    Some(b) if stale && !stale_replayed && is_idempotent(&method) => {
+                        stale_replayed = true;
+                        p.metrics
+                            .retries
+                            .get_or_create(&RetryLabels {
+                                route: ctx.route.id.clone(),
+                                reason: "stale_connection",
+                            })
+                            .inc();
+                        tracing::debug!(node = %node.id, detail, "pooled connection closed by the node; replaying on a new connection");
+                        body = b;
+                        continue;
+                    }
+                    other => other,
+                };
+                if !stale {
+                    node.runtime
+                        .record_passive_error(&health(&node), &detail, now);
+                }
+                let Some(b) =
+                    replay.filter(|_| is_idempotent(&method) && post_send_retries < retries)
+                else {
+                    return Err(ProxyError::Upstream {
+                        node: node.id.to_string(),
+                        detail,
+                    });
                 };
                 tried.push(node.id.clone());
                 let Some(next) = another(&p, &ctx, &tried) else {
-                    return Err(ProxyError::Upstream { node: node.id.to_string(), detail });
+                    return Err(ProxyError::Upstream {
+                        node: node.id.to_string(),
+                        detail,
+                    });
                 };
                 post_send_retries += 1;
                 retry_log(&p, &ctx, &node, &next, "reset", &detail);
@@ -187,23 +299,67 @@ pub(crate) async fn forward(p: Arc<Proxy>, ctx: Attempt, mut node: Arc<Node>, re
 }
 
 fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static str, detail: &str) {
-    p.metrics.retries.get_or_create(&RetryLabels { route: ctx.route.id.clone(), reason }).inc();
+    p.metrics
+        .retries
+        .get_or_create(&RetryLabels {
+            route: ctx.route.id.clone(),
+            reason,
+        })
+        .inc();
     tracing::info!(route = %ctx.route.id, from = %from.id, to = %to.id, reason, detail, "retrying on another node");
 }
 
 /// Moves a bound conn id along with a retry; returns the node to try next. When a concurrent
 /// request moved the id first (compare-and-set lost), this one follows it there if that node is
 /// usable and untried, so the id moves once and its requests land together (CASE-17).
-#[allow(clippy::too_many_arguments)]
-async fn moved(p: &Proxy, ctx: &Attempt, old: &Node, next: Arc<Node>, reason: &'static str, log: &mut LogCtx, tried: &[NodeId]) -> Arc<Node> {
-    let Some(conn) = &ctx.conn_id else { return next };
+async fn moved(
+    p: &Proxy,
+    ctx: &Attempt,
+    old: &Node,
+    next: Arc<Node>,
+    reason: &'static str,
+    log: &mut LogCtx,
+    tried: &[NodeId],
+) -> Arc<Node> {
+    let Some(conn) = &ctx.conn_id else {
+        return next;
+    };
     log.hops += 1;
-    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude: tried, zone: p.settings.zone.as_deref() };
-    p.hopper.hop(conn, &old.id, next, &ctx.route.cluster, &c, reason, Instant::now()).await
+    let metadata_key = ctx
+        .route
+        .config
+        .canary
+        .as_ref()
+        .map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria {
+        version: ctx.wanted.version.as_deref(),
+        metadata_key,
+        avoid_versions: &ctx.wanted.avoid,
+        exclude: tried,
+        zone: p.settings.zone.as_deref(),
+    };
+    p.hopper
+        .hop(
+            conn,
+            &old.id,
+            next,
+            &ctx.route.cluster,
+            &c,
+            reason,
+            Instant::now(),
+        )
+        .await
 }
 
-fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, node: &Node, sent: super::upstream::Sent, inflight: crate::registry::InflightGuard, tap: BodyTap, log: LogCtx) -> Response<ProxyBody> {
+fn respond_with(
+    p: &Arc<Proxy>,
+    ctx: &Attempt,
+    node: &Node,
+    sent: super::upstream::Sent,
+    inflight: crate::registry::InflightGuard,
+    tap: BodyTap,
+    log: LogCtx,
+) -> Response<ProxyBody> {
     let keepalive = keepalive_timeout(&sent.response);
     let (mut parts, incoming) = sent.response.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
@@ -229,9 +385,14 @@ fn respond_with(p: &Arc<Proxy>, ctx: &Attempt, node: &Node, sent: super::upstrea
                 proxy.upstream.give_back(l, keepalive);
             }
         }
-        proxy.finish(&log, status, start, tap.bytes_in.load(std::sync::atomic::Ordering::Relaxed), bytes_out);
+        proxy.finish(
+            &log,
+            status,
+            start,
+            tap.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+            bytes_out,
+        );
     });
     let body = ResponseBody::new(incoming, done).boxed_unsync();
     Response::from_parts(parts, body)
 }
-

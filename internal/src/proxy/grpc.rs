@@ -39,16 +39,27 @@ const DRAIN_MESSAGE: &str = "node%20drained%3B%20retry%20on%20another%20node";
 /// True if `headers` say the message is gRPC: `content-type` is `application/grpc` or
 /// `application/grpc+<codec>` / `application/grpc;...` (gRPC `PROTOCOL-HTTP2.md`).
 pub fn is_grpc(headers: &HeaderMap) -> bool {
-    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
-        let ct = ct.trim();
-        ct.len() >= 16 && ct[..16].eq_ignore_ascii_case("application/grpc") && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
-    })
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let ct = ct.trim();
+            ct.len() >= 16
+                && ct[..16].eq_ignore_ascii_case("application/grpc")
+                && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
+        })
 }
 
 /// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),
 /// if present and numeric.
 pub fn status_of(headers: &HeaderMap) -> Option<u32> {
-    headers.get("grpc-status")?.to_str().ok()?.trim().parse().ok()
+    headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The gRPC status a response ended with, shared between the body relaying it and the access log.
@@ -93,12 +104,20 @@ type Deadline = Pin<Box<dyn Future<Output = ()> + Send>>;
 async fn drain_deadline(mut rx: watch::Receiver<NodeSignal>) {
     loop {
         // Copy the deadline out so no `watch::Ref` (not Send) is held across an await.
-        let deadline = rx.wait_for(|s| s.drain_deadline.is_some()).await.ok().and_then(|s| s.drain_deadline);
+        let deadline = rx
+            .wait_for(|s| s.drain_deadline.is_some())
+            .await
+            .ok()
+            .and_then(|s| s.drain_deadline);
         let Some(deadline) = deadline else {
             // The registry dropped the node's runtime: nothing will ever drain it.
             return std::future::pending().await;
         };
-        let changed = async { rx.wait_for(|s| s.drain_deadline != Some(deadline)).await.is_ok() };
+        let changed = async {
+            rx.wait_for(|s| s.drain_deadline != Some(deadline))
+                .await
+                .is_ok()
+        };
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => return,
             alive = changed => if !alive {
@@ -126,8 +145,21 @@ pin_project_lite::pin_project! {
 impl<B> DeadlineBody<B> {
     /// Wraps `inner`, the body of a response from `node` whose signal is `signal`. `grpc` says
     /// whether the response is gRPC (see [`is_grpc`]); `status` receives its `grpc-status`.
-    pub fn new(inner: B, node: Arc<str>, signal: watch::Receiver<NodeSignal>, grpc: bool, status: GrpcStatus) -> Self {
-        DeadlineBody { inner, deadline: Some(Box::pin(drain_deadline(signal))), node, grpc, status, cut: false }
+    pub fn new(
+        inner: B,
+        node: Arc<str>,
+        signal: watch::Receiver<NodeSignal>,
+        grpc: bool,
+        status: GrpcStatus,
+    ) -> Self {
+        DeadlineBody {
+            inner,
+            deadline: Some(Box::pin(drain_deadline(signal))),
+            node,
+            grpc,
+            status,
+            cut: false,
+        }
     }
 }
 
@@ -139,7 +171,13 @@ pub fn relay<B>(head: &HeaderMap, body: B, node: &Node, status: &GrpcStatus) -> 
     if let Some(code) = status_of(head).filter(|_| grpc) {
         status.set(code);
     }
-    DeadlineBody::new(body, node.id.clone(), node.runtime.subscribe(), grpc, status.clone())
+    DeadlineBody::new(
+        body,
+        node.id.clone(),
+        node.runtime.subscribe(),
+        grpc,
+        status.clone(),
+    )
 }
 
 /// Takes a `grpc-timeout` value (RFC: up to 8 digits and a unit `H`, `M`, `S`, `m`, `u`, `n`;
@@ -167,7 +205,11 @@ pub fn parse_timeout(v: &str) -> Option<Duration> {
 /// the head), or for a gRPC request carrying `grpc-timeout` the client's own deadline, which
 /// replaces it (a client asking for a long deadline may legitimately wait on a stream).
 pub fn head_deadline(start: Instant, route_timeout: Duration, request: &HeaderMap) -> Instant {
-    let client = request.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(parse_timeout).filter(|_| is_grpc(request));
+    let client = request
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_timeout)
+        .filter(|_| is_grpc(request));
     start + client.unwrap_or(route_timeout)
 }
 
@@ -203,12 +245,19 @@ pub fn encode_message(msg: &str) -> String {
 /// Rewrites a gateway error answer `http` (from `respond`) for a gRPC client: HTTP 200,
 /// trailers-only, `grpc-status` from [`code_for_http`] and `grpc-message` = `message`; the
 /// `Connection: close` decision of `http` is kept. Records the code in `status`.
-pub fn error_response(http: Response<ProxyBody>, message: &str, status: &GrpcStatus) -> Response<ProxyBody> {
+pub fn error_response(
+    http: Response<ProxyBody>,
+    message: &str,
+    status: &GrpcStatus,
+) -> Response<ProxyBody> {
     let code = code_for_http(http.status());
     status.set(code);
     let mut resp = Response::new(super::respond::full(Bytes::new()));
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
     h.insert("grpc-status", HeaderValue::from(code));
     if let Ok(v) = HeaderValue::from_str(&encode_message(message)) {
         h.insert("grpc-message", v);
@@ -235,7 +284,10 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
         if *this.cut {
             return Poll::Ready(None);
@@ -249,7 +301,9 @@ where
                     this.status.set(UNAVAILABLE);
                     return Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers()))));
                 }
-                return Poll::Ready(Some(Err(Box::new(StreamError::DrainDeadline(this.node.to_string())))));
+                return Poll::Ready(Some(Err(Box::new(StreamError::DrainDeadline(
+                    this.node.to_string(),
+                )))));
             }
         }
         match this.inner.poll_frame(cx) {
@@ -288,7 +342,10 @@ mod tests {
 
     fn ct(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_str(v).expect("valid"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(v).expect("valid"),
+        );
         h
     }
 
@@ -312,11 +369,23 @@ mod tests {
         assert_eq!(parse_timeout("10x"), None);
         let start = Instant::now();
         let mut h = ct("application/grpc");
-        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(30));
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), &h),
+            start + Duration::from_secs(30)
+        );
         h.insert("grpc-timeout", HeaderValue::from_static("90S"));
-        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(90));
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        assert_eq!(head_deadline(start, Duration::from_secs(30), &h), start + Duration::from_secs(30));
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), &h),
+            start + Duration::from_secs(90)
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), &h),
+            start + Duration::from_secs(30)
+        );
         assert_eq!(encode_message("no node 100% ok\n"), "no node 100%25 ok%0A");
         assert_eq!(code_for_http(StatusCode::BAD_GATEWAY), UNAVAILABLE);
         assert_eq!(code_for_http(StatusCode::NOT_FOUND), 12);
@@ -340,11 +409,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn grpc_stream_ends_with_unavailable_at_drain_deadline() {
-        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let (tx, rx) = watch::channel(NodeSignal {
+            usable: true,
+            drain_deadline: None,
+        });
         let status = GrpcStatus::default();
         let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, true, status.clone());
         let start = Instant::now();
-        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(start + Duration::from_secs(2)) });
+        tx.send_replace(NodeSignal {
+            usable: false,
+            drain_deadline: Some(start + Duration::from_secs(2)),
+        });
         let frame = body.frame().await.expect("a frame").expect("no error");
         assert_eq!(start.elapsed(), Duration::from_secs(2));
         let trailers = frame.into_trailers().expect("trailers");
@@ -355,16 +430,34 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn plain_stream_errors_at_drain_deadline_and_undrain_disarms() {
-        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
-        let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, false, GrpcStatus::default());
+        let (tx, rx) = watch::channel(NodeSignal {
+            usable: true,
+            drain_deadline: None,
+        });
+        let mut body = DeadlineBody::new(
+            endless(),
+            Arc::from("node-a"),
+            rx,
+            false,
+            GrpcStatus::default(),
+        );
         let start = Instant::now();
-        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(start + Duration::from_secs(5)) });
+        tx.send_replace(NodeSignal {
+            usable: false,
+            drain_deadline: Some(start + Duration::from_secs(5)),
+        });
         // Undrained after 1 s: the deadline must not fire.
         let undrain = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            tx.send_replace(NodeSignal { usable: true, drain_deadline: None });
+            tx.send_replace(NodeSignal {
+                usable: true,
+                drain_deadline: None,
+            });
             tokio::time::sleep(Duration::from_secs(10)).await;
-            tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(Instant::now() + Duration::from_secs(1)) });
+            tx.send_replace(NodeSignal {
+                usable: false,
+                drain_deadline: Some(Instant::now() + Duration::from_secs(1)),
+            });
             std::future::pending::<()>().await
         };
         let r = tokio::select! {
@@ -377,12 +470,24 @@ mod tests {
 
     #[tokio::test]
     async fn trailers_status_is_recorded() {
-        let (_tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let (_tx, rx) = watch::channel(NodeSignal {
+            usable: true,
+            drain_deadline: None,
+        });
         let mut t = HeaderMap::new();
         t.insert("grpc-status", HeaderValue::from_static("7"));
-        let frames = futures_util::stream::iter([Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))), Ok(Frame::trailers(t))]);
+        let frames = futures_util::stream::iter([
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))),
+            Ok(Frame::trailers(t)),
+        ]);
         let status = GrpcStatus::default();
-        let body = DeadlineBody::new(StreamBody::new(frames), Arc::from("n"), rx, true, status.clone());
+        let body = DeadlineBody::new(
+            StreamBody::new(frames),
+            Arc::from("n"),
+            rx,
+            true,
+            status.clone(),
+        );
         let collected = body.collect().await.expect("ok");
         assert_eq!(collected.trailers().expect("trailers")["grpc-status"], "7");
         assert_eq!(status.get(), Some(7));

@@ -21,28 +21,48 @@ use crate::config::Limits;
 /// `max_header_bytes` or `max_headers`.
 pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError> {
     let uri = req.uri();
-    let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len()) + uri.authority().map_or(0, |a| a.as_str().len() + "http://".len());
+    let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len())
+        + uri
+            .authority()
+            .map_or(0, |a| a.as_str().len() + "http://".len());
     let line = req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
     if line > limits.max_request_line {
-        return Err(ProxyError::UriTooLong { limit: limits.max_request_line });
+        return Err(ProxyError::UriTooLong {
+            limit: limits.max_request_line,
+        });
     }
     let headers = req.headers();
     if headers.len() > limits.max_headers {
-        return Err(ProxyError::HeadersTooLarge { limit: format!("{} fields", limits.max_headers) });
+        return Err(ProxyError::HeadersTooLarge {
+            limit: format!("{} fields", limits.max_headers),
+        });
     }
     // Each field line is "name: value\r\n".
-    let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    let bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
     if bytes > limits.max_header_bytes {
-        return Err(ProxyError::HeadersTooLarge { limit: format!("{} bytes", limits.max_header_bytes) });
+        return Err(ProxyError::HeadersTooLarge {
+            limit: format!("{} bytes", limits.max_header_bytes),
+        });
     }
-    let te: Vec<&[u8]> = headers.get_all(header::TRANSFER_ENCODING).iter().map(|v| v.as_bytes()).collect();
+    let te: Vec<&[u8]> = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
     if !te.is_empty() {
         if headers.contains_key(header::CONTENT_LENGTH) {
-            return Err(ProxyError::BadRequest("Content-Length together with Transfer-Encoding"));
+            return Err(ProxyError::BadRequest(
+                "Content-Length together with Transfer-Encoding",
+            ));
         }
         // Only a single, exact `chunked` is unambiguous between every pair of parsers.
         if te.len() != 1 || !te[0].eq_ignore_ascii_case(b"chunked") {
-            return Err(ProxyError::BadRequest("Transfer-Encoding other than a single \"chunked\""));
+            return Err(ProxyError::BadRequest(
+                "Transfer-Encoding other than a single \"chunked\"",
+            ));
         }
     }
     Ok(())
@@ -69,16 +89,31 @@ mod tests {
         for bad in [
             vec![("content-length", "52"), ("transfer-encoding", "chunked")],
             vec![("transfer-encoding", "chunked, chunked")],
-            vec![("transfer-encoding", "chunked"), ("transfer-encoding", "chunked")],
+            vec![
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
             vec![("transfer-encoding", "gzip, chunked")],
         ] {
-            assert!(matches!(check_head(&req(&bad, "/"), &l), Err(ProxyError::BadRequest(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    check_head(&req(&bad, "/"), &l),
+                    Err(ProxyError::BadRequest(_))
+                ),
+                "{bad:?}"
+            );
         }
         let long = format!("/{}", "a".repeat(17 * 1024));
-        assert!(matches!(check_head(&req(&[], &long), &l), Err(ProxyError::UriTooLong { .. })));
+        assert!(matches!(
+            check_head(&req(&[], &long), &l),
+            Err(ProxyError::UriTooLong { .. })
+        ));
         let ok = format!("/{}", "a".repeat(8000));
         assert!(check_head(&req(&[], &ok), &l).is_ok());
         let cookie = "a".repeat(33 * 1024);
-        assert!(matches!(check_head(&req(&[("cookie", &cookie)], "/"), &l), Err(ProxyError::HeadersTooLarge { .. })));
+        assert!(matches!(
+            check_head(&req(&[("cookie", &cookie)], "/"), &l),
+            Err(ProxyError::HeadersTooLarge { .. })
+        ));
     }
 }

@@ -53,7 +53,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.split(';').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers")));
+        .any(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers"))
+        });
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -87,7 +91,12 @@ pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
 /// one line and the peer appended. With trusted ranges, a peer outside them has every incoming
 /// `X-Forwarded-*`, `Forwarded` and `X-Real-IP` dropped and replaced; a peer inside keeps them.
 /// `X-Forwarded-Proto` and `X-Forwarded-Host` are set by the gateway in every case.
-pub fn set_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&HeaderValue>, trusted: Option<&[ipnet::IpNet]>) {
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    host: Option<&HeaderValue>,
+    trusted: Option<&[ipnet::IpNet]>,
+) {
     let peer_ip = canonical_ip(peer.ip());
     let keep = match trusted {
         None => true,
@@ -95,12 +104,25 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&He
     };
     let xff = HeaderName::from_static("x-forwarded-for");
     let prior: Vec<String> = if keep {
-        headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+        headers
+            .get_all(&xff)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
     } else {
         Vec::new()
     };
     if !keep {
-        for name in ["x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix", "forwarded", "x-real-ip"] {
+        for name in [
+            "x-forwarded-proto",
+            "x-forwarded-host",
+            "x-forwarded-port",
+            "x-forwarded-prefix",
+            "forwarded",
+            "x-real-ip",
+        ] {
             headers.remove(name);
         }
     }
@@ -113,7 +135,10 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&He
     if let Ok(v) = HeaderValue::from_str(&value) {
         headers.insert(xff, v);
     }
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    headers.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static("http"),
+    );
     match host {
         Some(h) => {
             headers.insert(HeaderName::from_static("x-forwarded-host"), h.clone());
@@ -139,7 +164,10 @@ mod tests {
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).expect("valid"), HeaderValue::from_str(v).expect("valid"));
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).expect("valid"),
+                HeaderValue::from_str(v).expect("valid"),
+            );
         }
         h
     }
@@ -173,18 +201,41 @@ mod tests {
 
     #[test]
     fn websocket_upgrade_variants() {
-        for (c, u) in [("keep-alive, Upgrade", "websocket"), ("upgrade", "WebSocket"), ("Upgrade, keep-alive", "websocket")] {
-            assert!(is_websocket_upgrade(&map(&[("connection", c), ("upgrade", u)])), "{c} / {u}");
+        for (c, u) in [
+            ("keep-alive, Upgrade", "websocket"),
+            ("upgrade", "WebSocket"),
+            ("Upgrade, keep-alive", "websocket"),
+        ] {
+            assert!(
+                is_websocket_upgrade(&map(&[("connection", c), ("upgrade", u)])),
+                "{c} / {u}"
+            );
         }
-        assert!(is_websocket_upgrade(&map(&[("connection", "keep-alive"), ("connection", "Upgrade"), ("upgrade", "websocket")])));
-        assert!(!is_websocket_upgrade(&map(&[("connection", "Upgrade"), ("upgrade", "h2c")])));
+        assert!(is_websocket_upgrade(&map(&[
+            ("connection", "keep-alive"),
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket")
+        ])));
+        assert!(!is_websocket_upgrade(&map(&[
+            ("connection", "Upgrade"),
+            ("upgrade", "h2c")
+        ])));
     }
 
     #[test]
     fn xff_lines_join_and_peer_is_appended() {
         let peer: SocketAddr = "127.0.0.9:5000".parse().expect("valid");
-        let mut h = map(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", "127.0.0.1"), ("forwarded", "for=192.0.2.1")]);
-        set_forwarded(&mut h, peer, Some(&HeaderValue::from_static("app.example.test")), None);
+        let mut h = map(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "127.0.0.1"),
+            ("forwarded", "for=192.0.2.1"),
+        ]);
+        set_forwarded(
+            &mut h,
+            peer,
+            Some(&HeaderValue::from_static("app.example.test")),
+            None,
+        );
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1, 127.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -195,7 +246,11 @@ mod tests {
     fn untrusted_peer_loses_forwarded_headers_trusted_keeps_them() {
         let peer: SocketAddr = "127.0.0.9:5000".parse().expect("valid");
         let outside = ["10.0.0.0/8".parse().expect("valid")];
-        let mut h = map(&[("x-forwarded-for", "203.0.113.7"), ("forwarded", "for=192.0.2.1"), ("x-real-ip", "10.0.0.2")]);
+        let mut h = map(&[
+            ("x-forwarded-for", "203.0.113.7"),
+            ("forwarded", "for=192.0.2.1"),
+            ("x-real-ip", "10.0.0.2"),
+        ]);
         set_forwarded(&mut h, peer, None, Some(&outside));
         assert_eq!(h["x-forwarded-for"], "127.0.0.9");
         assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());

@@ -10,6 +10,7 @@ pub mod body;
 pub mod client_body;
 pub mod expect;
 pub mod forward;
+pub mod framing;
 pub mod grpc;
 pub mod guard;
 pub mod headers;
@@ -53,12 +54,19 @@ pub struct DownstreamConn {
     pub conn_id: OnceLock<String>,
     /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
     pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
+    /// Request framing as read off the socket (CASE-13); fed by [`framing::FramingWatch`].
+    pub framing: Arc<framing::FramingLog>,
 }
 
 impl DownstreamConn {
     /// State for a new connection from `peer`.
     pub fn new(peer: SocketAddr) -> Self {
-        DownstreamConn { peer, conn_id: OnceLock::new(), bound: watch::channel(None).0 }
+        DownstreamConn {
+            peer,
+            conn_id: OnceLock::new(),
+            bound: watch::channel(None).0,
+            framing: Arc::new(framing::FramingLog::new()),
+        }
     }
 }
 
@@ -120,16 +128,29 @@ pub struct LogCtx {
 
 impl Proxy {
     /// Handles one downstream request; never fails (errors become responses).
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, dc: Arc<DownstreamConn>) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        dc: Arc<DownstreamConn>,
+    ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
-        let mut log = LogCtx { method: req.method().to_string(), path: req.uri().path().to_string(), ..LogCtx::default() };
+        let mut log = LogCtx {
+            method: req.method().to_string(),
+            path: req.uri().path().to_string(),
+            ..LogCtx::default()
+        };
         let grpc_req = grpc::is_grpc(req.headers());
-        let resp = match self.proxy(req, &dc, start, &mut log).await {
+        // An HTTP/1.1 upgrade that is not accepted ends the connection: the framing watch stopped
+        // following it at the upgrade head (CASE-13).
+        let h1_upgrade =
+            req.version() <= http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
+        let mut resp = match self.proxy(req, &dc, start, &mut log).await {
             Ok(resp) => resp,
             Err(err) => {
                 let (mut resp, close) = respond(&err);
                 if close {
-                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
                 // Metrics and the access log keep the HTTP status of the failure.
                 let status = resp.status().as_u16();
@@ -144,18 +165,31 @@ impl Proxy {
                 resp
             }
         };
+        if h1_upgrade && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         Ok(resp)
     }
 
     /// Records metrics and the access log line for a finished request.
     pub fn finish(&self, log: &LogCtx, status: u16, start: Instant, bytes_in: u64, bytes_out: u64) {
         if let Some(table) = &log.table {
-            table.record_outcome(log.route.as_deref(), log.node.as_deref(), status, Instant::now());
+            table.record_outcome(
+                log.route.as_deref(),
+                log.node.as_deref(),
+                status,
+                Instant::now(),
+            );
         }
         let dash: Arc<str> = Arc::from("-");
         self.metrics
             .requests
-            .get_or_create(&RequestLabels { route: log.route.clone().unwrap_or_else(|| dash.clone()), node: log.node.clone().unwrap_or(dash), code: status })
+            .get_or_create(&RequestLabels {
+                route: log.route.clone().unwrap_or_else(|| dash.clone()),
+                node: log.node.clone().unwrap_or(dash),
+                code: status,
+            })
             .inc();
         if self.settings.access_log {
             let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
@@ -176,15 +210,32 @@ impl Proxy {
         }
     }
 
-    async fn proxy(self: &Arc<Self>, mut req: Request<Incoming>, dc: &Arc<DownstreamConn>, start: Instant, log: &mut LogCtx) -> Result<Response<ProxyBody>, ProxyError> {
+    async fn proxy(
+        self: &Arc<Self>,
+        mut req: Request<Incoming>,
+        dc: &Arc<DownstreamConn>,
+        start: Instant,
+        log: &mut LogCtx,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        if req.version() <= http::Version::HTTP_11 {
+            dc.framing.check_next()?;
+        }
         guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
         let host = request_host(&req)?;
         let norm = path::normalize(req.uri().path());
-        let head = RequestHead { method: req.method(), host: host.as_deref().map(strip_port), path: &norm, headers: req.headers() };
+        let head = RequestHead {
+            method: req.method(),
+            host: host.as_deref().map(strip_port),
+            path: &norm,
+            headers: req.headers(),
+        };
         let roll = rand::random::<f64>() * 100.0;
         let Some(route) = table.match_route(&head, start, roll).cloned() else {
-            return Err(ProxyError::NoRoute { method: req.method().to_string(), path: req.uri().path().to_string() });
+            return Err(ProxyError::NoRoute {
+                method: req.method().to_string(),
+                path: req.uri().path().to_string(),
+            });
         };
         log.route = Some(route.id.clone());
         log.table = Some(table.clone());
@@ -193,22 +244,44 @@ impl Proxy {
         // Conn id: the client's (validated), or issued for upgrades and h2 connections.
         let (conn_id, issued) = match req.headers().get(&self.settings.affinity_header) {
             Some(v) => {
-                let id = self.ids.parse(v.as_bytes()).map_err(|source| ProxyError::BadConnId { header: self.settings.affinity_header.to_string(), source })?;
+                let id = self
+                    .ids
+                    .parse(v.as_bytes())
+                    .map_err(|source| ProxyError::BadConnId {
+                        header: self.settings.affinity_header.to_string(),
+                        source,
+                    })?;
                 (Some(id.to_string()), false)
             }
-            None if is_h2 => (Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()), !is_ws),
+            None if is_h2 => (
+                Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()),
+                !is_ws,
+            ),
             None if is_ws => (Some(self.ids.issue()), true),
             None => (None, false),
         };
         log.conn_id = conn_id.clone();
         if let Some(limit) = route.config.max_body {
-            let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+            let declared = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
             if declared.is_some_and(|n| n > limit) {
                 return Err(ProxyError::BodyTooLarge { limit });
             }
         }
-        let wanted = route.config.canary.as_ref().map(|c| version::wanted(c, req.headers(), req.uri().query())).unwrap_or_default();
-        let metadata_key = route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
+        let wanted = route
+            .config
+            .canary
+            .as_ref()
+            .map(|c| version::wanted(c, req.headers(), req.uri().query()))
+            .unwrap_or_default();
+        let metadata_key = route
+            .config
+            .canary
+            .as_ref()
+            .map_or("version", |c| c.metadata_key.as_str());
         let criteria = Criteria {
             version: wanted.version.as_deref(),
             metadata_key,
@@ -216,13 +289,29 @@ impl Proxy {
             exclude: &[],
             zone: self.settings.zone.as_deref(),
         };
-        let placement = self.hopper.place(conn_id.as_deref(), &table, &route.cluster, &criteria, start).await;
+        let placement = self
+            .hopper
+            .place(conn_id.as_deref(), &table, &route.cluster, &criteria, start)
+            .await;
         if let Some(miss) = &placement.version_miss {
             let requested = wanted.version.as_deref().unwrap_or_default();
-            if route.config.canary.as_ref().is_some_and(|c| c.no_match == NoMatch::Reject) {
-                return Err(ProxyError::VersionRejected { cluster: route.cluster.name.to_string(), version: requested.to_string() });
+            if route
+                .config
+                .canary
+                .as_ref()
+                .is_some_and(|c| c.no_match == NoMatch::Reject)
+            {
+                return Err(ProxyError::VersionRejected {
+                    cluster: route.cluster.name.to_string(),
+                    version: requested.to_string(),
+                });
             }
-            self.metrics.canary_fallback.get_or_create(&ClusterLabel { cluster: route.cluster.name.clone() }).inc();
+            self.metrics
+                .canary_fallback
+                .get_or_create(&ClusterLabel {
+                    cluster: route.cluster.name.clone(),
+                })
+                .inc();
             tracing::warn!(cluster = %route.cluster.name, requested_version = requested, candidates = miss.candidates, matched = miss.matched, "no node matches the requested version; using all candidates");
         }
         if placement.hopped_from.is_some() {
@@ -241,7 +330,12 @@ impl Proxy {
         }
         let mut up_headers = req.headers().clone();
         headers::strip_hop_by_hop(&mut up_headers);
-        headers::set_forwarded(&mut up_headers, dc.peer, host_value(&req, host.as_deref()).as_ref(), self.settings.trusted.as_deref());
+        headers::set_forwarded(
+            &mut up_headers,
+            dc.peer,
+            host_value(&req, host.as_deref()).as_ref(),
+            self.settings.trusted.as_deref(),
+        );
         if let Some(id) = &conn_id {
             if let Ok(v) = HeaderValue::from_str(id) {
                 up_headers.insert(self.settings.affinity_header.clone(), v);
@@ -253,24 +347,68 @@ impl Proxy {
             }
         }
         let path_and_query = upstream_path(&req, &norm, route.config.strip_prefix.as_deref());
-        let ctx = forward::Attempt { route: route.clone(), table: table.clone(), conn_id: conn_id.clone(), issued, wanted, start };
+        let ctx = forward::Attempt {
+            route: route.clone(),
+            table: table.clone(),
+            conn_id: conn_id.clone(),
+            issued,
+            wanted,
+            start,
+        };
         if is_ws {
             let upgrade = hyper::upgrade::on(&mut req);
-            return websocket::proxy(self.clone(), ctx, node, req, up_headers, path_and_query, upgrade, log).await;
+            return websocket::proxy(
+                self.clone(),
+                ctx,
+                node,
+                req,
+                up_headers,
+                path_and_query,
+                upgrade,
+                log,
+            )
+            .await;
         }
-        forward::forward(self.clone(), ctx, node, req, up_headers, path_and_query, log).await
+        forward::forward(
+            self.clone(),
+            ctx,
+            node,
+            req,
+            up_headers,
+            path_and_query,
+            log,
+        )
+        .await
     }
 
     /// No selectable node: the route's `on_all_down` (SPEC section 4).
     fn all_down(&self, table: &RouteTable, route: &Route) -> Result<Arc<Node>, ProxyError> {
-        let fallback = || ProxyError::NoHealthyNode { cluster: route.cluster.name.to_string(), fallback: route.config.fallback.clone() };
+        let fallback = || ProxyError::NoHealthyNode {
+            cluster: route.cluster.name.to_string(),
+            fallback: route.config.fallback.clone(),
+        };
         match route.config.on_all_down {
             OnAllDown::Fallback => Err(fallback()),
             OnAllDown::FailOpen => {
-                let all: Vec<_> = route.cluster.nodes.iter().filter(|n| !n.runtime.is_draining()).map(|n| selection::Candidate { node: n.clone(), weight: u64::from(n.weight.max(1)) }).collect();
+                let all: Vec<_> = route
+                    .cluster
+                    .nodes
+                    .iter()
+                    .filter(|n| !n.runtime.is_draining())
+                    .map(|n| selection::Candidate {
+                        node: n.clone(),
+                        weight: u64::from(n.weight.max(1)),
+                    })
+                    .collect();
                 let _ = table;
-                let node = selection::picker::pick(&route.cluster, &all, &mut rand::rng()).ok_or_else(fallback)?;
-                self.metrics.fail_open.get_or_create(&ClusterLabel { cluster: route.cluster.name.clone() }).inc();
+                let node = selection::picker::pick(&route.cluster, &all, &mut rand::rng())
+                    .ok_or_else(fallback)?;
+                self.metrics
+                    .fail_open
+                    .get_or_create(&ClusterLabel {
+                        cluster: route.cluster.name.clone(),
+                    })
+                    .inc();
                 Ok(node)
             }
         }
@@ -279,10 +417,17 @@ impl Proxy {
 
 /// The request's host: `Host`, or `:authority` for HTTP/2. Both present and different is 400 (CASE-12).
 fn request_host<B>(req: &Request<B>) -> Result<Option<String>, ProxyError> {
-    let host_hdr = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    let host_hdr = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
     let authority = req.uri().authority().map(|a| a.as_str());
     match (host_hdr, authority) {
-        (Some(h), Some(a)) if req.version() == http::Version::HTTP_2 && !h.eq_ignore_ascii_case(a) => Err(ProxyError::BadRequest(":authority and host disagree")),
+        (Some(h), Some(a))
+            if req.version() == http::Version::HTTP_2 && !h.eq_ignore_ascii_case(a) =>
+        {
+            Err(ProxyError::BadRequest(":authority and host disagree"))
+        }
         (Some(h), _) => Ok(Some(h.to_ascii_lowercase())),
         (None, Some(a)) => Ok(Some(a.to_ascii_lowercase())),
         (None, None) => Ok(None),
@@ -290,21 +435,30 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<String>, ProxyError> {
 }
 
 fn host_value<B>(req: &Request<B>, host: Option<&str>) -> Option<HeaderValue> {
-    req.headers().get(header::HOST).cloned().or_else(|| host.and_then(|h| HeaderValue::from_str(h).ok()))
+    req.headers()
+        .get(header::HOST)
+        .cloned()
+        .or_else(|| host.and_then(|h| HeaderValue::from_str(h).ok()))
 }
 
 fn strip_port(h: &str) -> &str {
     if h.starts_with('[') {
         return h.split(']').next().map_or(h, |s| &h[..s.len() + 1]);
     }
-    h.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(h, |(host, _)| host)
+    h.rsplit_once(':')
+        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(h, |(host, _)| host)
 }
 
 /// The path and query sent upstream: the client's, with `strip_prefix` removed; the normalised path
 /// when normalisation removed dot segments (so the node resolves what was matched).
 fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> String {
     let raw = req.uri().path();
-    let base = if raw.contains("/.") || raw.to_ascii_lowercase().contains("%2e") { norm } else { raw };
+    let base = if raw.contains("/.") || raw.to_ascii_lowercase().contains("%2e") {
+        norm
+    } else {
+        raw
+    };
     let mut p = match strip {
         Some(s) if base.starts_with(s) => {
             let rest = &base[s.len()..];

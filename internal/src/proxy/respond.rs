@@ -104,7 +104,10 @@ pub enum ProxyError {
 impl ProxyError {
     /// True if the node is at fault (for passive health).
     pub fn is_node_fault(&self) -> bool {
-        matches!(self, ProxyError::Connect { .. } | ProxyError::Upstream { .. } | ProxyError::Timeout { .. })
+        matches!(
+            self,
+            ProxyError::Connect { .. } | ProxyError::Upstream { .. } | ProxyError::Timeout { .. }
+        )
     }
 }
 
@@ -113,13 +116,18 @@ pub fn json_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
     let body = serde_json::json!({ "code": -1, "message": message }).to_string();
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
 /// A body from bytes.
 pub fn full(b: impl Into<Bytes>) -> ProxyBody {
-    Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(b.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// Maps `err` to the response and whether to close the client connection.
@@ -136,19 +144,27 @@ pub fn respond(err: &ProxyError) -> (Response<ProxyBody>, bool) {
                 resp.headers_mut().insert(header::CONTENT_TYPE, ct);
             }
             // Probes run every few seconds: a client retrying after 1 s has a fair chance.
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             (resp, false)
         }
-        ProxyError::VersionRejected { .. } => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), false),
+        ProxyError::VersionRejected { .. } => {
+            (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), false)
+        }
         ProxyError::BodyTooLarge { .. } => (json_error(StatusCode::PAYLOAD_TOO_LARGE, &msg), true),
         ProxyError::Connect { .. } => (json_error(StatusCode::BAD_GATEWAY, &msg), false),
         ProxyError::Upstream { .. } => (json_error(StatusCode::BAD_GATEWAY, &msg), false),
         ProxyError::Timeout { .. } => (json_error(StatusCode::GATEWAY_TIMEOUT, &msg), false),
         ProxyError::UriTooLong { .. } => (json_error(StatusCode::URI_TOO_LONG, &msg), true),
-        ProxyError::HeadersTooLarge { .. } => (json_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &msg), true),
+        ProxyError::HeadersTooLarge { .. } => (
+            json_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &msg),
+            true,
+        ),
         ProxyError::ShuttingDown => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), true),
         ProxyError::ClientBody(e) => match e {
-            ClientBodyError::Idle(_) | ClientBodyError::BelowMinRate { .. } => (json_error(StatusCode::REQUEST_TIMEOUT, &msg), true),
+            ClientBodyError::Idle(_) | ClientBodyError::BelowMinRate { .. } => {
+                (json_error(StatusCode::REQUEST_TIMEOUT, &msg), true)
+            }
             ClientBodyError::Broken(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
         },
     }

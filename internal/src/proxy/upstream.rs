@@ -1,6 +1,7 @@
 //! The upstream client: per-node pools of HTTP/1.1 connections and one multiplexed h2c connection
 //! per node, on hyper's low-level `client::conn` API so every failure can be attributed exactly:
-//! connect failed (nothing sent), request handed back unsent (stale pooled connection), or
+//! connect failed (nothing sent), request handed back unsent (stale pooled connection), a reused
+//! connection the node closed after the request went out (stale, replayable when idempotent), or
 //! failed after sending (SPEC section 4 retry rules).
 //!
 //! Pooled HTTP/1.1 connections are checked before reuse, expire after `upstream_idle_timeout`, and
@@ -36,6 +37,10 @@ pub enum SendError {
     NotSent(hyper::Error, Request<ProxyBody>),
     /// Failed after (part of) the request was written.
     Sent(hyper::Error),
+    /// A reused pooled HTTP/1.1 connection failed after the request was written and before a
+    /// response head arrived: the node closed it while it sat idle (CASE-21). Not a node fault;
+    /// the request may be replayed on a new connection to the same node when it is idempotent.
+    Stale(hyper::Error),
 }
 
 impl SendError {
@@ -45,6 +50,7 @@ impl SendError {
             SendError::Connect(e, _) => format!("connect: {e}"),
             SendError::NotSent(e, _) => format!("connection closed before sending: {e}"),
             SendError::Sent(e) => describe(e),
+            SendError::Stale(e) => format!("pooled connection closed by the node: {}", describe(e)),
         }
     }
 }
@@ -67,7 +73,8 @@ pub fn is_unprocessed(e: &hyper::Error) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = src {
         if let Some(h2e) = err.downcast_ref::<h2::Error>() {
-            return h2e.reason() == Some(h2::Reason::REFUSED_STREAM) || (h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR));
+            return h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR));
         }
         src = err.source();
     }
@@ -95,7 +102,10 @@ pub struct Lease {
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease").field("node", &self.node).field("reused", &self.reused).finish()
+        f.debug_struct("Lease")
+            .field("node", &self.node)
+            .field("reused", &self.reused)
+            .finish()
     }
 }
 
@@ -108,7 +118,9 @@ pub struct Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("connect_timeout", &self.connect_timeout).finish_non_exhaustive()
+        f.debug_struct("Upstream")
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -124,11 +136,17 @@ pub struct Sent {
 impl Upstream {
     /// A client with the given connect timeout and pooled idle timeout.
     pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> Self {
-        Upstream { pools: Mutex::new(HashMap::new()), connect_timeout, idle_timeout }
+        Upstream {
+            pools: Mutex::new(HashMap::new()),
+            connect_timeout,
+            idle_timeout,
+        }
     }
 
     fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, NodePool>> {
-        self.pools.lock().expect("pool mutex is never poisoned: no panics while held")
+        self.pools
+            .lock()
+            .expect("pool mutex is never poisoned: no panics while held")
     }
 
     /// Opens a TCP connection to `node` within the connect timeout.
@@ -136,9 +154,19 @@ impl Upstream {
     /// # Errors
     /// The connect error or `TimedOut`.
     pub async fn connect(&self, node: &Node) -> std::io::Result<TcpStream> {
-        let tcp = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(node.addr.as_str())).await {
+        let tcp = match tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect(node.addr.as_str()),
+        )
+        .await
+        {
             Ok(r) => r?,
-            Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("connect timed out after {:?}", self.connect_timeout))),
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connect timed out after {:?}", self.connect_timeout),
+                ))
+            }
         };
         let _ = tcp.set_nodelay(true);
         Ok(tcp)
@@ -166,7 +194,12 @@ impl Upstream {
                 },
             };
             match lease.send.try_send_request(req).await {
-                Ok(response) => return Ok(Sent { response, lease: Some(lease) }),
+                Ok(response) => {
+                    return Ok(Sent {
+                        response,
+                        lease: Some(lease),
+                    })
+                }
                 Err(mut e) => match e.take_message() {
                     // Stale pooled connection: nothing went out, try a fresh one.
                     Some(back) if lease.reused => {
@@ -174,7 +207,15 @@ impl Upstream {
                         continue;
                     }
                     Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
-                    None => return Err(SendError::Sent(e.into_error())),
+                    None => {
+                        let err = e.into_error();
+                        if lease.reused && is_closed_by_peer(&err) {
+                            // Its idle siblings were opened around the same time: likely closed too.
+                            self.drop_idle(node);
+                            return Err(SendError::Stale(err));
+                        }
+                        return Err(SendError::Sent(err));
+                    }
                 },
             }
         }
@@ -183,7 +224,11 @@ impl Upstream {
     async fn send_h2(&self, node: &Node, mut req: Request<ProxyBody>) -> Result<Sent, SendError> {
         let mut fresh = false;
         loop {
-            let existing = self.pools().get(&node.id).and_then(|p| p.h2.clone()).filter(|s| !s.is_closed());
+            let existing = self
+                .pools()
+                .get(&node.id)
+                .and_then(|p| p.h2.clone())
+                .filter(|s| !s.is_closed());
             let mut send = match existing {
                 Some(s) => s,
                 None => {
@@ -195,7 +240,12 @@ impl Upstream {
                 }
             };
             match send.try_send_request(req).await {
-                Ok(response) => return Ok(Sent { response, lease: None }),
+                Ok(response) => {
+                    return Ok(Sent {
+                        response,
+                        lease: None,
+                    })
+                }
                 Err(mut e) => match e.take_message() {
                     Some(back) if !fresh => {
                         self.drop_h2(node);
@@ -227,7 +277,11 @@ impl Upstream {
         let pool = pools.get_mut(&node.id)?;
         while let Some(idle) = pool.idle.pop() {
             if idle.expires > now && idle.send.is_ready() && !idle.send.is_closed() {
-                return Some(Lease { node: node.id.clone(), send: idle.send, reused: true });
+                return Some(Lease {
+                    node: node.id.clone(),
+                    send: idle.send,
+                    reused: true,
+                });
             }
         }
         None
@@ -244,7 +298,11 @@ impl Upstream {
                 tracing::debug!(error = %e, "upstream connection ended");
             }
         });
-        Ok(Lease { node: node.id.clone(), send, reused: false })
+        Ok(Lease {
+            node: node.id.clone(),
+            send,
+            reused: false,
+        })
     }
 
     async fn open_h2(&self, node: &Node) -> std::io::Result<http2::SendRequest<ProxyBody>> {
@@ -277,7 +335,17 @@ impl Upstream {
         let mut pools = self.pools();
         let pool = pools.entry(lease.node.clone()).or_default();
         if pool.idle.len() < MAX_IDLE_PER_NODE {
-            pool.idle.push(Idle { send: lease.send, expires: Instant::now() + ttl });
+            pool.idle.push(Idle {
+                send: lease.send,
+                expires: Instant::now() + ttl,
+            });
+        }
+    }
+
+    /// Drops the idle HTTP/1.1 connections of `node` (one of them turned out stale).
+    fn drop_idle(&self, node: &Node) {
+        if let Some(p) = self.pools().get_mut(&node.id) {
+            p.idle.clear();
         }
     }
 
@@ -287,11 +355,37 @@ impl Upstream {
     }
 }
 
+/// True if an HTTP/1.1 exchange failed because the node closed or reset the connection before a
+/// response head arrived (EOF while reading, or a reset/broken pipe): what a reused idle connection
+/// the node already closed looks like.
+fn is_closed_by_peer(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(err) = src {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+            );
+        }
+        src = err.source();
+    }
+    false
+}
+
 /// The node's `Keep-Alive: timeout=N` (seconds), if it advertised one.
 pub fn keepalive_timeout<B>(resp: &Response<B>) -> Option<Duration> {
     let v = resp.headers().get("keep-alive")?.to_str().ok()?;
     v.split(',').find_map(|p| {
         let (k, val) = p.split_once('=')?;
-        k.trim().eq_ignore_ascii_case("timeout").then(|| val.trim().parse::<u64>().ok()).flatten().map(Duration::from_secs)
+        k.trim()
+            .eq_ignore_ascii_case("timeout")
+            .then(|| val.trim().parse::<u64>().ok())
+            .flatten()
+            .map(Duration::from_secs)
     })
 }

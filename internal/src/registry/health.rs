@@ -75,7 +75,11 @@ pub fn storm_window(h: &HealthConfig) -> Duration {
 /// because every other node of its cluster (`peers`) is unusable and timed out on its latest probe
 /// within `window` of `now`. With no peers it is the cluster's only node: true.
 pub fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
-    peers.iter().all(|p| !p.usable && p.last.is_some_and(|l| l.timeout && now.saturating_duration_since(l.at) <= window))
+    peers.iter().all(|p| {
+        !p.usable
+            && p.last
+                .is_some_and(|l| l.timeout && now.saturating_duration_since(l.at) <= window)
+    })
 }
 
 /// The probe view of one cluster shared by its nodes' tasks (for the last-node rule).
@@ -90,11 +94,21 @@ impl ClusterView {
     /// Records `id`'s latest probe and runs `decide` with its peers as they stand, under the view's
     /// lock, so two nodes of one cluster cannot both decide they are not the last one.
     fn record<T>(&self, id: &NodeId, last: LastProbe, decide: impl FnOnce(&[Peer]) -> T) -> T {
-        let mut m = self.members.lock().expect("cluster view mutex is never poisoned: no panics while held");
+        let mut m = self
+            .members
+            .lock()
+            .expect("cluster view mutex is never poisoned: no panics while held");
         if let Some(entry) = m.get_mut(id) {
             entry.1 = Some(last);
         }
-        let peers: Vec<Peer> = m.iter().filter(|(k, _)| *k != id).map(|(_, (rt, last))| Peer { usable: rt.signal().usable, last: *last }).collect();
+        let peers: Vec<Peer> = m
+            .iter()
+            .filter(|(k, _)| *k != id)
+            .map(|(_, (rt, last))| Peer {
+                usable: rt.signal().usable,
+                last: *last,
+            })
+            .collect();
         decide(&peers)
     }
 }
@@ -108,7 +122,11 @@ pub struct HealthChecker {
 
 impl Default for HealthChecker {
     fn default() -> Self {
-        HealthChecker { tasks: Mutex::default(), clusters: Mutex::default(), permits: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)) }
+        HealthChecker {
+            tasks: Mutex::default(),
+            clusters: Mutex::default(),
+            permits: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
+        }
     }
 }
 
@@ -128,11 +146,19 @@ impl HealthChecker {
     /// views of the timeout-storm guard match the table's clusters.
     pub fn reconcile(&self, nodes: &[Arc<Node>]) {
         let views = self.reconcile_views(nodes);
-        let mut tasks = self.tasks.lock().expect("health task map is never poisoned: no panics while held");
+        let mut tasks = self
+            .tasks
+            .lock()
+            .expect("health task map is never poisoned: no panics while held");
         let mut keep: HashMap<NodeId, ()> = HashMap::new();
         for node in nodes {
             keep.insert(node.id.clone(), ());
-            let key = (node.addr.clone(), node.settings.protocol, node.settings.health.clone(), node.cluster.clone());
+            let key = (
+                node.addr.clone(),
+                node.settings.protocol,
+                node.settings.health.clone(),
+                node.cluster.clone(),
+            );
             if let Some(t) = tasks.get(&node.id) {
                 if t.key == key && !t.handle.is_finished() {
                     continue;
@@ -140,9 +166,24 @@ impl HealthChecker {
                 t.cancel.cancel();
             }
             let cancel = CancellationToken::new();
-            let view = views.get(&node.cluster).cloned().expect("every node's cluster has a view: built from the same list");
-            let handle = tokio::spawn(run(node.clone(), view, self.permits.clone(), cancel.clone()));
-            tasks.insert(node.id.clone(), Task { key, cancel, handle });
+            let view = views
+                .get(&node.cluster)
+                .cloned()
+                .expect("every node's cluster has a view: built from the same list");
+            let handle = tokio::spawn(run(
+                node.clone(),
+                view,
+                self.permits.clone(),
+                cancel.clone(),
+            ));
+            tasks.insert(
+                node.id.clone(),
+                Task {
+                    key,
+                    cancel,
+                    handle,
+                },
+            );
         }
         tasks.retain(|id, t| {
             let k = keep.contains_key(id);
@@ -155,7 +196,10 @@ impl HealthChecker {
 
     /// Updates the cluster views' membership (keeping the latest probe of nodes that stay).
     fn reconcile_views(&self, nodes: &[Arc<Node>]) -> HashMap<Arc<str>, Arc<ClusterView>> {
-        let mut clusters = self.clusters.lock().expect("cluster view map is never poisoned: no panics while held");
+        let mut clusters = self
+            .clusters
+            .lock()
+            .expect("cluster view map is never poisoned: no panics while held");
         let mut wanted: HashMap<Arc<str>, Vec<&Arc<Node>>> = HashMap::new();
         for n in nodes {
             wanted.entry(n.cluster.clone()).or_default().push(n);
@@ -163,7 +207,10 @@ impl HealthChecker {
         clusters.retain(|name, _| wanted.contains_key(name));
         for (name, members) in &wanted {
             let view = clusters.entry(name.clone()).or_default();
-            let mut m = view.members.lock().expect("cluster view mutex is never poisoned: no panics while held");
+            let mut m = view
+                .members
+                .lock()
+                .expect("cluster view mutex is never poisoned: no panics while held");
             let old = std::mem::take(&mut *m);
             for n in members {
                 let last = old.get(&n.id).and_then(|(_, l)| *l);
@@ -176,7 +223,10 @@ impl HealthChecker {
     /// Cancels every probe task and waits for them to end.
     pub async fn shutdown(&self) {
         let handles: Vec<_> = {
-            let mut tasks = self.tasks.lock().expect("health task map is never poisoned: no panics while held");
+            let mut tasks = self
+                .tasks
+                .lock()
+                .expect("health task map is never poisoned: no panics while held");
             tasks
                 .drain()
                 .map(|(_, t)| {
@@ -195,10 +245,19 @@ impl HealthChecker {
 /// Up to 20 % of the interval of random delay, so probes of many nodes do not fire in lockstep.
 fn jitter(interval: Duration) -> Duration {
     let max = interval.as_millis() as u64 / 5;
-    Duration::from_millis(if max == 0 { 0 } else { rand::rng().random_range(0..=max) })
+    Duration::from_millis(if max == 0 {
+        0
+    } else {
+        rand::rng().random_range(0..=max)
+    })
 }
 
-async fn run(node: Arc<Node>, view: Arc<ClusterView>, permits: Arc<Semaphore>, cancel: CancellationToken) {
+async fn run(
+    node: Arc<Node>,
+    view: Arc<ClusterView>,
+    permits: Arc<Semaphore>,
+    cancel: CancellationToken,
+) {
     let h = &node.settings.health;
     // First probe soon (jittered) so a dead node at start-up is seen within one interval.
     let mut next = Instant::now() + jitter(h.interval);
@@ -242,7 +301,11 @@ fn observe(node: &Node, view: &ClusterView, outcome: &ProbeOutcome, now: Instant
     }
     let (effect, nodes) = view.record(&node.id, LastProbe { at: now, timeout }, |peers| {
         let hold = timeout && hold_last_node(peers, now, storm_window(h));
-        (node.runtime.record_probe_result(h, result, hold, &detail, now), peers.len() + 1)
+        (
+            node.runtime
+                .record_probe_result(h, result, hold, &detail, now),
+            peers.len() + 1,
+        )
     });
     if effect.held && !view.warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
@@ -258,7 +321,11 @@ fn interval_with_jitter(h: &HealthConfig) -> Duration {
     // Only ever shorten (by up to 10 %): the SPEC's timing promise counts whole intervals.
     let base = h.interval;
     let max = base.as_millis() as u64 / 10;
-    let j = if max == 0 { 0 } else { rand::rng().random_range(0..=max) };
+    let j = if max == 0 {
+        0
+    } else {
+        rand::rng().random_range(0..=max)
+    };
     base.saturating_sub(Duration::from_millis(j))
 }
 
@@ -267,7 +334,13 @@ mod tests {
     use super::*;
 
     fn peer(usable: bool, last: Option<(u64, bool)>, t0: Instant) -> Peer {
-        Peer { usable, last: last.map(|(ms, timeout)| LastProbe { at: t0 + Duration::from_millis(ms), timeout }) }
+        Peer {
+            usable,
+            last: last.map(|(ms, timeout)| LastProbe {
+                at: t0 + Duration::from_millis(ms),
+                timeout,
+            }),
+        }
     }
 
     #[test]
@@ -278,13 +351,43 @@ mod tests {
         // (peers, expected hold, why)
         let cases: Vec<(Vec<Peer>, bool, &str)> = vec![
             (vec![], true, "only node of its cluster"),
-            (vec![peer(false, Some((900, true)), t0)], true, "peer ejected and timed out just now"),
-            (vec![peer(true, Some((900, true)), t0)], false, "peer still usable: not the last node"),
-            (vec![peer(false, Some((900, false)), t0)], false, "peer failed by status: not a timeout storm"),
-            (vec![peer(false, Some((300, true)), t0)], false, "peer's timeout is older than the window"),
+            (
+                vec![peer(false, Some((900, true)), t0)],
+                true,
+                "peer ejected and timed out just now",
+            ),
+            (
+                vec![peer(true, Some((900, true)), t0)],
+                false,
+                "peer still usable: not the last node",
+            ),
+            (
+                vec![peer(false, Some((900, false)), t0)],
+                false,
+                "peer failed by status: not a timeout storm",
+            ),
+            (
+                vec![peer(false, Some((300, true)), t0)],
+                false,
+                "peer's timeout is older than the window",
+            ),
             (vec![peer(false, None, t0)], false, "peer never probed"),
-            (vec![peer(false, Some((950, true)), t0), peer(false, Some((800, true)), t0)], true, "all peers ejected by recent timeouts"),
-            (vec![peer(false, Some((950, true)), t0), peer(true, Some((800, true)), t0)], false, "one peer still usable"),
+            (
+                vec![
+                    peer(false, Some((950, true)), t0),
+                    peer(false, Some((800, true)), t0),
+                ],
+                true,
+                "all peers ejected by recent timeouts",
+            ),
+            (
+                vec![
+                    peer(false, Some((950, true)), t0),
+                    peer(true, Some((800, true)), t0),
+                ],
+                false,
+                "one peer still usable",
+            ),
         ];
         for (peers, want, why) in cases {
             assert_eq!(hold_last_node(&peers, now, window), want, "{why}");

@@ -207,7 +207,10 @@ impl Node {
 
 impl NodeRuntime {
     fn new(id: NodeId, cluster: Arc<str>, metrics: Option<Arc<Metrics>>) -> Self {
-        let (signal, _) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let (signal, _) = watch::channel(NodeSignal {
+            usable: true,
+            drain_deadline: None,
+        });
         NodeRuntime {
             cluster: Mutex::new(cluster),
             metrics,
@@ -230,7 +233,10 @@ impl NodeRuntime {
 
     /// The cluster this node belongs to in the live table.
     pub fn cluster(&self) -> Arc<str> {
-        self.cluster.lock().expect("cluster mutex is never poisoned: no panics while held").clone()
+        self.cluster
+            .lock()
+            .expect("cluster mutex is never poisoned: no panics while held")
+            .clone()
     }
 
     /// Current state (draining wins over health).
@@ -256,7 +262,11 @@ impl NodeRuntime {
                 match h.slow_start {
                     Some(ramp) if started > 0 => {
                         let elapsed = now.saturating_duration_since(self.epoch).as_millis() as u64;
-                        weight::slow_start_percent(h.degraded_percent, ramp, Duration::from_millis(elapsed.saturating_sub(started)))
+                        weight::slow_start_percent(
+                            h.degraded_percent,
+                            ramp,
+                            Duration::from_millis(elapsed.saturating_sub(started)),
+                        )
                     }
                     _ => 100,
                 }
@@ -293,7 +303,8 @@ impl NodeRuntime {
     }
 
     fn publish(&self) {
-        let usable = !self.draining.load(Ordering::Acquire) && self.health.load(Ordering::Acquire) != HEALTH_EJECTED;
+        let usable = !self.draining.load(Ordering::Acquire)
+            && self.health.load(Ordering::Acquire) != HEALTH_EJECTED;
         self.signal.send_if_modified(|s| {
             let changed = s.usable != usable;
             s.usable = usable;
@@ -303,9 +314,20 @@ impl NodeRuntime {
 
     /// Records one active probe result (`ok` = passed); see [`NodeRuntime::record_probe_result`].
     /// A failure given here is never treated as a timeout. Returns the new state if it changed.
-    pub fn record_probe(&self, h: &HealthConfig, ok: bool, detail: &str, now: Instant) -> Option<NodeState> {
-        let result = if ok { ProbeResult::Pass } else { ProbeResult::Fail };
-        self.record_probe_result(h, result, false, detail, now).changed
+    pub fn record_probe(
+        &self,
+        h: &HealthConfig,
+        ok: bool,
+        detail: &str,
+        now: Instant,
+    ) -> Option<NodeState> {
+        let result = if ok {
+            ProbeResult::Pass
+        } else {
+            ProbeResult::Fail
+        };
+        self.record_probe_result(h, result, false, detail, now)
+            .changed
     }
 
     /// Records one active probe result and moves the node only at the configured counts
@@ -317,8 +339,18 @@ impl NodeRuntime {
     ///   (the caller's guard against a gateway-side timeout storm, see [`health`]);
     /// - `recover_after` successes in a row: healthy again, ramping over `slow_start`; a node
     ///   ejected by passive errors also waits out its backoff ([`passive`]).
-    pub fn record_probe_result(&self, h: &HealthConfig, result: ProbeResult, hold_timeout_eject: bool, detail: &str, now: Instant) -> ProbeEffect {
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+    pub fn record_probe_result(
+        &self,
+        h: &HealthConfig,
+        result: ProbeResult,
+        hold_timeout_eject: bool,
+        detail: &str,
+        now: Instant,
+    ) -> ProbeEffect {
+        let mut c = self
+            .counters
+            .lock()
+            .expect("counters mutex is never poisoned: no panics while held");
         let before = self.health.load(Ordering::Acquire);
         let mut after = before;
         let mut held = false;
@@ -326,7 +358,10 @@ impl NodeRuntime {
             c.consecutive_failures = 0;
             c.consecutive_successes = c.consecutive_successes.saturating_add(1);
             let backoff_over = c.backoff_until.is_none_or(|t| now >= t);
-            if before != HEALTH_HEALTHY && c.consecutive_successes >= h.recover_after && backoff_over {
+            if before != HEALTH_HEALTHY
+                && c.consecutive_successes >= h.recover_after
+                && backoff_over
+            {
                 after = HEALTH_HEALTHY;
                 c.passive_errors = 0;
                 c.backoff_until = None;
@@ -335,7 +370,11 @@ impl NodeRuntime {
         } else {
             let timeout = result == ProbeResult::Timeout;
             c.consecutive_successes = 0;
-            c.timeout_streak = if c.consecutive_failures == 0 { timeout } else { c.timeout_streak && timeout };
+            c.timeout_streak = if c.consecutive_failures == 0 {
+                timeout
+            } else {
+                c.timeout_streak && timeout
+            };
             c.consecutive_failures = c.consecutive_failures.saturating_add(1);
             if c.consecutive_failures >= h.eject_after {
                 if before != HEALTH_EJECTED && hold_timeout_eject && c.timeout_streak {
@@ -348,24 +387,39 @@ impl NodeRuntime {
                 after = HEALTH_DEGRADED;
             }
         }
-        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
+        self.consecutive_failures
+            .store(c.consecutive_failures, Ordering::Relaxed);
         c.last_reason = detail.to_string();
         drop(c);
-        ProbeEffect { changed: self.apply(before, after, ChangeReason::Probe, detail, now), held }
+        ProbeEffect {
+            changed: self.apply(before, after, ChangeReason::Probe, detail, now),
+            held,
+        }
     }
 
     /// Marks the node ejected outright (a reload's failed connect probe).
     pub fn eject(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        let mut c = self
+            .counters
+            .lock()
+            .expect("counters mutex is never poisoned: no panics while held");
         c.consecutive_successes = 0;
         c.consecutive_failures = h.eject_after;
-        self.consecutive_failures.store(c.consecutive_failures, Ordering::Relaxed);
+        self.consecutive_failures
+            .store(c.consecutive_failures, Ordering::Relaxed);
         drop(c);
         let before = self.health.load(Ordering::Acquire);
         self.apply(before, HEALTH_EJECTED, ChangeReason::Reload, detail, now)
     }
 
-    fn apply(&self, before: u8, after: u8, reason: ChangeReason, detail: &str, now: Instant) -> Option<NodeState> {
+    fn apply(
+        &self,
+        before: u8,
+        after: u8,
+        reason: ChangeReason,
+        detail: &str,
+        now: Instant,
+    ) -> Option<NodeState> {
         if before == after {
             return None;
         }
@@ -380,7 +434,13 @@ impl NodeRuntime {
         let to = health_name(after);
         let cluster = self.cluster();
         if let Some(m) = &self.metrics {
-            m.health_transitions.get_or_create(&TransitionLabels { cluster: cluster.clone(), node: self.id.clone(), to }).inc();
+            m.health_transitions
+                .get_or_create(&TransitionLabels {
+                    cluster: cluster.clone(),
+                    node: self.id.clone(),
+                    to,
+                })
+                .inc();
         }
         tracing::info!(cluster = %cluster, node = %self.id, from = health_name(before), to, reason = reason.as_str(), detail, "node state changed");
         Some(self.state())
@@ -438,23 +498,41 @@ pub struct Registry {
 impl Registry {
     /// An empty registry.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        Registry { runtimes: Mutex::new(HashMap::new()), metrics }
+        Registry {
+            runtimes: Mutex::new(HashMap::new()),
+            metrics,
+        }
     }
 
     /// Builds a [`Node`] for a table, reusing the runtime of a node with the same id.
     /// Returns the node and whether its runtime is new.
-    pub fn node(&self, cluster: &Arc<str>, cfg: &NodeConfig, settings: NodeSettings) -> (Arc<Node>, bool) {
-        let mut map = self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held");
+    pub fn node(
+        &self,
+        cluster: &Arc<str>,
+        cfg: &NodeConfig,
+        settings: NodeSettings,
+    ) -> (Arc<Node>, bool) {
+        let mut map = self
+            .runtimes
+            .lock()
+            .expect("registry mutex is never poisoned: no panics while held");
         let mut fresh = false;
         let runtime = map
             .entry(Arc::from(cfg.id.as_str()))
             .or_insert_with(|| {
                 fresh = true;
-                Arc::new(NodeRuntime::new(Arc::from(cfg.id.as_str()), cluster.clone(), Some(self.metrics.clone())))
+                Arc::new(NodeRuntime::new(
+                    Arc::from(cfg.id.as_str()),
+                    cluster.clone(),
+                    Some(self.metrics.clone()),
+                ))
             })
             .clone();
         drop(map);
-        *runtime.cluster.lock().expect("cluster mutex is never poisoned: no panics while held") = cluster.clone();
+        *runtime
+            .cluster
+            .lock()
+            .expect("cluster mutex is never poisoned: no panics while held") = cluster.clone();
         let node = Node {
             id: runtime.id.clone(),
             cluster: cluster.clone(),
@@ -469,12 +547,19 @@ impl Registry {
 
     /// The runtime of node `id`, if known.
     pub fn get(&self, id: &str) -> Option<Arc<NodeRuntime>> {
-        self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held").get(id).cloned()
+        self.runtimes
+            .lock()
+            .expect("registry mutex is never poisoned: no panics while held")
+            .get(id)
+            .cloned()
     }
 
     /// Forgets runtimes whose ids are not in `keep` (nodes removed by a reload, after their drain).
     pub fn retain(&self, keep: &dyn Fn(&str) -> bool) {
-        self.runtimes.lock().expect("registry mutex is never poisoned: no panics while held").retain(|id, _| keep(id));
+        self.runtimes
+            .lock()
+            .expect("registry mutex is never poisoned: no panics while held")
+            .retain(|id, _| keep(id));
     }
 
     /// Shared metrics.

@@ -27,7 +27,8 @@ pub const STABLE_RECOVERY: Duration = Duration::from_secs(30);
 /// one probe `interval`, since recovery needs probes anyway). `prior` = earlier passive ejections
 /// since the last stable recovery.
 pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
-    let exp = BASE_PASSIVE_BACKOFF.saturating_mul(1u32.checked_shl(prior.min(16)).unwrap_or(u32::MAX));
+    let exp =
+        BASE_PASSIVE_BACKOFF.saturating_mul(1u32.checked_shl(prior.min(16)).unwrap_or(u32::MAX));
     exp.min(MAX_PASSIVE_BACKOFF).max(interval)
 }
 
@@ -35,15 +36,25 @@ impl NodeRuntime {
     /// Records an error seen on real traffic (connect error, reset, 5xx, timeout; `detail` says
     /// which). Ejects at once after `passive_consecutive_errors` in a row (SPEC section 3) and starts
     /// the passive backoff (module docs). Returns the new state if it changed.
-    pub fn record_passive_error(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
+    pub fn record_passive_error(
+        &self,
+        h: &HealthConfig,
+        detail: &str,
+        now: Instant,
+    ) -> Option<NodeState> {
         let limit = h.passive_consecutive_errors.map(NonZeroU32::get)?;
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        let mut c = self
+            .counters
+            .lock()
+            .expect("counters mutex is never poisoned: no panics while held");
         c.passive_errors = c.passive_errors.saturating_add(1);
         let before = self.health.load(std::sync::atomic::Ordering::Acquire);
         if c.passive_errors < limit || before == HEALTH_EJECTED {
             return None;
         }
-        if c.recovered_at.is_some_and(|r| now.saturating_duration_since(r) >= STABLE_RECOVERY) {
+        if c.recovered_at
+            .is_some_and(|r| now.saturating_duration_since(r) >= STABLE_RECOVERY)
+        {
             c.passive_ejections = 0;
         }
         let backoff = passive_backoff(c.passive_ejections, h.interval);
@@ -54,7 +65,8 @@ impl NodeRuntime {
         c.consecutive_successes = 0;
         c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
         c.timeout_streak = false;
-        self.consecutive_failures.store(c.consecutive_failures, std::sync::atomic::Ordering::Relaxed);
+        self.consecutive_failures
+            .store(c.consecutive_failures, std::sync::atomic::Ordering::Relaxed);
         drop(c);
         let detail = format!("{detail} ({limit} passive errors in a row; backoff {backoff:?})");
         self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, &detail, now)
@@ -62,12 +74,18 @@ impl NodeRuntime {
 
     /// Clears the passive error streak after a good answer from real traffic.
     pub fn record_passive_success(&self) {
-        let mut c = self.counters.lock().expect("counters mutex is never poisoned: no panics while held");
+        let mut c = self
+            .counters
+            .lock()
+            .expect("counters mutex is never poisoned: no panics while held");
         c.passive_errors = 0;
     }
 
     /// When a passively ejected node may recover at the earliest; `None` when no backoff is running.
     pub fn passive_backoff_until(&self) -> Option<Instant> {
-        self.counters.lock().expect("counters mutex is never poisoned: no panics while held").backoff_until
+        self.counters
+            .lock()
+            .expect("counters mutex is never poisoned: no panics while held")
+            .backoff_until
     }
 }

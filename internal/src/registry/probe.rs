@@ -49,7 +49,10 @@ pub async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()>
     match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connect timed out",
+        )),
     }
 }
 
@@ -81,7 +84,11 @@ fn is_goaway_refusal(e: &hyper::Error) -> bool {
     e.is_canceled()
 }
 
-async fn http_probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> Result<ProbeOutcome, hyper::Error> {
+async fn http_probe(
+    addr: &str,
+    protocol: Protocol,
+    h: &HealthConfig,
+) -> Result<ProbeOutcome, hyper::Error> {
     let tcp = match TcpStream::connect(addr).await {
         Ok(t) => t,
         Err(e) => return Ok(ProbeOutcome::Fail(format!("connect: {e}"))),
@@ -100,12 +107,16 @@ async fn http_probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> Result<
             send.send_request(req).await?
         }
         Protocol::H2c => {
-            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
             tokio::spawn(conn);
             let (mut parts, body) = req.into_parts();
-            parts.uri = format!("http://{addr}{}", h.path).parse().unwrap_or(parts.uri);
+            parts.uri = format!("http://{addr}{}", h.path)
+                .parse()
+                .unwrap_or(parts.uri);
             parts.headers.remove(http::header::HOST);
-            send.send_request(http::Request::from_parts(parts, body)).await?
+            send.send_request(http::Request::from_parts(parts, body))
+                .await?
         }
     };
     let status = resp.status().as_u16();
@@ -115,7 +126,10 @@ async fn http_probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> Result<
     let Some(expect) = &h.expect_json else {
         return Ok(ProbeOutcome::Pass);
     };
-    let body = match Limited::new(resp.into_body(), MAX_PROBE_BODY).collect().await {
+    let body = match Limited::new(resp.into_body(), MAX_PROBE_BODY)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
         Err(e) => return Ok(ProbeOutcome::Fail(format!("body: {e}"))),
     };
@@ -141,7 +155,10 @@ mod tests {
 
     #[test]
     fn json_pointer_check() {
-        assert_eq!(check_json(br#"{"business":"UP"}"#, "/business", "UP"), ProbeOutcome::Pass);
+        assert_eq!(
+            check_json(br#"{"business":"UP"}"#, "/business", "UP"),
+            ProbeOutcome::Pass
+        );
         assert!(!check_json(br#"{"business":"DOWN"}"#, "/business", "UP").is_pass());
         assert!(!check_json(b"nope", "/business", "UP").is_pass());
         assert!(!check_json(br#"{}"#, "/business", "UP").is_pass());

@@ -32,14 +32,23 @@ fn ladder_degrades_then_ejects_then_ramps_back() {
     let t0 = Instant::now();
     assert_eq!(rt.record_probe(&h, false, "503", t0), None);
     assert_eq!(rt.health_percent(&h, t0), 100);
-    assert_eq!(rt.record_probe(&h, false, "503", t0), Some(NodeState::Degraded));
+    assert_eq!(
+        rt.record_probe(&h, false, "503", t0),
+        Some(NodeState::Degraded)
+    );
     assert_eq!(rt.health_percent(&h, t0), 20);
-    assert_eq!(rt.record_probe(&h, false, "503", t0), Some(NodeState::Ejected));
+    assert_eq!(
+        rt.record_probe(&h, false, "503", t0),
+        Some(NodeState::Ejected)
+    );
     assert_eq!(rt.health_percent(&h, t0), 0);
     assert!(!rt.signal().usable);
     assert_eq!(rt.record_probe(&h, true, "200", t0), None);
     let t1 = t0 + Duration::from_secs(1);
-    assert_eq!(rt.record_probe(&h, true, "200", t1), Some(NodeState::Healthy));
+    assert_eq!(
+        rt.record_probe(&h, true, "200", t1),
+        Some(NodeState::Healthy)
+    );
     assert_eq!(rt.health_percent(&h, t1), 20);
     assert_eq!(rt.health_percent(&h, t1 + Duration::from_secs(15)), 60);
     assert_eq!(rt.health_percent(&h, t1 + Duration::from_secs(31)), 100);
@@ -69,20 +78,116 @@ fn letter(s: NodeState) -> char {
 fn ladder_table() {
     // (degrade_after, eject_after, recover_after, hold timeouts, probe results, state after each, why)
     let cases: &[(u32, u32, u32, bool, &str, &str, &str)] = &[
-        (2, 3, 2, false, "FPFPFPFPFPFPFPFPFPFP", "hhhhhhhhhhhhhhhhhhhh", "alternating 503/200 from healthy: no transition"),
-        (3, 3, 2, false, "PFPFPFPFPFPFPFPFPFPF", "hhhhhhhhhhhhhhhhhhhh", "alternating 200/503 with eject 3: no transition"),
-        (2, 3, 2, false, "FFF", "hde", "degrade after 2, eject after 3"),
-        (3, 3, 2, false, "FFF", "hhe", "degrade_after = eject_after skips the degraded step"),
+        (
+            2,
+            3,
+            2,
+            false,
+            "FPFPFPFPFPFPFPFPFPFP",
+            "hhhhhhhhhhhhhhhhhhhh",
+            "alternating 503/200 from healthy: no transition",
+        ),
+        (
+            3,
+            3,
+            2,
+            false,
+            "PFPFPFPFPFPFPFPFPFPF",
+            "hhhhhhhhhhhhhhhhhhhh",
+            "alternating 200/503 with eject 3: no transition",
+        ),
+        (
+            2,
+            3,
+            2,
+            false,
+            "FFF",
+            "hde",
+            "degrade after 2, eject after 3",
+        ),
+        (
+            3,
+            3,
+            2,
+            false,
+            "FFF",
+            "hhe",
+            "degrade_after = eject_after skips the degraded step",
+        ),
         (1, 1, 1, false, "FP", "eh", "eject and recover after one"),
         (2, 3, 2, false, "FFFPP", "hdeeh", "two successes recover"),
-        (2, 3, 2, false, "FFFPFPFP", "hdeeeeee", "alternating while ejected never recovers"),
-        (2, 3, 2, false, "FFPFFF", "hdddde", "a degraded node needs the full eject count again"),
-        (2, 3, 2, false, "FFPP", "hddh", "a degraded node recovers after recover_after"),
-        (2, 3, 2, false, "TTT", "hde", "timeouts eject like any failure without the guard"),
-        (2, 3, 2, true, "TTTTT", "hdddd", "held by the last-node rule: stays degraded"),
-        (2, 3, 2, true, "TFT", "hde", "a streak with a real failure is not timeouts alone"),
-        (2, 3, 2, true, "FTT", "hde", "a streak starting with a real failure is not timeouts alone"),
-        (2, 3, 2, true, "TTTPP", "hdddh", "held node recovers normally"),
+        (
+            2,
+            3,
+            2,
+            false,
+            "FFFPFPFP",
+            "hdeeeeee",
+            "alternating while ejected never recovers",
+        ),
+        (
+            2,
+            3,
+            2,
+            false,
+            "FFPFFF",
+            "hdddde",
+            "a degraded node needs the full eject count again",
+        ),
+        (
+            2,
+            3,
+            2,
+            false,
+            "FFPP",
+            "hddh",
+            "a degraded node recovers after recover_after",
+        ),
+        (
+            2,
+            3,
+            2,
+            false,
+            "TTT",
+            "hde",
+            "timeouts eject like any failure without the guard",
+        ),
+        (
+            2,
+            3,
+            2,
+            true,
+            "TTTTT",
+            "hdddd",
+            "held by the last-node rule: stays degraded",
+        ),
+        (
+            2,
+            3,
+            2,
+            true,
+            "TFT",
+            "hde",
+            "a streak with a real failure is not timeouts alone",
+        ),
+        (
+            2,
+            3,
+            2,
+            true,
+            "FTT",
+            "hde",
+            "a streak starting with a real failure is not timeouts alone",
+        ),
+        (
+            2,
+            3,
+            2,
+            true,
+            "TTTPP",
+            "hdddh",
+            "held node recovers normally",
+        ),
     ];
     for (degrade, eject, recover, hold, steps, want, why) in cases {
         let h = health(*degrade, *eject, *recover);
@@ -99,8 +204,12 @@ fn ladder_table() {
             now += h.interval;
         }
         assert_eq!(&got, want, "{why}");
-        let expected_transitions = want.as_bytes().windows(2).filter(|w| w[0] != w[1]).count() + usize::from(want.starts_with(['d', 'e']));
-        assert_eq!(transitions, expected_transitions, "{why}: one transition per change");
+        let expected_transitions = want.as_bytes().windows(2).filter(|w| w[0] != w[1]).count()
+            + usize::from(want.starts_with(['d', 'e']));
+        assert_eq!(
+            transitions, expected_transitions,
+            "{why}: one transition per change"
+        );
     }
 }
 
@@ -115,16 +224,37 @@ fn passive_errors_eject_at_the_limit() {
     rt.record_passive_success();
     assert_eq!(rt.record_passive_error(&h, "reset", now), None);
     assert_eq!(rt.record_passive_error(&h, "reset", now), None);
-    assert_eq!(rt.record_passive_error(&h, "reset", now), Some(NodeState::Ejected));
-    assert_eq!(rt.record_passive_error(&h, "reset", now), None, "already ejected");
+    assert_eq!(
+        rt.record_passive_error(&h, "reset", now),
+        Some(NodeState::Ejected)
+    );
+    assert_eq!(
+        rt.record_passive_error(&h, "reset", now),
+        None,
+        "already ejected"
+    );
 }
 
 #[test]
 fn passive_backoff_doubles_and_caps() {
     // (prior passive ejections, interval, backoff)
-    let cases = [(0, ms(200), ms(1_000)), (1, ms(200), ms(2_000)), (2, ms(200), ms(4_000)), (4, ms(200), ms(16_000)), (5, ms(200), ms(30_000)), (40, ms(200), ms(30_000)), (0, ms(10_000), ms(10_000)), (3, ms(10_000), ms(10_000)), (0, ms(60_000), ms(60_000))];
+    let cases = [
+        (0, ms(200), ms(1_000)),
+        (1, ms(200), ms(2_000)),
+        (2, ms(200), ms(4_000)),
+        (4, ms(200), ms(16_000)),
+        (5, ms(200), ms(30_000)),
+        (40, ms(200), ms(30_000)),
+        (0, ms(10_000), ms(10_000)),
+        (3, ms(10_000), ms(10_000)),
+        (0, ms(60_000), ms(60_000)),
+    ];
     for (prior, interval, want) in cases {
-        assert_eq!(passive_backoff(prior, interval), want, "prior {prior}, interval {interval:?}");
+        assert_eq!(
+            passive_backoff(prior, interval),
+            want,
+            "prior {prior}, interval {interval:?}"
+        );
     }
 }
 
@@ -201,7 +331,10 @@ fn drain_makes_node_unusable_until_undrained() {
     rt.start_drain(now + Duration::from_secs(5));
     assert_eq!(rt.state(), NodeState::Draining);
     assert_eq!(rt.health_percent(&h, now), 0);
-    assert_eq!(rt.signal().drain_deadline, Some(now + Duration::from_secs(5)));
+    assert_eq!(
+        rt.signal().drain_deadline,
+        Some(now + Duration::from_secs(5))
+    );
     rt.undrain();
     assert_eq!(rt.state(), NodeState::Healthy);
     assert!(rt.signal().usable);
@@ -211,9 +344,21 @@ fn drain_makes_node_unusable_until_undrained() {
 fn transitions_are_counted_per_cluster_node_and_state() {
     let metrics = Arc::new(Metrics::new());
     let reg = Registry::new(metrics.clone());
-    let cfg = NodeConfig { id: "n1".into(), addr: "127.0.0.1:1".into(), weight: 100, metadata: Default::default() };
+    let cfg = NodeConfig {
+        id: "n1".into(),
+        addr: "127.0.0.1:1".into(),
+        weight: 100,
+        metadata: Default::default(),
+    };
     let h = health(2, 3, 2);
-    let (node, fresh) = reg.node(&Arc::from("c1"), &cfg, NodeSettings { health: h.clone(), protocol: Protocol::Http1 });
+    let (node, fresh) = reg.node(
+        &Arc::from("c1"),
+        &cfg,
+        NodeSettings {
+            health: h.clone(),
+            protocol: Protocol::Http1,
+        },
+    );
     assert!(fresh);
     let now = Instant::now();
     for ok in [false, false, false, true, true] {
@@ -221,7 +366,8 @@ fn transitions_are_counted_per_cluster_node_and_state() {
     }
     let text = metrics.encode();
     for to in ["degraded", "ejected", "healthy"] {
-        let series = format!("gateway_health_transitions_total{{cluster=\"c1\",node=\"n1\",to=\"{to}\"}} 1");
+        let series =
+            format!("gateway_health_transitions_total{{cluster=\"c1\",node=\"n1\",to=\"{to}\"}} 1");
         assert!(text.contains(&series), "missing {series} in\n{text}");
     }
 }
@@ -268,15 +414,35 @@ match = { path_prefix = "/" }
 cluster = "over"
 "#;
     let cfg = load_str(text, "t.toml").expect("valid");
-    let by = |name: &str| cfg.clusters.iter().find(|c| c.name == name).expect("cluster").health.clone();
+    let by = |name: &str| {
+        cfg.clusters
+            .iter()
+            .find(|c| c.name == name)
+            .expect("cluster")
+            .health
+            .clone()
+    };
     let over = by("over");
     assert_eq!(over.kind, ProbeKind::Tcp);
     assert_eq!(over.path, "/actuator/health/business");
     assert_eq!(over.interval, ms(250));
     assert_eq!(over.timeout, ms(100));
     assert_eq!(over.expect_status, 200..=500);
-    assert_eq!(over.expect_json.as_ref().map(|j| (j.pointer.as_str(), j.equals.as_str())), Some(("/business", "UP")));
-    assert_eq!((over.degrade_after, over.degraded_percent, over.eject_after, over.recover_after), (4, 50, 6, 3));
+    assert_eq!(
+        over.expect_json
+            .as_ref()
+            .map(|j| (j.pointer.as_str(), j.equals.as_str())),
+        Some(("/business", "UP"))
+    );
+    assert_eq!(
+        (
+            over.degrade_after,
+            over.degraded_percent,
+            over.eject_after,
+            over.recover_after
+        ),
+        (4, 50, 6, 3)
+    );
     assert_eq!(over.slow_start, None);
     assert_eq!(over.passive_consecutive_errors, None);
 
@@ -311,6 +477,9 @@ cluster = "x"
 "#;
     let err = load_str(text, "t.toml").expect_err("invalid");
     let keys: Vec<&str> = err.issues.iter().map(|i| i.key.as_str()).collect();
-    assert!(keys.contains(&"clusters[0].health.degraded_percent"), "{keys:?}");
+    assert!(
+        keys.contains(&"clusters[0].health.degraded_percent"),
+        "{keys:?}"
+    );
     assert!(keys.contains(&"clusters[0].health.interval"), "{keys:?}");
 }

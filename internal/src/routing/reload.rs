@@ -78,7 +78,14 @@ pub enum ReloadError {
 impl ReloadError {
     /// The issues in the admin API's `{"errors": [...]}` shape (SPEC section 3).
     pub fn issues(&self) -> Vec<ConfigIssue> {
-        let one = |m: String| vec![ConfigIssue { key: "-".into(), line: 0, column: 0, message: m }];
+        let one = |m: String| {
+            vec![ConfigIssue {
+                key: "-".into(),
+                line: 0,
+                column: 0,
+                message: m,
+            }]
+        };
         match self {
             ReloadError::Invalid(e) => e.issues.clone(),
             ReloadError::ProbeFailed { issues, .. } => {
@@ -135,7 +142,10 @@ pub struct Routing {
 
 impl std::fmt::Debug for Routing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Routing").field("generation", &self.live.load().generation).field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("Routing")
+            .field("generation", &self.live.load().generation)
+            .field("file", &self.file)
+            .finish_non_exhaustive()
     }
 }
 
@@ -182,7 +192,10 @@ impl Routing {
 
     /// True if a rollback target exists (`GET /admin/routes`).
     pub fn has_previous(&self) -> bool {
-        self.previous.lock().expect("previous mutex is never poisoned").is_some()
+        self.previous
+            .lock()
+            .expect("previous mutex is never poisoned")
+            .is_some()
     }
 
     /// Re-reads the config file and applies it (`POST /admin/reload`); see [`Self::reload_from`].
@@ -204,7 +217,11 @@ impl Routing {
     pub async fn reload_from(&self, trigger: ReloadTrigger) -> Result<u64, ReloadError> {
         let ticket = self.tickets.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = self.lock.lock().await;
-        if let Some((covered, result)) = &*self.last_reload.lock().expect("last_reload mutex is never poisoned") {
+        if let Some((covered, result)) = &*self
+            .last_reload
+            .lock()
+            .expect("last_reload mutex is never poisoned")
+        {
             if *covered >= ticket {
                 return result.clone();
             }
@@ -212,7 +229,10 @@ impl Routing {
         // Every ticket issued so far was issued before the file is read below: this reload covers it.
         let covered = self.tickets.load(Ordering::Acquire);
         let result = self.reload_locked(trigger).await;
-        *self.last_reload.lock().expect("last_reload mutex is never poisoned") = Some((covered, result.clone()));
+        *self
+            .last_reload
+            .lock()
+            .expect("last_reload mutex is never poisoned") = Some((covered, result.clone()));
         result
     }
 
@@ -220,7 +240,9 @@ impl Routing {
         let Some(path) = self.file.clone() else {
             return Err(ReloadError::NoFile);
         };
-        let (hash, loaded) = tokio::task::spawn_blocking(move || load_file(&path)).await.expect("config loading does not panic");
+        let (hash, loaded) = tokio::task::spawn_blocking(move || load_file(&path))
+            .await
+            .expect("config loading does not panic");
         {
             let mut seen = self.seen.lock().expect("seen mutex is never poisoned");
             let skip = match trigger {
@@ -229,7 +251,11 @@ impl Routing {
             };
             if skip {
                 let g = self.live.load().generation;
-                tracing::debug!(?trigger, generation = g, "config file content already handled; nothing to reload");
+                tracing::debug!(
+                    ?trigger,
+                    generation = g,
+                    "config file content already handled; nothing to reload"
+                );
                 return Ok(g);
             }
             seen.read = hash;
@@ -275,7 +301,11 @@ impl Routing {
     ///
     /// # Errors
     /// [`ReloadError::NoPrevious`].
-    pub async fn rollback_from(&self, generation: u64, result: &'static str) -> Result<Option<u64>, ReloadError> {
+    pub async fn rollback_from(
+        &self,
+        generation: u64,
+        result: &'static str,
+    ) -> Result<Option<u64>, ReloadError> {
         let _guard = self.lock.lock().await;
         if self.live.load().generation != generation {
             return Ok(None);
@@ -284,7 +314,11 @@ impl Routing {
     }
 
     fn rollback_locked(&self, result: &'static str) -> Result<u64, ReloadError> {
-        let prev = self.previous.lock().expect("previous mutex is never poisoned").clone();
+        let prev = self
+            .previous
+            .lock()
+            .expect("previous mutex is never poisoned")
+            .clone();
         let Some(prev) = prev else {
             return Err(ReloadError::NoPrevious);
         };
@@ -295,7 +329,12 @@ impl Routing {
         // The live table no longer matches the file: SIGHUP or the admin call may re-apply it.
         self.seen.lock().expect("seen mutex is never poisoned").live = None;
         self.metrics.reload(result);
-        tracing::warn!(generation = g, from_generation = live.generation, result, "route table rolled back");
+        tracing::warn!(
+            generation = g,
+            from_generation = live.generation,
+            result,
+            "route table rolled back"
+        );
         Ok(g)
     }
 
@@ -303,31 +342,53 @@ impl Routing {
         let live = self.live.load_full();
         let to_probe = nodes_to_probe(&live, &cfg);
         let total = to_probe.len();
-        let probes = futures_util::stream::iter(to_probe.into_iter().map(|(key, id, addr)| async move {
-            let r = connect_probe(&addr, DEFAULT_RELOAD_PROBE_TIMEOUT).await;
-            (key, id, addr, r)
-        }))
-        .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
-        let failed: Vec<_> = probes.into_iter().filter_map(|(key, id, addr, r)| r.err().map(|e| (key, id, addr, e))).collect();
+        let probes =
+            futures_util::stream::iter(to_probe.into_iter().map(|(key, id, addr)| async move {
+                let r = connect_probe(&addr, DEFAULT_RELOAD_PROBE_TIMEOUT).await;
+                (key, id, addr, r)
+            }))
+            .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let failed: Vec<_> = probes
+            .into_iter()
+            .filter_map(|(key, id, addr, r)| r.err().map(|e| (key, id, addr, e)))
+            .collect();
         if failed.len() * 2 > total {
             self.metrics.reload("probe_failed");
             let issues = failed
                 .iter()
-                .map(|(key, id, addr, e)| ConfigIssue { key: key.clone(), line: 0, column: 0, message: format!("node {id} ({addr}): connect probe failed: {e}") })
+                .map(|(key, id, addr, e)| ConfigIssue {
+                    key: key.clone(),
+                    line: 0,
+                    column: 0,
+                    message: format!("node {id} ({addr}): connect probe failed: {e}"),
+                })
                 .collect();
-            let err = ReloadError::ProbeFailed { failed: failed.len(), total, issues };
+            let err = ReloadError::ProbeFailed {
+                failed: failed.len(),
+                total,
+                issues,
+            };
             tracing::warn!(error = %err, failed = ?failed.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(), "reload refused; the live table stays");
             return Err(err);
         }
-        let table = RouteTable::build(Arc::new(cfg), &self.registry, live.generation + 1, Some(&live));
+        let table = RouteTable::build(
+            Arc::new(cfg),
+            &self.registry,
+            live.generation + 1,
+            Some(&live),
+        );
         // Eject before the swap: no request of the new table may reach a node that did not connect.
         let now = Instant::now();
         for (_, id, addr, e) in &failed {
             if let Some(n) = table.node(id) {
                 tracing::warn!(node = %id, addr = %addr, error = %e, "new node failed its connect probe; it starts ejected");
-                n.runtime.eject(&n.settings.health, &format!("connect probe failed: {e}"), now);
+                n.runtime.eject(
+                    &n.settings.health,
+                    &format!("connect probe failed: {e}"),
+                    now,
+                );
             }
         }
         let g = self.commit(table, &live);
@@ -341,7 +402,10 @@ impl Routing {
         let generation = table.generation;
         let new_ids: HashSet<NodeId> = table.nodes().iter().map(|n| n.id.clone()).collect();
         let now = Instant::now();
-        let mut removed = self.removed_by_reload.lock().expect("removed mutex is never poisoned");
+        let mut removed = self
+            .removed_by_reload
+            .lock()
+            .expect("removed mutex is never poisoned");
         // Nodes back in the table after a removal take work again.
         for id in &new_ids {
             if removed.remove(id).is_some() {
@@ -353,9 +417,19 @@ impl Routing {
         self.health.reconcile(&table.nodes());
         let table = Arc::new(table);
         self.live.store(table.clone());
-        *self.previous.lock().expect("previous mutex is never poisoned") = Some(live.config.clone());
-        self.metrics.generation.set(i64::try_from(generation).unwrap_or(i64::MAX));
-        tracing::info!(generation, routes = table.routes.len(), nodes = new_ids.len(), "route table swapped");
+        *self
+            .previous
+            .lock()
+            .expect("previous mutex is never poisoned") = Some(live.config.clone());
+        self.metrics
+            .generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+        tracing::info!(
+            generation,
+            routes = table.routes.len(),
+            nodes = new_ids.len(),
+            "route table swapped"
+        );
         // Removed nodes drain like an operator drain (SPEC section 5).
         let deadline = now + DEFAULT_REMOVED_DRAIN;
         for n in live.nodes() {
@@ -366,8 +440,11 @@ impl Routing {
             }
         }
         // Forget removed nodes whose drain is over and that have nothing in flight.
-        removed.retain(|id, deadline| *deadline > now || self.registry.get(id).is_some_and(|rt| rt.inflight() > 0));
-        self.registry.retain(&|id| new_ids.contains(id) || removed.contains_key(id));
+        removed.retain(|id, deadline| {
+            *deadline > now || self.registry.get(id).is_some_and(|rt| rt.inflight() > 0)
+        });
+        self.registry
+            .retain(&|id| new_ids.contains(id) || removed.contains_key(id));
         generation
     }
 
@@ -385,7 +462,10 @@ fn load_file(path: &std::path::Path) -> (Option<u64>, Result<Config, ConfigError
         Ok(text) => {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             text.hash(&mut h);
-            (Some(h.finish()), config::load_str(&text, &path.display().to_string()))
+            (
+                Some(h.finish()),
+                config::load_str(&text, &path.display().to_string()),
+            )
         }
         // load_path renders the read error in the SPEC's shape.
         Err(_) => (None, config::load_path(path)),
@@ -394,13 +474,24 @@ fn load_file(path: &std::path::Path) -> (Option<u64>, Result<Config, ConfigError
 
 /// Nodes of `cfg` that `live` does not have at the same address: `(key, id, addr)`.
 fn nodes_to_probe(live: &RouteTable, cfg: &Config) -> Vec<(String, String, String)> {
-    let old: HashMap<&str, &str> = live.config.clusters.iter().flat_map(|c| c.nodes.iter().map(|n| (n.id.as_str(), n.addr.as_str()))).collect();
+    let old: HashMap<&str, &str> = live
+        .config
+        .clusters
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(|n| (n.id.as_str(), n.addr.as_str())))
+        .collect();
     cfg.clusters
         .iter()
         .enumerate()
         .flat_map(|(i, c)| c.nodes.iter().enumerate().map(move |(j, n)| (i, j, n)))
         .filter(|(_, _, n)| old.get(n.id.as_str()) != Some(&n.addr.as_str()))
-        .map(|(i, j, n)| (format!("clusters[{i}].nodes[{j}]"), n.id.clone(), n.addr.clone()))
+        .map(|(i, j, n)| {
+            (
+                format!("clusters[{i}].nodes[{j}]"),
+                n.id.clone(),
+                n.addr.clone(),
+            )
+        })
         .collect()
 }
 
@@ -441,11 +532,22 @@ const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
 /// Runs the reload triggers and the warm-up watcher ([`watch_warmup`]) until `watch` fires.
 /// Triggers: SIGHUP and changes to `file` (watched through its directory so editors that replace
 /// the file are seen, debounced by [`FILE_DEBOUNCE`]); they coalesce in [`Routing::reload`].
-pub async fn watch_triggers(routing: Arc<Routing>, file: Option<PathBuf>, watch: crate::drain::Watch) {
-    tokio::join!(reload_triggers(routing.clone(), file, watch.clone()), watch_warmup(routing, watch));
+pub async fn watch_triggers(
+    routing: Arc<Routing>,
+    file: Option<PathBuf>,
+    watch: crate::drain::Watch,
+) {
+    tokio::join!(
+        reload_triggers(routing.clone(), file, watch.clone()),
+        watch_warmup(routing, watch)
+    );
 }
 
-async fn reload_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut watch: crate::drain::Watch) {
+async fn reload_triggers(
+    routing: Arc<Routing>,
+    file: Option<PathBuf>,
+    mut watch: crate::drain::Watch,
+) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
     let _watcher = file.as_ref().and_then(|f| file_watcher(f, tx.clone()));
     #[cfg(unix)]
@@ -478,20 +580,33 @@ async fn reload_triggers(routing: Arc<Routing>, file: Option<PathBuf>, mut watch
     }
 }
 
-fn file_watcher(file: &std::path::Path, tx: tokio::sync::mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+fn file_watcher(
+    file: &std::path::Path,
+    tx: tokio::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
     let name = file.file_name()?.to_os_string();
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         if let Ok(ev) = ev {
-            let relevant = !ev.kind.is_access() && ev.paths.iter().any(|p| p.file_name() == Some(name.as_os_str()));
+            let relevant = !ev.kind.is_access()
+                && ev
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(name.as_os_str()));
             if relevant {
                 // A full channel already holds a pending trigger: coalesced.
                 let _ = tx.try_send(());
             }
         }
     })
-    .map_err(|e| tracing::warn!(error = %e, "file watch unavailable; use SIGHUP or POST /admin/reload"))
+    .map_err(
+        |e| tracing::warn!(error = %e, "file watch unavailable; use SIGHUP or POST /admin/reload"),
+    )
     .ok()?;
     if let Err(e) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
         tracing::warn!(error = %e, dir = %dir.display(), "file watch unavailable; use SIGHUP or POST /admin/reload");

@@ -120,27 +120,47 @@ impl RouteTable {
     /// has not seen). `previous` decides what is new for warm-up: routes whose id it lacks and, under
     /// a route with `[routes.warmup]`, nodes whose id it lacks. `None` (the first table, a rollback)
     /// means no warm-up at all (SPEC section 3).
-    pub fn build(config: Arc<Config>, registry: &Registry, generation: u64, previous: Option<&RouteTable>) -> RouteTable {
+    pub fn build(
+        config: Arc<Config>,
+        registry: &Registry,
+        generation: u64,
+        previous: Option<&RouteTable>,
+    ) -> RouteTable {
         let now = Instant::now();
         crate::selection::version::warn_metadata_key_case(&config);
         let mut clusters = HashMap::new();
         for c in &config.clusters {
-            clusters.insert(Arc::<str>::from(c.name.as_str()), Arc::new(build_cluster(c, registry)));
+            clusters.insert(
+                Arc::<str>::from(c.name.as_str()),
+                Arc::new(build_cluster(c, registry)),
+            );
         }
         let mut routes: Vec<&RouteConfig> = config.routes.iter().collect();
         // Stable sort keeps file order among equals.
         routes.sort_by_key(|r| std::cmp::Reverse(specificity(r)));
-        let prev_nodes: HashSet<&str> = previous.map(|p| p.clusters.values().flat_map(|c| c.nodes.iter().map(|n| &*n.id)).collect()).unwrap_or_default();
+        let prev_nodes: HashSet<&str> = previous
+            .map(|p| {
+                p.clusters
+                    .values()
+                    .flat_map(|c| c.nodes.iter().map(|n| &*n.id))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut warming_nodes = HashMap::new();
         let routes: Vec<Arc<Route>> = routes
             .into_iter()
             .map(|rc| {
-                let cluster = clusters.get(rc.cluster.as_str()).cloned().expect("validation guarantees every route's cluster exists");
+                let cluster = clusters
+                    .get(rc.cluster.as_str())
+                    .cloned()
+                    .expect("validation guarantees every route's cluster exists");
                 let warmup = match (previous, &rc.warmup) {
                     (Some(prev), Some(w)) => {
                         for n in &cluster.nodes {
                             if !prev_nodes.contains(&*n.id) {
-                                warming_nodes.entry(n.id.clone()).or_insert_with(|| Warmup::new(w.clone(), now));
+                                warming_nodes
+                                    .entry(n.id.clone())
+                                    .or_insert_with(|| Warmup::new(w.clone(), now));
                             }
                         }
                         let route_is_new = !prev.routes.iter().any(|r| r.config.id == rc.id);
@@ -148,20 +168,42 @@ impl RouteTable {
                     }
                     _ => None,
                 };
-                Arc::new(Route { id: Arc::from(rc.id.as_str()), config: rc.clone(), cluster, warmup })
+                Arc::new(Route {
+                    id: Arc::from(rc.id.as_str()),
+                    config: rc.clone(),
+                    cluster,
+                    warmup,
+                })
             })
             .collect();
         let has_warmup = !warming_nodes.is_empty() || routes.iter().any(|r| r.warmup.is_some());
-        RouteTable { generation, routes, clusters, config, warming_nodes, created: now, has_warmup }
+        RouteTable {
+            generation,
+            routes,
+            clusters,
+            config,
+            warming_nodes,
+            created: now,
+            has_warmup,
+        }
     }
 
     /// Counts one finished request (HTTP `status`, served under `route` by `node`) on the warm-ups
     /// it touched, while their windows last. Cheap when the table has none.
-    pub fn record_outcome(&self, route: Option<&str>, node: Option<&str>, status: u16, now: Instant) {
+    pub fn record_outcome(
+        &self,
+        route: Option<&str>,
+        node: Option<&str>,
+        status: u16,
+        now: Instant,
+    ) {
         if !self.has_warmup {
             return;
         }
-        if let Some(w) = route.and_then(|id| self.routes.iter().find(|r| &*r.id == id)).and_then(|r| r.warmup.as_ref()) {
+        if let Some(w) = route
+            .and_then(|id| self.routes.iter().find(|r| &*r.id == id))
+            .and_then(|r| r.warmup.as_ref())
+        {
             w.record(status, now);
         }
         if let Some(w) = node.and_then(|id| self.warming_nodes.get(id)) {
@@ -176,24 +218,42 @@ impl RouteTable {
         if !self.has_warmup {
             return None;
         }
-        let routes = self.routes.iter().filter_map(|r| r.warmup.as_ref().map(|w| (format!("route {}", r.id), w)));
+        let routes = self
+            .routes
+            .iter()
+            .filter_map(|r| r.warmup.as_ref().map(|w| (format!("route {}", r.id), w)));
         let mut nodes: Vec<_> = self.warming_nodes.iter().collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
         let nodes = nodes.into_iter().map(|(id, w)| (format!("node {id}"), w));
         routes
             .chain(nodes)
             .filter(|(_, w)| w.active(now))
-            .find_map(|(subject, w)| w.breached(min_sample).map(|outcomes| Breach { subject, outcomes, max_error_rate: w.config.max_error_rate }))
+            .find_map(|(subject, w)| {
+                w.breached(min_sample).map(|outcomes| Breach {
+                    subject,
+                    outcomes,
+                    max_error_rate: w.config.max_error_rate,
+                })
+            })
     }
 
     /// True while any warm-up window of this table is open at `now`.
     pub fn warming(&self, now: Instant) -> bool {
-        self.has_warmup && (self.routes.iter().any(|r| r.warmup.as_ref().is_some_and(|w| w.active(now))) || self.warming_nodes.values().any(|w| w.active(now)))
+        self.has_warmup
+            && (self
+                .routes
+                .iter()
+                .any(|r| r.warmup.as_ref().is_some_and(|w| w.active(now)))
+                || self.warming_nodes.values().any(|w| w.active(now)))
     }
 
     /// Every node of every cluster.
     pub fn nodes(&self) -> Vec<Arc<Node>> {
-        let mut v: Vec<_> = self.clusters.values().flat_map(|c| c.nodes.iter().cloned()).collect();
+        let mut v: Vec<_> = self
+            .clusters
+            .values()
+            .flat_map(|c| c.nodes.iter().cloned())
+            .collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v
     }
@@ -220,15 +280,32 @@ impl RouteTable {
 
     /// Effective weight of `node` at `now` (configured x health % x warm-up %), see [`crate::registry::weight::effective`].
     pub fn effective_weight(&self, node: &Node, now: Instant) -> u64 {
-        crate::registry::weight::effective(node.weight, node.health_percent(now), self.node_warmup_percent(&node.id, now))
+        crate::registry::weight::effective(
+            node.weight,
+            node.health_percent(now),
+            self.node_warmup_percent(&node.id, now),
+        )
     }
 }
 
 fn build_cluster(c: &ClusterConfig, registry: &Registry) -> Cluster {
     let name: Arc<str> = Arc::from(c.name.as_str());
-    let settings = NodeSettings { health: c.health.clone(), protocol: c.protocol };
-    let nodes = c.nodes.iter().map(|n| registry.node(&name, n, settings.clone()).0).collect();
-    Cluster { name, protocol: c.protocol, lb: c.lb, nodes, cursor: AtomicUsize::new(0) }
+    let settings = NodeSettings {
+        health: c.health.clone(),
+        protocol: c.protocol,
+    };
+    let nodes = c
+        .nodes
+        .iter()
+        .map(|n| registry.node(&name, n, settings.clone()).0)
+        .collect();
+    Cluster {
+        name,
+        protocol: c.protocol,
+        lb: c.lb,
+        nodes,
+        cursor: AtomicUsize::new(0),
+    }
 }
 
 /// What route matching looks at in a request.
@@ -247,7 +324,12 @@ pub struct RequestHead<'a> {
 impl RouteTable {
     /// The most specific route matching `head` (see the module docs), skipping a route in warm-up
     /// when `roll` (0-100) falls outside its current share, so its traffic ramps up.
-    pub fn match_route(&self, head: &RequestHead<'_>, now: Instant, roll: f64) -> Option<&Arc<Route>> {
+    pub fn match_route(
+        &self,
+        head: &RequestHead<'_>,
+        now: Instant,
+        roll: f64,
+    ) -> Option<&Arc<Route>> {
         self.routes.iter().find(|r| {
             matches(&r.config.matcher, head)
                 && match &r.warmup {
@@ -277,5 +359,10 @@ fn matches(m: &crate::config::RouteMatch, head: &RequestHead<'_>) -> bool {
     if !m.methods.is_empty() && !m.methods.contains(head.method) {
         return false;
     }
-    m.headers.iter().all(|(name, want)| head.headers.get_all(name).iter().any(|v| v.as_bytes() == want.as_bytes()))
+    m.headers.iter().all(|(name, want)| {
+        head.headers
+            .get_all(name)
+            .iter()
+            .any(|v| v.as_bytes() == want.as_bytes())
+    })
 }

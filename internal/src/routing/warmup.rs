@@ -63,7 +63,12 @@ pub fn is_error(status: u16) -> bool {
 impl Warmup {
     /// A ramp starting at `started` with zero counts.
     pub fn new(config: WarmupConfig, started: Instant) -> Self {
-        Warmup { config, started, requests: AtomicU64::new(0), errors: AtomicU64::new(0) }
+        Warmup {
+            config,
+            started,
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
     }
 
     /// Percent (0-100) of its full share at `now`.
@@ -93,7 +98,10 @@ impl Warmup {
         // Errors first: a racing record can only make the rate look lower, never above 1.
         let errors = self.errors.load(Ordering::Relaxed);
         let requests = self.requests.load(Ordering::Relaxed);
-        Outcomes { requests: requests.max(errors), errors }
+        Outcomes {
+            requests: requests.max(errors),
+            errors,
+        }
     }
 
     /// `Some(outcomes)` if at least `min_sample` requests were seen and the error rate is above
@@ -118,7 +126,11 @@ mod tests {
     use super::*;
 
     fn cfg(rate: f64) -> WarmupConfig {
-        WarmupConfig { initial_percent: 10.0, duration: Duration::from_secs(60), max_error_rate: rate }
+        WarmupConfig {
+            initial_percent: 10.0,
+            duration: Duration::from_secs(60),
+            max_error_rate: rate,
+        }
     }
 
     #[test]
@@ -136,14 +148,24 @@ mod tests {
         for _ in 0..10 {
             w.record(500, now);
         }
-        assert_eq!(w.breached(MIN_ROLLBACK_SAMPLE), None, "10 requests are below the sample");
+        assert_eq!(
+            w.breached(MIN_ROLLBACK_SAMPLE),
+            None,
+            "10 requests are below the sample"
+        );
         for _ in 0..190 {
             w.record(200, now);
         }
         // 10 / 200 = 0.05: not above the limit.
         assert_eq!(w.breached(MIN_ROLLBACK_SAMPLE), None);
         w.record(502, now);
-        assert_eq!(w.breached(MIN_ROLLBACK_SAMPLE), Some(Outcomes { requests: 201, errors: 11 }));
+        assert_eq!(
+            w.breached(MIN_ROLLBACK_SAMPLE),
+            Some(Outcomes {
+                requests: 201,
+                errors: 11
+            })
+        );
     }
 
     #[test]
@@ -151,8 +173,20 @@ mod tests {
         let now = Instant::now();
         let w = Warmup::new(cfg(0.0), now);
         w.record(500, now + Duration::from_secs(61));
-        assert_eq!(w.outcomes(), Outcomes { requests: 0, errors: 0 });
+        assert_eq!(
+            w.outcomes(),
+            Outcomes {
+                requests: 0,
+                errors: 0
+            }
+        );
         w.record(404, now);
-        assert_eq!(w.outcomes(), Outcomes { requests: 1, errors: 0 });
+        assert_eq!(
+            w.outcomes(),
+            Outcomes {
+                requests: 1,
+                errors: 0
+            }
+        );
     }
 }

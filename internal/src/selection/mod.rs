@@ -56,14 +56,22 @@ pub struct Selection {
 }
 
 /// Selectable candidates of `cluster` at `now` (effective weight > 0, not excluded).
-pub fn candidates(table: &RouteTable, cluster: &Cluster, exclude: &[NodeId], now: Instant) -> Vec<Candidate> {
+pub fn candidates(
+    table: &RouteTable,
+    cluster: &Cluster,
+    exclude: &[NodeId],
+    now: Instant,
+) -> Vec<Candidate> {
     cluster
         .nodes
         .iter()
         .filter(|n| !exclude.contains(&n.id))
         .filter_map(|n| {
             let weight = table.effective_weight(n, now);
-            (weight > 0).then(|| Candidate { node: n.clone(), weight })
+            (weight > 0).then(|| Candidate {
+                node: n.clone(),
+                weight,
+            })
         })
         .collect()
 }

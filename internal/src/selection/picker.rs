@@ -23,7 +23,11 @@ use crate::routing::Cluster;
 use super::Candidate;
 
 /// Picks from `cands` with the cluster's picker; `None` if empty.
-pub fn pick<R: Rng + ?Sized>(cluster: &Cluster, cands: &[Candidate], rng: &mut R) -> Option<Arc<Node>> {
+pub fn pick<R: Rng + ?Sized>(
+    cluster: &Cluster,
+    cands: &[Candidate],
+    rng: &mut R,
+) -> Option<Arc<Node>> {
     match cands.len() {
         0 => return None,
         1 => return Some(cands[0].node.clone()),
@@ -89,7 +93,9 @@ fn least_request<R: Rng + ?Sized>(cands: &[Candidate], rng: &mut R) -> usize {
     let w0 = cands[0].weight;
     if cands.iter().any(|c| c.weight != w0) {
         // Unequal weights: weighted random over weight / (in-flight + 1).
-        let scores: Vec<f64> = (0..cands.len()).map(|i| cands[i].weight as f64 / inflight(i) as f64).collect();
+        let scores: Vec<f64> = (0..cands.len())
+            .map(|i| cands[i].weight as f64 / inflight(i) as f64)
+            .collect();
         let mut x = rng.random::<f64>() * scores.iter().sum::<f64>();
         for (i, s) in scores.iter().enumerate() {
             if x < *s {

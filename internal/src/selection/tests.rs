@@ -23,22 +23,50 @@ fn nodes(specs: &[(u32, &[(&str, &str)])]) -> Vec<Arc<Node>> {
         .iter()
         .enumerate()
         .map(|(i, (w, meta))| {
-            let metadata: BTreeMap<String, String> = meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let cfg = NodeConfig { id: format!("n{i}"), addr: "127.0.0.1:1".into(), weight: *w, metadata };
-            reg.node(&name, &cfg, NodeSettings { health: health.clone(), protocol: Protocol::Http1 }).0
+            let metadata: BTreeMap<String, String> = meta
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let cfg = NodeConfig {
+                id: format!("n{i}"),
+                addr: "127.0.0.1:1".into(),
+                weight: *w,
+                metadata,
+            };
+            reg.node(
+                &name,
+                &cfg,
+                NodeSettings {
+                    health: health.clone(),
+                    protocol: Protocol::Http1,
+                },
+            )
+            .0
         })
         .collect()
 }
 
 fn cluster_of(lb: Picker, nodes: Vec<Arc<Node>>) -> Cluster {
-    Cluster { name: Arc::from("c"), protocol: Protocol::Http1, lb, nodes, cursor: AtomicUsize::new(0) }
+    Cluster {
+        name: Arc::from("c"),
+        protocol: Protocol::Http1,
+        lb,
+        nodes,
+        cursor: AtomicUsize::new(0),
+    }
 }
 
 /// A cluster with configured weights and full-health candidates whose weight is the effective one.
 fn cluster(lb: Picker, weights: &[u32]) -> (Cluster, Vec<Candidate>) {
     let specs: Vec<(u32, &[(&str, &str)])> = weights.iter().map(|w| (*w, &[][..])).collect();
     let ns = nodes(&specs);
-    let cands = ns.iter().map(|n| Candidate { node: n.clone(), weight: crate::registry::weight::effective(n.weight, 100, 100) }).collect();
+    let cands = ns
+        .iter()
+        .map(|n| Candidate {
+            node: n.clone(),
+            weight: crate::registry::weight::effective(n.weight, 100, 100),
+        })
+        .collect();
     (cluster_of(lb, ns), cands)
 }
 
@@ -71,7 +99,14 @@ fn round_robin_equal_weights_alternates_exactly() {
     assert_eq!(shares(Picker::RoundRobin, &[100, 100], 10), vec![5, 5]);
     let (c, cands) = cluster(Picker::RoundRobin, &[1, 1, 1]);
     let mut rng = StdRng::seed_from_u64(1);
-    let order: Vec<_> = (0..6).map(|_| pick(&c, &cands, &mut rng).expect("non-empty").id.to_string()).collect();
+    let order: Vec<_> = (0..6)
+        .map(|_| {
+            pick(&c, &cands, &mut rng)
+                .expect("non-empty")
+                .id
+                .to_string()
+        })
+        .collect();
     assert_eq!(order, ["n0", "n1", "n2", "n0", "n1", "n2"]);
 }
 
@@ -82,7 +117,10 @@ fn every_picker_follows_weights() {
         assert!((7_700..=8_300).contains(&s[0]), "{lb:?}: {s:?}");
     }
     let s = shares(Picker::Random, &[80, 20], 10_000);
-    assert!((4_700..=5_300).contains(&s[0]), "random ignores configured weight: {s:?}");
+    assert!(
+        (4_700..=5_300).contains(&s[0]),
+        "random ignores configured weight: {s:?}"
+    );
     let s = shares(Picker::LeastRequest, &[50, 50], 10_000);
     assert!((4_500..=5_500).contains(&s[0]), "{s:?}");
 }
@@ -90,10 +128,22 @@ fn every_picker_follows_weights() {
 #[test]
 fn every_picker_honours_health_and_warmup() {
     // Node 0 degraded to 20 %, node 1 warming at 50 %, node 2 full: effective 20 : 50 : 100 of equal configured weights.
-    for lb in [Picker::RoundRobin, Picker::Random, Picker::Weighted, Picker::LeastRequest] {
+    for lb in [
+        Picker::RoundRobin,
+        Picker::Random,
+        Picker::Weighted,
+        Picker::LeastRequest,
+    ] {
         let ns = nodes(&[(100, &[]), (100, &[]), (100, &[])]);
         let pct = [(20, 100), (100, 50), (100, 100)];
-        let cands: Vec<Candidate> = ns.iter().zip(pct).map(|(n, (h, w))| Candidate { node: n.clone(), weight: crate::registry::weight::effective(n.weight, h, w) }).collect();
+        let cands: Vec<Candidate> = ns
+            .iter()
+            .zip(pct)
+            .map(|(n, (h, w))| Candidate {
+                node: n.clone(),
+                weight: crate::registry::weight::effective(n.weight, h, w),
+            })
+            .collect();
         let c = cluster_of(lb, ns);
         let s = shares_of(&c, &cands, 17_000, 3);
         let want = [2_000.0, 5_000.0, 10_000.0];
@@ -121,7 +171,12 @@ fn picker_shares_follow_random_weight_vectors() {
         let len = gen.random_range(2..=6);
         let weights: Vec<u32> = (0..len).map(|_| gen.random_range(1..=1_000)).collect();
         let sum: u32 = weights.iter().sum();
-        for lb in [Picker::RoundRobin, Picker::Random, Picker::Weighted, Picker::LeastRequest] {
+        for lb in [
+            Picker::RoundRobin,
+            Picker::Random,
+            Picker::Weighted,
+            Picker::LeastRequest,
+        ] {
             let (c, cands) = cluster(lb, &weights);
             let s = shares_of(&c, &cands, PICKS, case);
             for (i, got) in s.iter().enumerate() {
@@ -151,11 +206,19 @@ fn canary_nodes() -> Vec<Candidate> {
         (100, &[("version", "v2"), ("zone", "hz")]),
         (100, &[]),
     ]);
-    ns.into_iter().map(|n| Candidate { node: n, weight: 1 }).collect()
+    ns.into_iter()
+        .map(|n| Candidate { node: n, weight: 1 })
+        .collect()
 }
 
 fn criteria<'a>(version: Option<&'a str>, avoid: &'a [String]) -> Criteria<'a> {
-    Criteria { version, metadata_key: "version", avoid_versions: avoid, exclude: &[], zone: None }
+    Criteria {
+        version,
+        metadata_key: "version",
+        avoid_versions: avoid,
+        exclude: &[],
+        zone: None,
+    }
 }
 
 #[test]
@@ -166,8 +229,24 @@ fn version_filter_table() {
     let cases: Vec<(Option<&str>, &[String], Vec<&str>, Option<VersionMiss>)> = vec![
         (Some("v1"), &[], vec!["n0", "n1"], None),
         (Some("v2"), &[], vec!["n2"], None),
-        (Some("V2"), &[], vec!["n0", "n1", "n2", "n3"], Some(VersionMiss { candidates: 4, matched: 0 })),
-        (Some("v3"), &[], vec!["n0", "n1", "n2", "n3"], Some(VersionMiss { candidates: 4, matched: 0 })),
+        (
+            Some("V2"),
+            &[],
+            vec!["n0", "n1", "n2", "n3"],
+            Some(VersionMiss {
+                candidates: 4,
+                matched: 0,
+            }),
+        ),
+        (
+            Some("v3"),
+            &[],
+            vec!["n0", "n1", "n2", "n3"],
+            Some(VersionMiss {
+                candidates: 4,
+                matched: 0,
+            }),
+        ),
         (None, &[], vec!["n0", "n1", "n2", "n3"], None),
         (None, &v2, vec!["n0", "n1", "n3"], None),
         (None, &v1v2, vec!["n3"], None),
@@ -181,7 +260,10 @@ fn version_filter_table() {
 
 #[test]
 fn avoided_versions_serve_when_nothing_else_is_left() {
-    let only_v2: Vec<Candidate> = canary_nodes().into_iter().filter(|c| &*c.node.id == "n2").collect();
+    let only_v2: Vec<Candidate> = canary_nodes()
+        .into_iter()
+        .filter(|c| &*c.node.id == "n2")
+        .collect();
     let avoid = vec!["v2".to_string()];
     let (kept, miss) = version::filter(only_v2, &criteria(None, &avoid));
     assert_eq!(ids(&kept), ["n2"]);
@@ -197,20 +279,35 @@ fn metadata_key_matches_case_insensitively() {
     assert_eq!(ids(&kept), ["n0", "n1"]);
     assert!(satisfies(&cands[1].node, &c));
     assert!(!satisfies(&cands[2].node, &c));
-    assert!(!satisfies(&cands[3].node, &c), "no version metadata never satisfies a version");
+    assert!(
+        !satisfies(&cands[3].node, &c),
+        "no version metadata never satisfies a version"
+    );
     assert!(satisfies(&cands[3].node, &criteria(None, &[])));
 }
 
 #[test]
 fn zone_filter_table() {
     // (zone, kept ids)
-    let cases: Vec<(Option<&str>, Vec<&str>)> =
-        vec![(None, vec!["n0", "n1", "n2", "n3"]), (Some("hz"), vec!["n0", "n2"]), (Some("sh"), vec!["n1"]), (Some("bj"), vec!["n0", "n1", "n2", "n3"]), (Some(""), vec!["n0", "n1", "n2", "n3"])];
+    let cases: Vec<(Option<&str>, Vec<&str>)> = vec![
+        (None, vec!["n0", "n1", "n2", "n3"]),
+        (Some("hz"), vec!["n0", "n2"]),
+        (Some("sh"), vec!["n1"]),
+        (Some("bj"), vec!["n0", "n1", "n2", "n3"]),
+        (Some(""), vec!["n0", "n1", "n2", "n3"]),
+    ];
     for (zone, want) in cases {
-        assert_eq!(ids(&zone::filter(canary_nodes(), zone)), want, "zone {zone:?}");
+        assert_eq!(
+            ids(&zone::filter(canary_nodes(), zone)),
+            want,
+            "zone {zone:?}"
+        );
     }
     // Falls back to all when the zone's nodes are gone (e.g. not selectable, so not candidates).
-    let no_hz: Vec<Candidate> = canary_nodes().into_iter().filter(|c| !["n0", "n2"].contains(&&*c.node.id)).collect();
+    let no_hz: Vec<Candidate> = canary_nodes()
+        .into_iter()
+        .filter(|c| !["n0", "n2"].contains(&&*c.node.id))
+        .collect();
     assert_eq!(ids(&zone::filter(no_hz, Some("hz"))), ["n1", "n3"]);
 }
 
@@ -223,7 +320,13 @@ fn version_then_zone_compose() {
 // === per-request version decision ===
 
 fn canary(split: Vec<Split>) -> CanaryConfig {
-    CanaryConfig { version_header: HeaderName::from_static("x-version"), version_query: "version".into(), metadata_key: "version".into(), no_match: NoMatch::FallbackAll, split }
+    CanaryConfig {
+        version_header: HeaderName::from_static("x-version"),
+        version_query: "version".into(),
+        metadata_key: "version".into(),
+        no_match: NoMatch::FallbackAll,
+        split,
+    }
 }
 
 fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -235,23 +338,51 @@ fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
 }
 
 fn split30() -> Vec<Split> {
-    vec![Split { by: SplitKey::Header(HeaderName::from_static("x-user-id")), percent: 30.0, version: "v2".into() }]
+    vec![Split {
+        by: SplitKey::Header(HeaderName::from_static("x-user-id")),
+        percent: 30.0,
+        version: "v2".into(),
+    }]
 }
 
 #[test]
 fn wanted_reads_header_then_query() {
     let c = canary(Vec::new());
-    let v = |version: Option<&str>| Wanted { version: version.map(str::to_string), avoid: Vec::new() };
-    assert_eq!(wanted(&c, &headers(&[("x-version", "v2")]), Some("version=v1")), v(Some("v2")), "header wins");
-    assert_eq!(wanted(&c, &headers(&[]), Some("a=1&version=v1")), v(Some("v1")));
-    assert_eq!(wanted(&c, &headers(&[("x-version", "")]), Some("version=v1")), v(Some("v1")), "empty header ignored");
+    let v = |version: Option<&str>| Wanted {
+        version: version.map(str::to_string),
+        avoid: Vec::new(),
+    };
+    assert_eq!(
+        wanted(&c, &headers(&[("x-version", "v2")]), Some("version=v1")),
+        v(Some("v2")),
+        "header wins"
+    );
+    assert_eq!(
+        wanted(&c, &headers(&[]), Some("a=1&version=v1")),
+        v(Some("v1"))
+    );
+    assert_eq!(
+        wanted(&c, &headers(&[("x-version", "")]), Some("version=v1")),
+        v(Some("v1")),
+        "empty header ignored"
+    );
     assert_eq!(wanted(&c, &headers(&[]), Some("versions=v1")), v(None));
     assert_eq!(wanted(&c, &headers(&[]), None), v(None));
     let mut named = canary(Vec::new());
     named.version_header = HeaderName::from_static("x-canary");
     named.version_query = "ver".into();
-    assert_eq!(wanted(&named, &headers(&[("x-version", "v9"), ("x-canary", "v2")]), None), v(Some("v2")));
-    assert_eq!(wanted(&named, &headers(&[]), Some("version=v9&ver=v3")), v(Some("v3")));
+    assert_eq!(
+        wanted(
+            &named,
+            &headers(&[("x-version", "v9"), ("x-canary", "v2")]),
+            None
+        ),
+        v(Some("v2"))
+    );
+    assert_eq!(
+        wanted(&named, &headers(&[]), Some("version=v9&ver=v3")),
+        v(Some("v3"))
+    );
 }
 
 #[test]
@@ -261,38 +392,106 @@ fn split_buckets_are_stable_and_sized() {
     for u in 0..10_000 {
         let id = format!("user-{u}");
         let w = wanted(&c, &headers(&[("x-user-id", &id)]), None);
-        assert_eq!(w, wanted(&c, &headers(&[("x-user-id", &id)]), None), "stable for {id}");
+        assert_eq!(
+            w,
+            wanted(&c, &headers(&[("x-user-id", &id)]), None),
+            "stable for {id}"
+        );
         match w.version.as_deref() {
             Some("v2") => {
                 in_split += 1;
                 assert!(w.avoid.is_empty());
             }
-            None => assert_eq!(w.avoid, ["v2"], "outside every bucket: avoid the split version"),
+            None => assert_eq!(
+                w.avoid,
+                ["v2"],
+                "outside every bucket: avoid the split version"
+            ),
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert!((2_800..=3_200).contains(&in_split), "{in_split} of 10000 in a 30 % split");
+    assert!(
+        (2_800..=3_200).contains(&in_split),
+        "{in_split} of 10000 in a 30 % split"
+    );
     // No key: outside every bucket.
-    assert_eq!(wanted(&c, &headers(&[]), None), Wanted { version: None, avoid: vec!["v2".into()] });
+    assert_eq!(
+        wanted(&c, &headers(&[]), None),
+        Wanted {
+            version: None,
+            avoid: vec!["v2".into()]
+        }
+    );
     // An explicit version beats the split.
-    assert_eq!(wanted(&c, &headers(&[("x-user-id", "user-1"), ("x-version", "v1")]), None).version.as_deref(), Some("v1"));
+    assert_eq!(
+        wanted(
+            &c,
+            &headers(&[("x-user-id", "user-1"), ("x-version", "v1")]),
+            None
+        )
+        .version
+        .as_deref(),
+        Some("v1")
+    );
 }
 
 #[test]
 fn split_keys_from_cookie_and_query() {
-    let by_cookie = canary(vec![Split { by: SplitKey::Cookie("uid".into()), percent: 100.0, version: "v2".into() }]);
-    assert_eq!(wanted(&by_cookie, &headers(&[("cookie", "a=b; uid=42")]), None).version.as_deref(), Some("v2"));
-    assert_eq!(wanted(&by_cookie, &headers(&[("cookie", "a=b")]), None).version, None);
-    let by_query = canary(vec![Split { by: SplitKey::Query("uid".into()), percent: 100.0, version: "v3".into() }]);
-    assert_eq!(wanted(&by_query, &headers(&[]), Some("uid=7")).version.as_deref(), Some("v3"));
-    let none = canary(vec![Split { by: SplitKey::Query("uid".into()), percent: 0.0, version: "v3".into() }]);
-    assert_eq!(wanted(&none, &headers(&[]), Some("uid=7")), Wanted { version: None, avoid: vec!["v3".into()] });
+    let by_cookie = canary(vec![Split {
+        by: SplitKey::Cookie("uid".into()),
+        percent: 100.0,
+        version: "v2".into(),
+    }]);
+    assert_eq!(
+        wanted(&by_cookie, &headers(&[("cookie", "a=b; uid=42")]), None)
+            .version
+            .as_deref(),
+        Some("v2")
+    );
+    assert_eq!(
+        wanted(&by_cookie, &headers(&[("cookie", "a=b")]), None).version,
+        None
+    );
+    let by_query = canary(vec![Split {
+        by: SplitKey::Query("uid".into()),
+        percent: 100.0,
+        version: "v3".into(),
+    }]);
+    assert_eq!(
+        wanted(&by_query, &headers(&[]), Some("uid=7"))
+            .version
+            .as_deref(),
+        Some("v3")
+    );
+    let none = canary(vec![Split {
+        by: SplitKey::Query("uid".into()),
+        percent: 0.0,
+        version: "v3".into(),
+    }]);
+    assert_eq!(
+        wanted(&none, &headers(&[]), Some("uid=7")),
+        Wanted {
+            version: None,
+            avoid: vec!["v3".into()]
+        }
+    );
 }
 
 #[test]
 fn two_splits_take_disjoint_buckets() {
     let key = || SplitKey::Header(HeaderName::from_static("x-user-id"));
-    let c = canary(vec![Split { by: key(), percent: 10.0, version: "v2".into() }, Split { by: key(), percent: 20.0, version: "v3".into() }]);
+    let c = canary(vec![
+        Split {
+            by: key(),
+            percent: 10.0,
+            version: "v2".into(),
+        },
+        Split {
+            by: key(),
+            percent: 20.0,
+            version: "v3".into(),
+        },
+    ]);
     let mut counts = [0; 3];
     for u in 0..10_000 {
         let w = wanted(&c, &headers(&[("x-user-id", &format!("u{u}"))]), None);
@@ -302,7 +501,10 @@ fn two_splits_take_disjoint_buckets() {
             _ => 2,
         }] += 1;
     }
-    assert!((800..=1_200).contains(&counts[0]) && (1_800..=2_200).contains(&counts[1]), "{counts:?}");
+    assert!(
+        (800..=1_200).contains(&counts[0]) && (1_800..=2_200).contains(&counts[1]),
+        "{counts:?}"
+    );
 }
 
 #[test]
@@ -329,5 +531,12 @@ cluster = "c"
     let cfg = crate::config::load_str(text, "t.toml").expect("valid");
     let found = version::metadata_key_case_mismatches(&cfg);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!((found[0].node.as_str(), found[0].found.as_str(), found[0].configured.as_str()), ("a", "Version", "version"));
+    assert_eq!(
+        (
+            found[0].node.as_str(),
+            found[0].found.as_str(),
+            found[0].configured.as_str()
+        ),
+        ("a", "Version", "version")
+    );
 }

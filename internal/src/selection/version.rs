@@ -8,7 +8,10 @@ use super::{Candidate, Criteria, VersionMiss};
 
 /// A node's version: metadata `key`, compared case-insensitively on the key.
 pub fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
-    node.metadata.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str())
+    node.metadata
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.as_str())
 }
 
 /// Keeps candidates whose version equals the wanted one. With none wanted, drops the nodes of
@@ -18,9 +21,19 @@ pub fn filter(all: Vec<Candidate>, c: &Criteria<'_>) -> (Vec<Candidate>, Option<
     match c.version {
         Some(v) => {
             let total = all.len();
-            let matched: Vec<Candidate> = all.iter().filter(|cand| node_version(&cand.node, c.metadata_key) == Some(v)).cloned().collect();
+            let matched: Vec<Candidate> = all
+                .iter()
+                .filter(|cand| node_version(&cand.node, c.metadata_key) == Some(v))
+                .cloned()
+                .collect();
             if matched.is_empty() && total > 0 {
-                (all, Some(VersionMiss { candidates: total, matched: 0 }))
+                (
+                    all,
+                    Some(VersionMiss {
+                        candidates: total,
+                        matched: 0,
+                    }),
+                )
             } else {
                 (matched, None)
             }
@@ -28,7 +41,10 @@ pub fn filter(all: Vec<Candidate>, c: &Criteria<'_>) -> (Vec<Candidate>, Option<
         None if !c.avoid_versions.is_empty() => {
             let rest: Vec<Candidate> = all
                 .iter()
-                .filter(|cand| !node_version(&cand.node, c.metadata_key).is_some_and(|nv| c.avoid_versions.iter().any(|a| a == nv)))
+                .filter(|cand| {
+                    !node_version(&cand.node, c.metadata_key)
+                        .is_some_and(|nv| c.avoid_versions.iter().any(|a| a == nv))
+                })
                 .cloned()
                 .collect();
             if rest.is_empty() {
@@ -52,12 +68,29 @@ pub struct Wanted {
 
 /// Reads the version header, else the version query parameter; else assigns a split bucket by a
 /// stable hash of the split key (FNV-1a, so every replica agrees).
-pub fn wanted(canary: &crate::config::CanaryConfig, headers: &http::HeaderMap, query: Option<&str>) -> Wanted {
-    if let Some(v) = headers.get(&canary.version_header).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()) {
-        return Wanted { version: Some(v.to_string()), avoid: Vec::new() };
+pub fn wanted(
+    canary: &crate::config::CanaryConfig,
+    headers: &http::HeaderMap,
+    query: Option<&str>,
+) -> Wanted {
+    if let Some(v) = headers
+        .get(&canary.version_header)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+    {
+        return Wanted {
+            version: Some(v.to_string()),
+            avoid: Vec::new(),
+        };
     }
-    if let Some(v) = query.and_then(|q| query_param(q, &canary.version_query)).filter(|v| !v.is_empty()) {
-        return Wanted { version: Some(v), avoid: Vec::new() };
+    if let Some(v) = query
+        .and_then(|q| query_param(q, &canary.version_query))
+        .filter(|v| !v.is_empty())
+    {
+        return Wanted {
+            version: Some(v),
+            avoid: Vec::new(),
+        };
     }
     if canary.split.is_empty() {
         return Wanted::default();
@@ -65,23 +98,34 @@ pub fn wanted(canary: &crate::config::CanaryConfig, headers: &http::HeaderMap, q
     let mut floor = 0.0;
     for s in &canary.split {
         let key = match &s.by {
-            crate::config::SplitKey::Header(h) => headers.get(h).and_then(|v| v.to_str().ok()).map(str::to_string),
+            crate::config::SplitKey::Header(h) => headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
             crate::config::SplitKey::Cookie(name) => cookie(headers, name),
             crate::config::SplitKey::Query(name) => query.and_then(|q| query_param(q, name)),
         };
         if let Some(key) = key {
             let bucket = (fnv1a(key.as_bytes()) % 10_000) as f64 / 100.0;
             if bucket >= floor && bucket < floor + s.percent {
-                return Wanted { version: Some(s.version.clone()), avoid: Vec::new() };
+                return Wanted {
+                    version: Some(s.version.clone()),
+                    avoid: Vec::new(),
+                };
             }
         }
         floor += s.percent;
     }
-    Wanted { version: None, avoid: canary.split.iter().map(|s| s.version.clone()).collect() }
+    Wanted {
+        version: None,
+        avoid: canary.split.iter().map(|s| s.version.clone()).collect(),
+    }
 }
 
 fn fnv1a(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| (h ^ u64::from(*x)).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| {
+        (h ^ u64::from(*x)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The first value of query parameter `name` in `query` (not percent-decoded beyond `+`).
@@ -98,7 +142,12 @@ fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|kv| kv.trim().split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+        .find_map(|kv| {
+            kv.trim()
+                .split_once('=')
+                .filter(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
 }
 
 /// A node metadata key that equals a route's canary `metadata_key` only when case is ignored.
@@ -122,11 +171,17 @@ pub struct KeyCaseMismatch {
 pub fn metadata_key_case_mismatches(config: &Config) -> Vec<KeyCaseMismatch> {
     let mut out = Vec::new();
     for route in &config.routes {
-        let Some(canary) = &route.canary else { continue };
+        let Some(canary) = &route.canary else {
+            continue;
+        };
         let configured = canary.metadata_key.as_str();
         for cluster in config.clusters.iter().filter(|c| c.name == route.cluster) {
             for node in &cluster.nodes {
-                for key in node.metadata.keys().filter(|k| k.as_str() != configured && k.eq_ignore_ascii_case(configured)) {
+                for key in node
+                    .metadata
+                    .keys()
+                    .filter(|k| k.as_str() != configured && k.eq_ignore_ascii_case(configured))
+                {
                     out.push(KeyCaseMismatch {
                         route: route.id.clone(),
                         cluster: cluster.name.clone(),

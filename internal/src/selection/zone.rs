@@ -8,7 +8,12 @@ pub fn filter(all: Vec<Candidate>, zone: Option<&str>) -> Vec<Candidate> {
     let Some(zone) = zone else { return all };
     let same: Vec<Candidate> = all
         .iter()
-        .filter(|c| c.node.metadata.iter().any(|(k, v)| k.eq_ignore_ascii_case("zone") && v == zone))
+        .filter(|c| {
+            c.node
+                .metadata
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case("zone") && v == zone)
+        })
         .cloned()
         .collect();
     if same.is_empty() {

@@ -12,10 +12,22 @@ pub(crate) async fn run(store: &AffinityStore, ttl: Duration) {
     let c: Arc<str> = Arc::from("node-c");
     assert_eq!(store.get("c-1").await, None);
     assert_eq!(store.bind("c-1", &a).await, a, "first bind wins");
-    assert_eq!(store.bind("c-1", &b).await, a, "second bind keeps the first node");
+    assert_eq!(
+        store.bind("c-1", &b).await,
+        a,
+        "second bind keeps the first node"
+    );
     assert_eq!(store.get("c-1").await, Some(a.clone()));
-    assert_eq!(store.hop("c-1", "node-a", &b).await, b, "hop from the bound node succeeds");
-    assert_eq!(store.hop("c-1", "node-a", &c).await, b, "a stale hop loses to the winner");
+    assert_eq!(
+        store.hop("c-1", "node-a", &b).await,
+        b,
+        "hop from the bound node succeeds"
+    );
+    assert_eq!(
+        store.hop("c-1", "node-a", &c).await,
+        b,
+        "a stale hop loses to the winner"
+    );
     assert_eq!(store.get("c-1").await, Some(b.clone()));
     let binding = store.lookup("c-1").await.expect("bound");
     assert_eq!(binding.node, b);
@@ -23,13 +35,21 @@ pub(crate) async fn run(store: &AffinityStore, ttl: Duration) {
     assert!(store.remove("c-1").await);
     assert!(!store.remove("c-1").await);
     assert_eq!(store.get("c-1").await, None);
-    assert_eq!(store.hop("c-2", "node-x", &c).await, c, "hop on an unbound id binds it");
+    assert_eq!(
+        store.hop("c-2", "node-x", &c).await,
+        c,
+        "hop on an unbound id binds it"
+    );
 }
 
 #[tokio::test]
 async fn memory_store_conforms() {
     let ttl = Duration::from_secs(60);
-    run(&AffinityStore::Memory(super::MemoryStore::new(100, ttl)), ttl).await;
+    run(
+        &AffinityStore::Memory(super::MemoryStore::new(100, ttl)),
+        ttl,
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -50,7 +70,12 @@ async fn memory_store_ttl_slides() {
 async fn redis_store_conforms() {
     let redis = super::redis::tests::TestRedis::start().await;
     let ttl = Duration::from_secs(60);
-    let store = super::RedisStore::connect(redis.settings(ttl), Arc::new(crate::metrics::Metrics::new())).await.expect("redis store");
+    let store = super::RedisStore::connect(
+        redis.settings(ttl),
+        Arc::new(crate::metrics::Metrics::new()),
+    )
+    .await
+    .expect("redis store");
     let store = AffinityStore::Redis(store);
     run(&store, ttl).await;
     store.shutdown().await;

@@ -27,11 +27,16 @@ impl MemoryStore {
     /// A store holding at most `max_entries` (>= 1) bindings, each forgotten `ttl` after last use.
     pub fn new(max_entries: usize, ttl: Duration) -> Self {
         let cap = NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
-        MemoryStore { map: Mutex::new(LruCache::new(cap)), ttl }
+        MemoryStore {
+            map: Mutex::new(LruCache::new(cap)),
+            ttl,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Entry>> {
-        self.map.lock().expect("memory store mutex is never poisoned: no panics while held")
+        self.map
+            .lock()
+            .expect("memory store mutex is never poisoned: no panics while held")
     }
 
     /// See [`super::AffinityStore::get`].
@@ -61,7 +66,13 @@ impl MemoryStore {
                 return e.node.clone();
             }
         }
-        map.put(conn.into(), Entry { node: node.clone(), expires: now + self.ttl });
+        map.put(
+            conn.into(),
+            Entry {
+                node: node.clone(),
+                expires: now + self.ttl,
+            },
+        );
         node.clone()
     }
 
@@ -75,14 +86,26 @@ impl MemoryStore {
                 return e.node.clone();
             }
         }
-        map.put(conn.into(), Entry { node: to.clone(), expires: now + self.ttl });
+        map.put(
+            conn.into(),
+            Entry {
+                node: to.clone(),
+                expires: now + self.ttl,
+            },
+        );
         to.clone()
     }
 
     /// Writes `conn -> node` unconditionally (cache fill from a shared store).
     pub fn put(&self, conn: &str, node: &Arc<str>) {
         let expires = Instant::now() + self.ttl;
-        self.lock().put(conn.into(), Entry { node: node.clone(), expires });
+        self.lock().put(
+            conn.into(),
+            Entry {
+                node: node.clone(),
+                expires,
+            },
+        );
     }
 
     /// See [`super::AffinityStore::remove`].
@@ -95,7 +118,10 @@ impl MemoryStore {
     pub fn lookup(&self, conn: &str) -> Option<Binding> {
         let now = Instant::now();
         let map = self.lock();
-        map.peek(conn).filter(|e| e.expires > now).map(|e| Binding { node: e.node.clone(), ttl: e.expires - now })
+        map.peek(conn).filter(|e| e.expires > now).map(|e| Binding {
+            node: e.node.clone(),
+            ttl: e.expires - now,
+        })
     }
 
     /// Drops every entry (a replica that missed invalidations).

@@ -186,7 +186,9 @@ impl Shared {
     }
 
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+        u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     fn is_down(&self) -> bool {
@@ -202,7 +204,9 @@ impl Shared {
     }
 
     fn epoch_slot(&self, conn: &str) -> &AtomicU64 {
-        let h = conn.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        let h = conn
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
         &self.epochs[h as usize % EPOCH_SLOTS]
     }
 
@@ -232,7 +236,11 @@ impl Shared {
     }
 
     /// Runs one Redis call bounded by the timeout; `None` (counted, logged, Redis marked down) on failure.
-    async fn guard<T>(&self, op: &'static str, call: impl Future<Output = RedisResult<T>>) -> Option<T> {
+    async fn guard<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = RedisResult<T>>,
+    ) -> Option<T> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
@@ -248,12 +256,35 @@ impl Shared {
 
     /// `EVAL script 1 key args...`. EVAL rather than EVALSHA: the scripts are tiny, and a restarted
     /// server or a cluster node never answers NOSCRIPT.
-    async fn eval<T: FromRedisValue>(&self, c: &mut Conn, script: &str, key: &str, args: impl ToRedisArgs) -> RedisResult<T> {
-        ::redis::cmd("EVAL").arg(script).arg(1).arg(key).arg(args).query_async(c).await
+    async fn eval<T: FromRedisValue>(
+        &self,
+        c: &mut Conn,
+        script: &str,
+        key: &str,
+        args: impl ToRedisArgs,
+    ) -> RedisResult<T> {
+        ::redis::cmd("EVAL")
+            .arg(script)
+            .arg(1)
+            .arg(key)
+            .arg(args)
+            .query_async(c)
+            .await
     }
 
-    async fn publish(&self, c: &mut Conn, op: &'static str, conn: &str, from: Option<&str>, to: Option<&str>) {
-        let msg = HopMessage { conn: conn.to_string(), from: from.map(str::to_string), to: to.map(str::to_string) };
+    async fn publish(
+        &self,
+        c: &mut Conn,
+        op: &'static str,
+        conn: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) {
+        let msg = HopMessage {
+            conn: conn.to_string(),
+            from: from.map(str::to_string),
+            to: to.map(str::to_string),
+        };
         let payload = serde_json::to_string(&msg).expect("a struct of strings always serializes");
         let mut cmd = ::redis::cmd("PUBLISH");
         cmd.arg(&self.channel).arg(payload);
@@ -264,13 +295,25 @@ impl Shared {
 
     /// Remembers a local change for write-back (bounded: past the cap the oldest is forgotten).
     fn remember(&self, conn: &str, change: Pending) {
-        let mut p = self.pending.lock().expect("pending mutex is never poisoned");
+        let mut p = self
+            .pending
+            .lock()
+            .expect("pending mutex is never poisoned");
         let merged = match (p.get(conn), change) {
             // Keep the node Redis last held, so the write-back stays a compare-and-set against it.
-            (Some(Pending::Hop { from, .. }), Pending::Bind(to) | Pending::Hop { to, .. }) => Pending::Hop { from: from.clone(), to },
+            (Some(Pending::Hop { from, .. }), Pending::Bind(to) | Pending::Hop { to, .. }) => {
+                Pending::Hop {
+                    from: from.clone(),
+                    to,
+                }
+            }
             (_, change) => change,
         };
-        let dropped = if p.len() >= self.pending_cap && !p.contains(conn) { p.pop_lru() } else { None };
+        let dropped = if p.len() >= self.pending_cap && !p.contains(conn) {
+            p.pop_lru()
+        } else {
+            None
+        };
         p.put(conn.into(), merged);
         drop(p);
         if dropped.is_some() {
@@ -279,7 +322,11 @@ impl Shared {
     }
 
     fn has_pending(&self) -> bool {
-        !self.pending.lock().expect("pending mutex is never poisoned").is_empty()
+        !self
+            .pending
+            .lock()
+            .expect("pending mutex is never poisoned")
+            .is_empty()
     }
 
     /// Handles one message from `<prefix>hops`: drops the cached binding unless it already says `to`
@@ -309,7 +356,11 @@ pub struct RedisStore {
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore").field("target", &self.shared.target).field("prefix", &self.shared.prefix).field("down", &self.shared.is_down()).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("target", &self.shared.target)
+            .field("prefix", &self.shared.prefix)
+            .field("down", &self.shared.is_down())
+            .finish_non_exhaustive()
     }
 }
 
@@ -327,7 +378,10 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`StoreError::Url`] when `settings.url` is malformed or needs a feature not compiled in (TLS).
-    pub async fn connect(settings: RedisSettings, metrics: Arc<Metrics>) -> Result<RedisStore, StoreError> {
+    pub async fn connect(
+        settings: RedisSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<RedisStore, StoreError> {
         let target = RedisTarget::parse(&settings.url)?;
         let (refresh_tx, refresh_rx) = mpsc::channel(REFRESH_QUEUE);
         let cap = settings.max_entries.max(1);
@@ -350,14 +404,25 @@ impl RedisStore {
             metrics,
             log: ErrorLog::default(),
         });
-        match tokio::time::timeout(shared.connect_timeout, shared.target.connect(shared.timeout, shared.connect_timeout)).await {
+        match tokio::time::timeout(
+            shared.connect_timeout,
+            shared
+                .target
+                .connect(shared.timeout, shared.connect_timeout),
+        )
+        .await
+        {
             Ok(Ok(c)) => {
                 shared.conn.store(Some(Arc::new(c)));
                 shared.down.store(false, Ordering::Release);
                 tracing::info!(url = %redact(&settings.url), "redis affinity store connected");
             }
             Ok(Err(e)) => shared.log.report(&shared.metrics, "writeback", &e),
-            Err(_) => shared.log.report(&shared.metrics, "writeback", &format_args!("no connection within {:?}", shared.connect_timeout)),
+            Err(_) => shared.log.report(
+                &shared.metrics,
+                "writeback",
+                &format_args!("no connection within {:?}", shared.connect_timeout),
+            ),
         }
         let cancel = CancellationToken::new();
         let tasks = vec![
@@ -365,7 +430,11 @@ impl RedisStore {
             tokio::spawn(tasks::maintain(shared.clone(), cancel.clone())),
             tokio::spawn(tasks::refresh(shared.clone(), refresh_rx, cancel.clone())),
         ];
-        Ok(RedisStore { shared, cancel, tasks: Mutex::new(tasks) })
+        Ok(RedisStore {
+            shared,
+            cancel,
+            tasks: Mutex::new(tasks),
+        })
     }
 
     /// See [`super::AffinityStore::get`]. A cached binding costs no Redis call (a TTL refresh is
@@ -387,7 +456,13 @@ impl RedisStore {
         }
         let mut c = s.conn()?;
         let epoch = s.epoch(conn);
-        let node: Arc<str> = s.guard("get", s.eval::<Option<String>>(&mut c, GET_SCRIPT, &s.key(conn), s.ttl_ms())).await??.into();
+        let node: Arc<str> = s
+            .guard(
+                "get",
+                s.eval::<Option<String>>(&mut c, GET_SCRIPT, &s.key(conn), s.ttl_ms()),
+            )
+            .await??
+            .into();
         s.fill(conn, epoch, &node);
         Some(node)
     }
@@ -398,7 +473,13 @@ impl RedisStore {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let epoch = s.epoch(conn);
-            if let Some(won) = s.guard("bind", s.eval::<String>(&mut c, BIND_SCRIPT, &s.key(conn), (&**node, s.ttl_ms()))).await {
+            if let Some(won) = s
+                .guard(
+                    "bind",
+                    s.eval::<String>(&mut c, BIND_SCRIPT, &s.key(conn), (&**node, s.ttl_ms())),
+                )
+                .await
+            {
                 let won = same_or_new(node, won);
                 s.fill(conn, epoch, &won);
                 return won;
@@ -415,7 +496,18 @@ impl RedisStore {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let epoch = s.epoch(conn);
-            if let Some((won, changed)) = s.guard("hop", s.eval::<(String, i64)>(&mut c, HOP_SCRIPT, &s.key(conn), (from, &**to, s.ttl_ms()))).await {
+            if let Some((won, changed)) = s
+                .guard(
+                    "hop",
+                    s.eval::<(String, i64)>(
+                        &mut c,
+                        HOP_SCRIPT,
+                        &s.key(conn),
+                        (from, &**to, s.ttl_ms()),
+                    ),
+                )
+                .await
+            {
                 let won = same_or_new(to, won);
                 s.fill(conn, epoch, &won);
                 if changed == 1 {
@@ -425,7 +517,13 @@ impl RedisStore {
             }
         }
         let won = s.cache.hop(conn, from, to);
-        s.remember(conn, Pending::Hop { from: from.into(), to: won.clone() });
+        s.remember(
+            conn,
+            Pending::Hop {
+                from: from.into(),
+                to: won.clone(),
+            },
+        );
         won
     }
 
@@ -435,8 +533,17 @@ impl RedisStore {
         let local = s.cache.remove(conn);
         s.bump(conn);
         if let Some(mut c) = s.conn() {
-            if let Some(old) = s.guard("remove", s.eval::<Option<String>>(&mut c, DEL_SCRIPT, &s.key(conn), NO_ARGS)).await {
-                s.pending.lock().expect("pending mutex is never poisoned").pop(conn);
+            if let Some(old) = s
+                .guard(
+                    "remove",
+                    s.eval::<Option<String>>(&mut c, DEL_SCRIPT, &s.key(conn), NO_ARGS),
+                )
+                .await
+            {
+                s.pending
+                    .lock()
+                    .expect("pending mutex is never poisoned")
+                    .pop(conn);
                 if let Some(old) = &old {
                     s.publish(&mut c, "remove", conn, Some(old), None).await;
                 }
@@ -462,7 +569,10 @@ impl RedisStore {
                     -1 => s.ttl,
                     _ => return None,
                 };
-                return node.map(|n| Binding { node: Arc::from(n), ttl });
+                return node.map(|n| Binding {
+                    node: Arc::from(n),
+                    ttl,
+                });
             }
         }
         s.cache.lookup(conn)

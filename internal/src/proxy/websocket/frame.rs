@@ -66,7 +66,12 @@ pub(super) struct FrameIo<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
     /// Wraps an upgraded stream talking to `peer`.
     pub(super) fn new(io: S, peer: Peer) -> Self {
-        FrameIo { io, buf: BytesMut::with_capacity(READ_BUFFER), peer, eof: false }
+        FrameIo {
+            io,
+            buf: BytesMut::with_capacity(READ_BUFFER),
+            peer,
+            eof: false,
+        }
     }
 
     /// Reads the next frame with its payload unmasked, and its size on the wire. `Ok(None)` means
@@ -78,7 +83,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             }
             if self.eof || self.io.read_buf(&mut self.buf).await? == 0 {
                 self.eof = true;
-                return if self.buf.is_empty() { Ok(None) } else { Err(FrameError::Truncated) };
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameError::Truncated)
+                };
             }
         }
     }
@@ -101,7 +110,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
 
     fn parse(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
         let mut cursor = Cursor::new(&self.buf[..]);
-        let Some((mut header, len)) = FrameHeader::parse(&mut cursor).map_err(|_| FrameError::Protocol("reserved opcode"))? else {
+        let Some((mut header, len)) =
+            FrameHeader::parse(&mut cursor).map_err(|_| FrameError::Protocol("reserved opcode"))?
+        else {
             return Ok(None);
         };
         if len > MAX_FRAME_PAYLOAD {
@@ -115,19 +126,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         }
         if let OpCode::Control(_) = header.opcode {
             if !header.is_final || len > 125 {
-                return Err(FrameError::Protocol("control frame fragmented or longer than 125 bytes"));
+                return Err(FrameError::Protocol(
+                    "control frame fragmented or longer than 125 bytes",
+                ));
             }
         }
         match (self.peer, header.mask.take()) {
-            (Peer::Client, None) => return Err(FrameError::Protocol("unmasked frame from the client")),
-            (Peer::Node, Some(_)) => return Err(FrameError::Protocol("masked frame from the node")),
+            (Peer::Client, None) => {
+                return Err(FrameError::Protocol("unmasked frame from the client"))
+            }
+            (Peer::Node, Some(_)) => {
+                return Err(FrameError::Protocol("masked frame from the node"))
+            }
             (_, mask) => {
                 self.buf.advance(head);
                 let mut payload = self.buf.split_to(len);
                 if let Some(key) = mask {
                     apply_mask(&mut payload, key);
                 }
-                Ok(Some((Frame::from_payload(header, payload.freeze()), head + len)))
+                Ok(Some((
+                    Frame::from_payload(header, payload.freeze()),
+                    head + len,
+                )))
             }
         }
     }
@@ -142,7 +162,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         };
         let len = frame.payload().len();
         let mut out = Vec::with_capacity(header.len(len as u64) + len);
-        header.format(len as u64, &mut out).map_err(|_| FrameError::Protocol("frame header could not be encoded"))?;
+        header
+            .format(len as u64, &mut out)
+            .map_err(|_| FrameError::Protocol("frame header could not be encoded"))?;
         let start = out.len();
         out.extend_from_slice(frame.payload());
         if let Some(key) = header.mask {
@@ -215,7 +237,10 @@ pub(super) fn close(code: u16, reason: &str) -> Frame {
     let mut payload = Vec::with_capacity(2 + cut);
     payload.extend_from_slice(&code.to_be_bytes());
     payload.extend_from_slice(&reason.as_bytes()[..cut]);
-    let header = FrameHeader { opcode: OpCode::Control(Control::Close), ..FrameHeader::default() };
+    let header = FrameHeader {
+        opcode: OpCode::Control(Control::Close),
+        ..FrameHeader::default()
+    };
     Frame::from_payload(header, Bytes::from(payload))
 }
 
@@ -229,7 +254,10 @@ pub(super) fn close_code(frame: &Frame) -> Option<u16> {
 mod tests {
     use super::*;
 
-    fn pair() -> (FrameIo<tokio::io::DuplexStream>, FrameIo<tokio::io::DuplexStream>) {
+    fn pair() -> (
+        FrameIo<tokio::io::DuplexStream>,
+        FrameIo<tokio::io::DuplexStream>,
+    ) {
         let (a, b) = tokio::io::duplex(64 * 1024);
         // `a` is the gateway's node leg (writes masked), `b` plays the gateway's client leg (reads masked).
         (FrameIo::new(a, Peer::Node), FrameIo::new(b, Peer::Client))
@@ -238,7 +266,13 @@ mod tests {
     #[tokio::test]
     async fn frames_keep_opcode_fin_and_rsv_bits_across_masking() {
         let (mut to_node, mut from_client) = pair();
-        let header = FrameHeader { is_final: false, rsv1: true, opcode: OpCode::Data(Data::Binary), mask: None, ..FrameHeader::default() };
+        let header = FrameHeader {
+            is_final: false,
+            rsv1: true,
+            opcode: OpCode::Data(Data::Binary),
+            mask: None,
+            ..FrameHeader::default()
+        };
         let frame = Frame::from_payload(header.clone(), Bytes::from_static(b"compressed bytes"));
         let written = to_node.write(&frame).await.expect("write");
         let (got, wire) = from_client.read().await.expect("read").expect("a frame");
@@ -253,7 +287,9 @@ mod tests {
         let mut node_side = FrameIo::new(b, Peer::Node);
         let (mut ra, mut wa) = tokio::io::split(a);
         // Unmasked text frame "hello" sent in two writes.
-        wa.write_all(&[0x81, 0x05, b'h', b'e']).await.expect("write");
+        wa.write_all(&[0x81, 0x05, b'h', b'e'])
+            .await
+            .expect("write");
         let read = tokio::spawn(async move {
             let f = node_side.read().await.expect("read").expect("frame");
             let end = node_side.read().await.expect("clean eof");
@@ -276,14 +312,20 @@ mod tests {
         let mut client_side = FrameIo::new(b, Peer::Client);
         let (_, mut wa) = tokio::io::split(a);
         wa.write_all(&[0x81, 0x01, b'x']).await.expect("write");
-        assert!(matches!(client_side.read().await, Err(FrameError::Protocol(_))));
+        assert!(matches!(
+            client_side.read().await,
+            Err(FrameError::Protocol(_))
+        ));
         let (a, b) = tokio::io::duplex(1024);
         let mut node_side = FrameIo::new(b, Peer::Node);
         let (_, mut wa) = tokio::io::split(a);
         let mut ping = vec![0x89, 126, 0, 200];
         ping.extend(std::iter::repeat_n(0u8, 200));
         wa.write_all(&ping).await.expect("write");
-        assert!(matches!(node_side.read().await, Err(FrameError::Protocol(_))));
+        assert!(matches!(
+            node_side.read().await,
+            Err(FrameError::Protocol(_))
+        ));
     }
 
     #[test]

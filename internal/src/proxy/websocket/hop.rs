@@ -27,14 +27,26 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 impl Relay {
     /// Moves the socket from `old` to another node. The old leg is already dropped.
-    pub(super) async fn hop(&mut self, old: Arc<Node>, reason: &'static str, failure_seen: Instant) -> Flow {
+    pub(super) async fn hop(
+        &mut self,
+        old: Arc<Node>,
+        reason: &'static str,
+        failure_seen: Instant,
+    ) -> Flow {
         if self.client_in_message {
             // The message's first fragments went to the old node; the rest cannot be delivered alone.
             self.skip_client_fragments = true;
             self.client_in_message = false;
         }
         let deadline = failure_seen + HOP_DEADLINE;
-        let dial = redial(self.s.p.clone(), self.s.ctx.clone(), self.s.hs.clone(), self.s.negotiated.clone(), old.id.clone(), deadline);
+        let dial = redial(
+            self.s.p.clone(),
+            self.s.ctx.clone(),
+            self.s.hs.clone(),
+            self.s.negotiated.clone(),
+            old.id.clone(),
+            deadline,
+        );
         tokio::pin!(dial);
         let (node, io) = loop {
             tokio::select! {
@@ -98,7 +110,14 @@ impl Relay {
 }
 
 /// Tries selectable nodes other than `from` until one takes the socket or `deadline` passes.
-async fn redial(p: Arc<Proxy>, ctx: Attempt, hs: Handshake, negotiated: Negotiated, from: NodeId, deadline: Instant) -> Option<(Arc<Node>, Stream)> {
+async fn redial(
+    p: Arc<Proxy>,
+    ctx: Attempt,
+    hs: Handshake,
+    negotiated: Negotiated,
+    from: NodeId,
+    deadline: Instant,
+) -> Option<(Arc<Node>, Stream)> {
     let mut tried = vec![from.clone()];
     loop {
         let Some(node) = pick_other(&p, &ctx, &tried) else {
@@ -110,12 +129,18 @@ async fn redial(p: Arc<Proxy>, ctx: Attempt, hs: Handshake, negotiated: Negotiat
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
-        match tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from)).await {
+        match tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from))
+            .await
+        {
             Err(_) => return None,
             Ok(Ok(io)) => return Some((node, io)),
             Ok(Err(e)) => {
                 if matches!(e, DialError::Connect(_)) {
-                    node.runtime.record_passive_error(&node.settings.health, &e.to_string(), Instant::now());
+                    node.runtime.record_passive_error(
+                        &node.settings.health,
+                        &e.to_string(),
+                        Instant::now(),
+                    );
                 }
                 tracing::info!(node = %node.id, error = %e, "websocket re-dial failed; trying another node");
                 tried.push(node.id.clone());

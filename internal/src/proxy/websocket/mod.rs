@@ -16,7 +16,9 @@ mod relay;
 
 use std::sync::Arc;
 
-use http::header::{SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL};
+use http::header::{
+    SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL,
+};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -89,24 +91,40 @@ pub(crate) async fn proxy(
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     headers::set_websocket_upgrade(&mut up_headers);
-    let hs = Handshake { method: req.method().clone(), path_and_query, headers: up_headers };
+    let hs = Handshake {
+        method: req.method().clone(),
+        path_and_query,
+        headers: up_headers,
+    };
     drop(req);
     let deadline = ctx.start + ctx.route.config.timeout;
     let mut tried: Vec<NodeId> = Vec::new();
     let mut resp = loop {
         log.node = Some(node.id.clone());
         let err = match tokio::time::timeout_at(deadline, dial(&p, &node, &hs, None)).await {
-            Err(_) => return Err(ProxyError::Timeout { node: node.id.to_string(), timeout_ms: ctx.route.config.timeout.as_millis() }),
+            Err(_) => {
+                return Err(ProxyError::Timeout {
+                    node: node.id.to_string(),
+                    timeout_ms: ctx.route.config.timeout.as_millis(),
+                })
+            }
             Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => e,
         };
-        node.runtime.record_passive_error(&node.settings.health, &err.to_string(), Instant::now());
+        node.runtime
+            .record_passive_error(&node.settings.health, &err.to_string(), Instant::now());
         let DialError::Connect(_) = err else {
-            return Err(ProxyError::Upstream { node: node.id.to_string(), detail: err.to_string() });
+            return Err(ProxyError::Upstream {
+                node: node.id.to_string(),
+                detail: err.to_string(),
+            });
         };
         tried.push(node.id.clone());
         let Some(next) = pick_other(&p, &ctx, &tried) else {
-            return Err(ProxyError::Connect { node: node.id.to_string(), detail: err.to_string() });
+            return Err(ProxyError::Connect {
+                node: node.id.to_string(),
+                detail: err.to_string(),
+            });
         };
         tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail = %err, "websocket handshake: retrying on another node");
         if let Some(conn) = &ctx.conn_id {
@@ -122,8 +140,13 @@ pub(crate) async fn proxy(
         // Keep the upgrade pair; drop other hop-by-hop headers. Accept, protocol and extensions stay verbatim.
         let upgrade = parts.headers.get(header::UPGRADE).cloned();
         headers::strip_hop_by_hop(&mut parts.headers);
-        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        parts.headers.insert(header::UPGRADE, upgrade.unwrap_or(HeaderValue::from_static("websocket")));
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        parts.headers.insert(
+            header::UPGRADE,
+            upgrade.unwrap_or(HeaderValue::from_static("websocket")),
+        );
     } else {
         headers::strip_hop_by_hop(&mut parts.headers);
     }
@@ -137,13 +160,26 @@ pub(crate) async fn proxy(
     let Some(upstream_upgrade) = upstream_upgrade else {
         // The node refused the upgrade: relay its answer as an ordinary response.
         p.finish(log, parts.status.as_u16(), ctx.start, 0, 0);
-        return Ok(Response::from_parts(parts, up_body.map_err(Into::into).boxed_unsync()));
+        return Ok(Response::from_parts(
+            parts,
+            up_body.map_err(Into::into).boxed_unsync(),
+        ));
     };
     let negotiated = Negotiated {
         protocol: parts.headers.get(SEC_WEBSOCKET_PROTOCOL).cloned(),
-        extensions: parts.headers.get_all(SEC_WEBSOCKET_EXTENSIONS).iter().any(|v| !v.as_bytes().trim_ascii().is_empty()),
+        extensions: parts
+            .headers
+            .get_all(SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .any(|v| !v.as_bytes().trim_ascii().is_empty()),
     };
-    let session = relay::Session { p: p.clone(), ctx, hs, negotiated, log: log.clone() };
+    let session = relay::Session {
+        p: p.clone(),
+        ctx,
+        hs,
+        negotiated,
+        log: log.clone(),
+    };
     let gauge = p.metrics.connection("websocket");
     let inflight = node.runtime.start_request();
     tokio::spawn(async move {
@@ -152,16 +188,31 @@ pub(crate) async fn proxy(
             tracing::debug!(node = %node.id, "websocket upgrade did not complete");
             return;
         };
-        session.run(TokioIo::new(down), relay::Leg::new(node, TokioIo::new(up), inflight)).await;
+        session
+            .run(
+                TokioIo::new(down),
+                relay::Leg::new(node, TokioIo::new(up), inflight),
+            )
+            .await;
     });
-    Ok(Response::from_parts(parts, super::respond::full(bytes::Bytes::new())))
+    Ok(Response::from_parts(
+        parts,
+        super::respond::full(bytes::Bytes::new()),
+    ))
 }
 
 /// Sends the handshake to `node` on a new connection; `hopped_from` adds `X-Hopped-From`.
-async fn dial(p: &Proxy, node: &Node, hs: &Handshake, hopped_from: Option<&str>) -> Result<Response<Incoming>, DialError> {
+async fn dial(
+    p: &Proxy,
+    node: &Node,
+    hs: &Handshake,
+    hopped_from: Option<&str>,
+) -> Result<Response<Incoming>, DialError> {
     let body: ProxyBody = Empty::new().map_err(|never| match never {}).boxed_unsync();
     let tcp = p.upstream.connect(node).await.map_err(DialError::Connect)?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(DialError::Handshake)?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(DialError::Handshake)?;
     // Ends with the connection: when the upgrade is taken, or when the node closes it.
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
@@ -180,7 +231,10 @@ async fn dial(p: &Proxy, node: &Node, hs: &Handshake, hopped_from: Option<&str>)
     // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
     let mut req = Request::new(body);
     *req.method_mut() = hs.method.clone();
-    *req.uri_mut() = hs.path_and_query.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    *req.uri_mut() = hs
+        .path_and_query
+        .parse()
+        .unwrap_or_else(|_| http::Uri::from_static("/"));
     *req.headers_mut() = headers;
     send.send_request(req).await.map_err(DialError::Handshake)
 }
@@ -188,27 +242,50 @@ async fn dial(p: &Proxy, node: &Node, hs: &Handshake, hopped_from: Option<&str>)
 /// Re-dials `node` for a hop: the original handshake plus `X-Hopped-From: <from>`, without an
 /// extension offer when none was accepted the first time. The node must answer 101 with a valid
 /// accept key and the same subprotocol, or the dial counts as failed.
-async fn redial_node(p: &Proxy, node: &Node, hs: &Handshake, negotiated: &Negotiated, from: &str) -> Result<Stream, DialError> {
+async fn redial_node(
+    p: &Proxy,
+    node: &Node,
+    hs: &Handshake,
+    negotiated: &Negotiated,
+    from: &str,
+) -> Result<Stream, DialError> {
     let mut hs = hs.clone();
     if !negotiated.extensions {
         hs.headers.remove(SEC_WEBSOCKET_EXTENSIONS);
     }
     let mut resp = dial(p, node, &hs, Some(from)).await?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return Err(DialError::Refused(format!("status {}", resp.status().as_u16())));
+        return Err(DialError::Refused(format!(
+            "status {}",
+            resp.status().as_u16()
+        )));
     }
-    let expected = hs.headers.get(SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes()));
-    let accept = resp.headers().get(SEC_WEBSOCKET_ACCEPT).and_then(|v| v.to_str().ok());
+    let expected = hs
+        .headers
+        .get(SEC_WEBSOCKET_KEY)
+        .map(|k| derive_accept_key(k.as_bytes()));
+    let accept = resp
+        .headers()
+        .get(SEC_WEBSOCKET_ACCEPT)
+        .and_then(|v| v.to_str().ok());
     if expected.as_deref() != accept {
-        return Err(DialError::Refused("Sec-WebSocket-Accept does not match the key".into()));
+        return Err(DialError::Refused(
+            "Sec-WebSocket-Accept does not match the key".into(),
+        ));
     }
     if resp.headers().get(SEC_WEBSOCKET_PROTOCOL) != negotiated.protocol.as_ref() {
-        return Err(DialError::Refused("the node selected a different subprotocol".into()));
+        return Err(DialError::Refused(
+            "the node selected a different subprotocol".into(),
+        ));
     }
     if !negotiated.extensions && resp.headers().contains_key(SEC_WEBSOCKET_EXTENSIONS) {
-        return Err(DialError::Refused("the node accepted an extension that was not offered".into()));
+        return Err(DialError::Refused(
+            "the node accepted an extension that was not offered".into(),
+        ));
     }
-    let up = hyper::upgrade::on(&mut resp).await.map_err(DialError::Handshake)?;
+    let up = hyper::upgrade::on(&mut resp)
+        .await
+        .map_err(DialError::Handshake)?;
     Ok(TokioIo::new(up))
 }
 
@@ -216,8 +293,23 @@ async fn redial_node(p: &Proxy, node: &Node, hs: &Handshake, negotiated: &Negoti
 /// socket may outlive the table it started with).
 fn pick_other(p: &Proxy, ctx: &Attempt, exclude: &[NodeId]) -> Option<Arc<Node>> {
     let table = p.routing.table();
-    let cluster = table.clusters.get(&ctx.route.cluster.name).cloned().unwrap_or_else(|| ctx.route.cluster.clone());
-    let metadata_key = ctx.route.config.canary.as_ref().map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria { version: ctx.wanted.version.as_deref(), metadata_key, avoid_versions: &ctx.wanted.avoid, exclude, zone: p.settings.zone.as_deref() };
+    let cluster = table
+        .clusters
+        .get(&ctx.route.cluster.name)
+        .cloned()
+        .unwrap_or_else(|| ctx.route.cluster.clone());
+    let metadata_key = ctx
+        .route
+        .config
+        .canary
+        .as_ref()
+        .map_or("version", |c| c.metadata_key.as_str());
+    let c = Criteria {
+        version: ctx.wanted.version.as_deref(),
+        metadata_key,
+        avoid_versions: &ctx.wanted.avoid,
+        exclude,
+        zone: p.settings.zone.as_deref(),
+    };
     selection::select(&table, &cluster, &c, Instant::now()).node
 }

@@ -70,7 +70,13 @@ impl Leg {
         let mut signal = node.runtime.subscribe();
         // Look at the current state once: the node may have drained before the 101 went out.
         signal.mark_changed();
-        Leg { io: FrameIo::new(io, Peer::Node), node, signal, _inflight: inflight, close_sent: false }
+        Leg {
+            io: FrameIo::new(io, Peer::Node),
+            node,
+            signal,
+            _inflight: inflight,
+            close_sent: false,
+        }
     }
 }
 
@@ -277,7 +283,8 @@ impl Relay {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(_)) => return self.close_client(1009, "frame too big").await,
             Err(FrameError::Protocol(what)) => return self.close_client(1002, what).await,
-            Ok(None) | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
+            Ok(None)
+            | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
                 tracing::debug!("client left without a close handshake");
                 return Flow::End;
             }
@@ -323,20 +330,38 @@ impl Relay {
     async fn on_node(&mut self, r: Read) -> Flow {
         let (frame, _) = match r {
             Ok(Some(f)) => f,
-            Err(FrameError::TooBig(_)) => return self.close_client(1009, "node sent a frame too big").await,
-            Ok(None) => return self.node_lost("connection closed without a close frame").await,
+            Err(FrameError::TooBig(_)) => {
+                return self.close_client(1009, "node sent a frame too big").await
+            }
+            Ok(None) => {
+                return self
+                    .node_lost("connection closed without a close frame")
+                    .await
+            }
             Err(e) => return self.node_lost(&e.to_string()).await,
         };
         if let Some(seen) = self.failure_seen.take() {
             let latency = seen.elapsed();
             self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
-            tracing::info!(node = self.up.as_ref().map(|l| l.node.id.to_string()).unwrap_or_default(), latency_ms = latency.as_millis() as u64, "websocket served again after a hop");
+            tracing::info!(
+                node = self
+                    .up
+                    .as_ref()
+                    .map(|l| l.node.id.to_string())
+                    .unwrap_or_default(),
+                latency_ms = latency.as_millis() as u64,
+                "websocket served again after a hop"
+            );
         }
         self.touch();
         let k = frame::kind(&frame);
         match k {
             Kind::Start { fin } | Kind::Continue { fin } => self.node_in_message = !fin,
-            Kind::Close if self.client_close.is_none() && self.mode != WsMode::Close && matches!(frame::close_code(&frame), Some(1001 | 1012)) => {
+            Kind::Close
+                if self.client_close.is_none()
+                    && self.mode != WsMode::Close
+                    && matches!(frame::close_code(&frame), Some(1001 | 1012)) =>
+            {
                 // The node is going away (shutdown, drain, restart): move the socket, do not end it.
                 if let Some(leg) = self.up.as_mut() {
                     if leg.io.write(&frame).await.is_ok() {
@@ -374,7 +399,11 @@ impl Relay {
             return Flow::Continue;
         }
         if let Some(leg) = &self.up {
-            leg.node.runtime.record_passive_error(&leg.node.settings.health, &format!("websocket: {detail}"), Instant::now());
+            leg.node.runtime.record_passive_error(
+                &leg.node.settings.health,
+                &format!("websocket: {detail}"),
+                Instant::now(),
+            );
             tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
         }
         self.node_gone("node_lost", false).await
@@ -400,7 +429,11 @@ impl Relay {
                     // Spread hops and hints over the drain period so healthy nodes are not hit all at once.
                     let now = Instant::now();
                     let left = deadline.saturating_duration_since(now).as_millis() as u64;
-                    let wait = if left == 0 { 0 } else { rand::random_range(0..left) };
+                    let wait = if left == 0 {
+                        0
+                    } else {
+                        rand::random_range(0..left)
+                    };
                     self.drain_act_at = Some(now + Duration::from_millis(wait));
                 }
                 Flow::Continue
@@ -420,7 +453,11 @@ impl Relay {
             return self.close_client(1011, "node went away").await;
         };
         if alive && !leg.close_sent {
-            let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, leg.io.write(&frame::close(1001, "going away"))).await;
+            let _ = tokio::time::timeout(
+                CLOSE_REPLY_WAIT,
+                leg.io.write(&frame::close(1001, "going away")),
+            )
+            .await;
         }
         let old = leg.node.clone();
         drop(leg);
@@ -428,7 +465,9 @@ impl Relay {
             WsMode::Close => self.close_client(1011, "node went away").await,
             WsMode::Hint => self.hint(&old, reason).await,
             // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
-            WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => self.hint(&old, reason).await,
+            WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => {
+                self.hint(&old, reason).await
+            }
             WsMode::Hop => self.hop(old, reason, Instant::now()).await,
         }
     }
@@ -436,7 +475,10 @@ impl Relay {
     /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
     /// closes the client with 1012 and a reconnect hint (SPEC section 5).
     pub(super) async fn hint(&mut self, old: &Node, reason: &'static str) -> Flow {
-        if let (Some(conn), Some(next)) = (self.s.ctx.conn_id.clone(), pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id))) {
+        if let (Some(conn), Some(next)) = (
+            self.s.ctx.conn_id.clone(),
+            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
+        ) {
             self.s.p.hopper.moved(&conn, &old.id, &next, reason).await;
             self.s.log.hops += 1;
         }
@@ -457,7 +499,11 @@ impl Relay {
     pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
         if let Some(mut leg) = self.up.take() {
             if !leg.close_sent && !leg.io.peer_gone() {
-                let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, leg.io.write(&frame::close(code, reason))).await;
+                let _ = tokio::time::timeout(
+                    CLOSE_REPLY_WAIT,
+                    leg.io.write(&frame::close(code, reason)),
+                )
+                .await;
             }
         }
     }

@@ -63,16 +63,23 @@ pub enum RedisTarget {
 
 /// Splits `[user[:password]@]h1:p1,h2:p2` into the userinfo (with its `@`) and checked `host:port` items.
 fn hosts<'a>(url: &str, rest: &'a str) -> Result<(&'a str, Vec<&'a str>), TargetError> {
-    let shape = |reason| TargetError::Shape { url: url.to_string(), reason };
+    let shape = |reason| TargetError::Shape {
+        url: url.to_string(),
+        reason,
+    };
     let (auth, list) = match rest.rfind('@') {
         Some(i) => rest.split_at(i + 1),
         None => ("", rest),
     };
     let mut out = Vec::new();
     for h in list.split(',') {
-        let Some((host, port)) = h.rsplit_once(':') else { return Err(shape("every host needs a port (host:port)")) };
+        let Some((host, port)) = h.rsplit_once(':') else {
+            return Err(shape("every host needs a port (host:port)"));
+        };
         if host.is_empty() || port.parse::<u16>().is_err() {
-            return Err(shape("every host needs a name and a numeric port (host:port)"));
+            return Err(shape(
+                "every host needs a name and a numeric port (host:port)",
+            ));
         }
         out.push(h);
     }
@@ -86,23 +93,43 @@ impl RedisTarget {
     /// [`TargetError`] for an unknown scheme, a host without a numeric port, a sentinel URL without
     /// a master name, or a URL the redis crate rejects (including `rediss://` in a build without TLS).
     pub fn parse(url: &str) -> Result<RedisTarget, TargetError> {
-        let shape = |reason| TargetError::Shape { url: url.to_string(), reason };
-        let check = |u: &str| u.into_connection_info().map(drop).map_err(|source| TargetError::Client { url: url.to_string(), source });
+        let shape = |reason| TargetError::Shape {
+            url: url.to_string(),
+            reason,
+        };
+        let check = |u: &str| {
+            u.into_connection_info()
+                .map(drop)
+                .map_err(|source| TargetError::Client {
+                    url: url.to_string(),
+                    source,
+                })
+        };
         let target = if let Some(rest) = url.strip_prefix("redis+cluster://") {
             let rest = rest.strip_suffix('/').unwrap_or(rest);
             if rest.contains('/') {
-                return Err(shape("a cluster URL has no path (Redis Cluster has only database 0)"));
+                return Err(shape(
+                    "a cluster URL has no path (Redis Cluster has only database 0)",
+                ));
             }
             let (auth, list) = hosts(url, rest)?;
-            RedisTarget::Cluster { nodes: list.iter().map(|h| format!("redis://{auth}{h}")).collect() }
+            RedisTarget::Cluster {
+                nodes: list.iter().map(|h| format!("redis://{auth}{h}")).collect(),
+            }
         } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            let (authority, path) = rest.split_once('/').ok_or_else(|| shape("a sentinel URL needs /master-name after the hosts"))?;
+            let (authority, path) = rest
+                .split_once('/')
+                .ok_or_else(|| shape("a sentinel URL needs /master-name after the hosts"))?;
             let (auth, list) = hosts(url, authority)?;
             let mut parts = path.split('/').filter(|p| !p.is_empty());
-            let master = parts.next().ok_or_else(|| shape("a sentinel URL needs /master-name after the hosts"))?;
+            let master = parts
+                .next()
+                .ok_or_else(|| shape("a sentinel URL needs /master-name after the hosts"))?;
             let db = parts.next().unwrap_or("0");
             if parts.next().is_some() || db.parse::<i64>().is_err() {
-                return Err(shape("a sentinel URL path is /master-name or /master-name/db"));
+                return Err(shape(
+                    "a sentinel URL path is /master-name or /master-name/db",
+                ));
             }
             RedisTarget::Sentinel {
                 sentinels: list.iter().map(|h| format!("redis://{h}")).collect(),
@@ -110,15 +137,22 @@ impl RedisTarget {
                 // The host is a placeholder: only the credentials and database are used.
                 node: format!("redis://{auth}placeholder:6379/{db}"),
             }
-        } else if ["redis://", "rediss://", "redis+unix://", "unix://"].iter().any(|p| url.starts_with(p)) {
-            RedisTarget::Single { url: url.to_string() }
+        } else if ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|p| url.starts_with(p))
+        {
+            RedisTarget::Single {
+                url: url.to_string(),
+            }
         } else {
             return Err(shape("unsupported scheme: use redis://, rediss://, redis+cluster:// or redis+sentinel://"));
         };
         match &target {
             RedisTarget::Single { url } => check(url)?,
             RedisTarget::Cluster { nodes } => nodes.iter().try_for_each(|n| check(n))?,
-            RedisTarget::Sentinel { sentinels, node, .. } => {
+            RedisTarget::Sentinel {
+                sentinels, node, ..
+            } => {
                 sentinels.iter().try_for_each(|n| check(n))?;
                 check(node)?;
             }
@@ -133,15 +167,29 @@ impl RedisTarget {
 
     /// Asks the sentinels for the current master and returns a client for it.
     async fn master_client(sentinels: &[String], master: &str, node: &str) -> RedisResult<Client> {
-        let info = SentinelNodeConnectionInfo { tls_mode: None, redis_connection_info: Some(node.into_connection_info()?.redis) };
-        SentinelClient::build(sentinels.to_vec(), master.to_string(), Some(info), SentinelServerType::Master)?.async_get_client().await
+        let info = SentinelNodeConnectionInfo {
+            tls_mode: None,
+            redis_connection_info: Some(node.into_connection_info()?.redis),
+        };
+        SentinelClient::build(
+            sentinels.to_vec(),
+            master.to_string(),
+            Some(info),
+            SentinelServerType::Master,
+        )?
+        .async_get_client()
+        .await
     }
 
     /// Opens the command connection. Calls are bounded by `timeout`; connecting by `connect_timeout`.
     ///
     /// # Errors
     /// The redis crate's error when no server answers or the handshake fails.
-    pub(super) async fn connect(&self, timeout: Duration, connect_timeout: Duration) -> RedisResult<Conn> {
+    pub(super) async fn connect(
+        &self,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> RedisResult<Conn> {
         let manager = |client: Client| {
             // Few, short retries: the store's own maintainer retries on its interval, and every call
             // is bounded by `timeout` anyway.
@@ -153,12 +201,24 @@ impl RedisTarget {
             ConnectionManager::new_with_config(client, cfg)
         };
         match self {
-            RedisTarget::Single { url } => Ok(Conn::Manager(manager(Client::open(url.as_str())?).await?)),
+            RedisTarget::Single { url } => {
+                Ok(Conn::Manager(manager(Client::open(url.as_str())?).await?))
+            }
             RedisTarget::Cluster { nodes } => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str)).connection_timeout(connect_timeout).response_timeout(timeout).retries(1).build()?;
+                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(timeout)
+                    .retries(1)
+                    .build()?;
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
-            RedisTarget::Sentinel { sentinels, master, node } => Ok(Conn::Manager(manager(Self::master_client(sentinels, master, node).await?).await?)),
+            RedisTarget::Sentinel {
+                sentinels,
+                master,
+                node,
+            } => Ok(Conn::Manager(
+                manager(Self::master_client(sentinels, master, node).await?).await?,
+            )),
         }
     }
 
@@ -170,8 +230,14 @@ impl RedisTarget {
     pub(super) async fn pubsub_clients(&self) -> RedisResult<Vec<Client>> {
         match self {
             RedisTarget::Single { url } => Ok(vec![Client::open(url.as_str())?]),
-            RedisTarget::Cluster { nodes } => nodes.iter().map(|n| Client::open(n.as_str())).collect(),
-            RedisTarget::Sentinel { sentinels, master, node } => Ok(vec![Self::master_client(sentinels, master, node).await?]),
+            RedisTarget::Cluster { nodes } => {
+                nodes.iter().map(|n| Client::open(n.as_str())).collect()
+            }
+            RedisTarget::Sentinel {
+                sentinels,
+                master,
+                node,
+            } => Ok(vec![Self::master_client(sentinels, master, node).await?]),
         }
     }
 }
@@ -193,7 +259,12 @@ impl ConnectionLike for Conn {
         }
     }
 
-    fn req_packed_commands<'a>(&'a mut self, cmd: &'a Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Manager(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
@@ -214,17 +285,40 @@ mod tests {
 
     #[test]
     fn single_server_urls_pass_through() {
-        for url in ["redis://127.0.0.1:6379/0", "redis://:secret@h:1/2", "redis+unix:///tmp/r.sock", "unix:///tmp/r.sock"] {
-            assert_eq!(RedisTarget::parse(url).expect(url), RedisTarget::Single { url: url.to_string() });
+        for url in [
+            "redis://127.0.0.1:6379/0",
+            "redis://:secret@h:1/2",
+            "redis+unix:///tmp/r.sock",
+            "unix:///tmp/r.sock",
+        ] {
+            assert_eq!(
+                RedisTarget::parse(url).expect(url),
+                RedisTarget::Single {
+                    url: url.to_string()
+                }
+            );
         }
     }
 
     #[test]
     fn cluster_url_lists_seed_nodes() {
         let t = RedisTarget::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7001").expect("valid");
-        assert_eq!(t, RedisTarget::Cluster { nodes: vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7001".into()] });
+        assert_eq!(
+            t,
+            RedisTarget::Cluster {
+                nodes: vec![
+                    "redis://10.0.0.1:7000".into(),
+                    "redis://10.0.0.2:7001".into()
+                ]
+            }
+        );
         let t = RedisTarget::parse("redis+cluster://u:p@a:1,b:2/").expect("valid");
-        assert_eq!(t, RedisTarget::Cluster { nodes: vec!["redis://u:p@a:1".into(), "redis://u:p@b:2".into()] });
+        assert_eq!(
+            t,
+            RedisTarget::Cluster {
+                nodes: vec!["redis://u:p@a:1".into(), "redis://u:p@b:2".into()]
+            }
+        );
         assert!(!t.resolves_master());
     }
 
@@ -240,9 +334,16 @@ mod tests {
             }
         );
         assert!(t.resolves_master());
-        let RedisTarget::Sentinel { node, .. } = RedisTarget::parse("redis+sentinel://:pw@s1:26379/m/3").expect("valid") else { panic!("sentinel") };
+        let RedisTarget::Sentinel { node, .. } =
+            RedisTarget::parse("redis+sentinel://:pw@s1:26379/m/3").expect("valid")
+        else {
+            panic!("sentinel")
+        };
         let info = node.as_str().into_connection_info().expect("node info");
-        assert_eq!((info.redis.db, info.redis.password.as_deref()), (3, Some("pw")));
+        assert_eq!(
+            (info.redis.db, info.redis.password.as_deref()),
+            (3, Some("pw"))
+        );
     }
 
     #[test]

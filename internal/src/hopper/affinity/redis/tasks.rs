@@ -17,7 +17,10 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::target::Conn;
-use super::{same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS, PROBE_INTERVAL, WRITEBACK_BATCH, WRITEBACK_CONCURRENCY};
+use super::{
+    same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS, PROBE_INTERVAL,
+    WRITEBACK_BATCH, WRITEBACK_CONCURRENCY,
+};
 
 /// First and longest wait between subscription attempts.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
@@ -139,18 +142,34 @@ pub(super) async fn maintain(s: Arc<Shared>, cancel: CancellationToken) {
 async fn recover(s: &Shared) {
     let conn = match s.conn.load_full() {
         Some(c) => (*c).clone(),
-        None => match tokio::time::timeout(s.connect_timeout, s.target.connect(s.timeout, s.connect_timeout)).await {
+        None => match tokio::time::timeout(
+            s.connect_timeout,
+            s.target.connect(s.timeout, s.connect_timeout),
+        )
+        .await
+        {
             Ok(Ok(c)) => {
                 s.conn.store(Some(Arc::new(c.clone())));
                 c
             }
             Ok(Err(e)) => return s.fail("writeback", &e),
-            Err(_) => return s.fail("writeback", &format_args!("no connection within {:?}", s.connect_timeout)),
+            Err(_) => {
+                return s.fail(
+                    "writeback",
+                    &format_args!("no connection within {:?}", s.connect_timeout),
+                )
+            }
         },
     };
     if s.is_down() {
         let mut probe = conn.clone();
-        if s.guard("writeback", ::redis::cmd("PING").query_async::<String>(&mut probe)).await.is_none() {
+        if s.guard(
+            "writeback",
+            ::redis::cmd("PING").query_async::<String>(&mut probe),
+        )
+        .await
+        .is_none()
+        {
             if s.target.resolves_master() {
                 // The master may have moved: ask the sentinels again next round.
                 s.conn.store(None);
@@ -171,7 +190,10 @@ async fn recover(s: &Shared) {
     if s.down.swap(false, Ordering::AcqRel) {
         // Changes made between the flush and now are still local: write them at once.
         written += flush(s, &conn).await.unwrap_or(0);
-        tracing::info!(written_back = written, "redis affinity store reachable again; bindings written back");
+        tracing::info!(
+            written_back = written,
+            "redis affinity store reachable again; bindings written back"
+        );
     }
 }
 
@@ -183,7 +205,9 @@ async fn flush(s: &Shared, conn: &Conn) -> Option<usize> {
     for _ in 0..=(s.pending_cap / WRITEBACK_BATCH) {
         let batch: Vec<(Box<str>, Pending)> = {
             let mut p = s.pending.lock().expect("pending mutex is never poisoned");
-            std::iter::from_fn(|| p.pop_lru()).take(WRITEBACK_BATCH).collect()
+            std::iter::from_fn(|| p.pop_lru())
+                .take(WRITEBACK_BATCH)
+                .collect()
         };
         if batch.is_empty() {
             break;
@@ -223,21 +247,46 @@ async fn write_back(s: &Shared, mut c: Conn, id: &str, change: &Pending) -> bool
     let epoch = s.epoch(id);
     match change {
         Pending::Bind(node) => {
-            let Some(won) = s.guard("writeback", s.eval::<String>(&mut c, BIND_SCRIPT, &key, (&**node, s.ttl_ms()))).await else { return false };
+            let Some(won) = s
+                .guard(
+                    "writeback",
+                    s.eval::<String>(&mut c, BIND_SCRIPT, &key, (&**node, s.ttl_ms())),
+                )
+                .await
+            else {
+                return false;
+            };
             if *won != **node {
                 s.fill(id, epoch, &same_or_new(node, won));
             }
         }
         Pending::Hop { from, to } => {
-            let Some((won, changed)) = s.guard("writeback", s.eval::<(String, i64)>(&mut c, HOP_SCRIPT, &key, (&**from, &**to, s.ttl_ms()))).await else { return false };
+            let Some((won, changed)) = s
+                .guard(
+                    "writeback",
+                    s.eval::<(String, i64)>(&mut c, HOP_SCRIPT, &key, (&**from, &**to, s.ttl_ms())),
+                )
+                .await
+            else {
+                return false;
+            };
             if changed == 1 {
-                s.publish(&mut c, "writeback", id, Some(from), Some(to)).await;
+                s.publish(&mut c, "writeback", id, Some(from), Some(to))
+                    .await;
             } else if *won != **to {
                 s.fill(id, epoch, &same_or_new(to, won));
             }
         }
         Pending::Remove => {
-            let Some(old) = s.guard("writeback", s.eval::<Option<String>>(&mut c, DEL_SCRIPT, &key, NO_ARGS)).await else { return false };
+            let Some(old) = s
+                .guard(
+                    "writeback",
+                    s.eval::<Option<String>>(&mut c, DEL_SCRIPT, &key, NO_ARGS),
+                )
+                .await
+            else {
+                return false;
+            };
             if let Some(old) = old {
                 s.publish(&mut c, "writeback", id, Some(&old), None).await;
             }
@@ -248,7 +297,11 @@ async fn write_back(s: &Shared, mut c: Conn, id: &str, change: &Pending) -> bool
 
 /// Slides the Redis TTL of bindings served from the cache (queued by `get`). The bind script also
 /// recreates a key that expired in Redis meanwhile and reports a node another replica set.
-pub(super) async fn refresh(s: Arc<Shared>, mut queue: mpsc::Receiver<(Box<str>, Arc<str>)>, cancel: CancellationToken) {
+pub(super) async fn refresh(
+    s: Arc<Shared>,
+    mut queue: mpsc::Receiver<(Box<str>, Arc<str>)>,
+    cancel: CancellationToken,
+) {
     loop {
         let (id, node) = tokio::select! {
             () = cancel.cancelled() => return,

@@ -18,7 +18,11 @@ pub(crate) struct TestRedis {
 impl TestRedis {
     /// Starts redis-server on a free port and waits until it answers.
     pub(crate) async fn start() -> TestRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().expect("addr").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind :0")
+            .local_addr()
+            .expect("addr")
+            .port();
         let mut r = TestRedis { port, child: None };
         r.spawn().await;
         r
@@ -26,7 +30,16 @@ impl TestRedis {
 
     async fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -37,9 +50,14 @@ impl TestRedis {
         wait_until(Duration::from_secs(10), "redis-server to answer", || {
             let url = url.clone();
             async move {
-                let Ok(client) = ::redis::Client::open(url) else { return false };
+                let Ok(client) = ::redis::Client::open(url) else {
+                    return false;
+                };
                 match client.get_multiplexed_async_connection().await {
-                    Ok(mut c) => ::redis::cmd("PING").query_async::<String>(&mut c).await.is_ok(),
+                    Ok(mut c) => ::redis::cmd("PING")
+                        .query_async::<String>(&mut c)
+                        .await
+                        .is_ok(),
                     Err(_) => false,
                 }
             }
@@ -67,12 +85,22 @@ impl TestRedis {
 
     /// A plain client connection for assertions.
     pub(crate) async fn client(&self) -> ::redis::aio::MultiplexedConnection {
-        ::redis::Client::open(self.url()).expect("url").get_multiplexed_async_connection().await.expect("connect")
+        ::redis::Client::open(self.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
     }
 
     /// The store settings for this server with `ttl`.
     pub(crate) fn settings(&self, ttl: Duration) -> RedisSettings {
-        RedisSettings { url: self.url(), key_prefix: "hopgw:".into(), ttl, timeout: Duration::from_millis(250), max_entries: 1000 }
+        RedisSettings {
+            url: self.url(),
+            key_prefix: "hopgw:".into(),
+            ttl,
+            timeout: Duration::from_millis(250),
+            max_entries: 1000,
+        }
     }
 }
 
@@ -84,22 +112,37 @@ where
 {
     let deadline = Instant::now() + timeout;
     while !f().await {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 async fn redis_get(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
-    ::redis::cmd("GET").arg(key).query_async(c).await.expect("GET")
+    ::redis::cmd("GET")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("GET")
 }
 
 async fn pttl(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 {
-    ::redis::cmd("PTTL").arg(key).query_async(c).await.expect("PTTL")
+    ::redis::cmd("PTTL")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("PTTL")
 }
 
 /// `calls` of `cmdstat_eval` in `INFO commandstats`.
 async fn eval_calls(c: &mut ::redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = ::redis::cmd("INFO").arg("commandstats").query_async(c).await.expect("INFO");
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .expect("INFO");
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
         .and_then(|rest| rest.split(',').next())
@@ -107,7 +150,11 @@ async fn eval_calls(c: &mut ::redis::aio::MultiplexedConnection) -> u64 {
 }
 
 fn store_errors(m: &Metrics) -> f64 {
-    m.encode().lines().filter(|l| l.starts_with("gateway_affinity_store_errors_total{")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    m.encode()
+        .lines()
+        .filter(|l| l.starts_with("gateway_affinity_store_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn node(s: &str) -> Arc<str> {
@@ -117,15 +164,27 @@ fn node(s: &str) -> Arc<str> {
 #[tokio::test]
 async fn cached_binding_costs_no_redis_call() {
     let r = TestRedis::start().await;
-    let store = RedisStore::connect(r.settings(Duration::from_secs(60)), Arc::new(Metrics::new())).await.expect("store");
+    let store = RedisStore::connect(
+        r.settings(Duration::from_secs(60)),
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .expect("store");
     let mut c = r.client().await;
     assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
-    assert_eq!(redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(), Some("node-a"));
+    assert_eq!(
+        redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
+        Some("node-a")
+    );
     let before = eval_calls(&mut c).await;
     for _ in 0..100 {
         assert_eq!(store.get("c-1").await, Some(node("node-a")));
     }
-    assert_eq!(eval_calls(&mut c).await, before, "cache hits made Redis calls");
+    assert_eq!(
+        eval_calls(&mut c).await,
+        before,
+        "cache hits made Redis calls"
+    );
     store.shutdown().await;
 }
 
@@ -133,15 +192,24 @@ async fn cached_binding_costs_no_redis_call() {
 async fn ttl_is_refreshed_once_less_than_half_is_left() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_millis(1500);
-    let store = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new())).await.expect("store");
+    let store = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
+        .await
+        .expect("store");
     let mut c = r.client().await;
     store.bind("c-1", &node("node-a")).await;
     let start = Instant::now();
     let mut last = pttl(&mut c, "hopgw:conn:c-1").await;
     let mut refreshed_at = None;
     while refreshed_at.is_none() {
-        assert!(Instant::now() < start + Duration::from_secs(3), "no refresh seen; last PTTL {last}");
-        assert_eq!(store.get("c-1").await, Some(node("node-a")), "used binding is kept");
+        assert!(
+            Instant::now() < start + Duration::from_secs(3),
+            "no refresh seen; last PTTL {last}"
+        );
+        assert_eq!(
+            store.get("c-1").await,
+            Some(node("node-a")),
+            "used binding is kept"
+        );
         let now = pttl(&mut c, "hopgw:conn:c-1").await;
         if now > last {
             refreshed_at = Some(last);
@@ -150,7 +218,10 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let left = refreshed_at.expect("refreshed");
-    assert!(left <= 750 + 50, "refreshed while {left} ms of 1500 were left: more than half");
+    assert!(
+        left <= 750 + 50,
+        "refreshed while {left} ms of 1500 were left: more than half"
+    );
     assert!(last > 1300, "refresh restores the full TTL, got {last}");
     store.shutdown().await;
 }
@@ -159,35 +230,75 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
 async fn hops_invalidate_other_replicas_and_races_agree() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_secs(60);
-    let a = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new())).await.expect("store a");
-    let b = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new())).await.expect("store b");
+    let a = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
+        .await
+        .expect("store a");
+    let b = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
+        .await
+        .expect("store b");
     let mut c = r.client().await;
     // Wait for b's subscription so the hop message below reaches it.
-    wait_until(Duration::from_secs(5), "two subscribers on hopgw:hops", || {
-        let mut c = c.clone();
-        async move {
-            let v: Vec<::redis::Value> = ::redis::cmd("PUBSUB").arg("NUMSUB").arg("hopgw:hops").query_async(&mut c).await.expect("NUMSUB");
-            matches!(v.get(1), Some(::redis::Value::Int(2)))
-        }
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "two subscribers on hopgw:hops",
+        || {
+            let mut c = c.clone();
+            async move {
+                let v: Vec<::redis::Value> = ::redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("hopgw:hops")
+                    .query_async(&mut c)
+                    .await
+                    .expect("NUMSUB");
+                matches!(v.get(1), Some(::redis::Value::Int(2)))
+            }
+        },
+    )
     .await;
     a.bind("c-1", &node("node-a")).await;
-    assert_eq!(b.get("c-1").await, Some(node("node-a")), "b reads a's binding");
-    assert_eq!(a.hop("c-1", "node-a", &node("node-b")).await, node("node-b"));
+    assert_eq!(
+        b.get("c-1").await,
+        Some(node("node-a")),
+        "b reads a's binding"
+    );
+    assert_eq!(
+        a.hop("c-1", "node-a", &node("node-b")).await,
+        node("node-b")
+    );
     let (a, b) = (&a, &b);
-    wait_until(Duration::from_secs(2), "b's cache to be invalidated", || async move { b.get("c-1").await == Some(node("node-b")) }).await;
+    wait_until(
+        Duration::from_secs(2),
+        "b's cache to be invalidated",
+        || async move { b.get("c-1").await == Some(node("node-b")) },
+    )
+    .await;
 
     // Both replicas see node-b and lose it at once: one new node wins for both.
     assert_eq!(a.get("c-1").await, Some(node("node-b")));
     let (nc, nd) = (node("node-c"), node("node-d"));
     let (x, y) = tokio::join!(a.hop("c-1", "node-b", &nc), b.hop("c-1", "node-b", &nd));
     assert_eq!(x, y, "racing hops agree");
-    assert_eq!(redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(), Some(&*x));
+    assert_eq!(
+        redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
+        Some(&*x)
+    );
     let x = &x;
-    wait_until(Duration::from_secs(2), "both replicas to route to the winner", || async move { a.get("c-1").await.as_ref() == Some(x) && b.get("c-1").await.as_ref() == Some(x) }).await;
+    wait_until(
+        Duration::from_secs(2),
+        "both replicas to route to the winner",
+        || async move {
+            a.get("c-1").await.as_ref() == Some(x) && b.get("c-1").await.as_ref() == Some(x)
+        },
+    )
+    .await;
 
     assert!(b.remove("c-1").await);
-    wait_until(Duration::from_secs(2), "a's cache to drop the removed binding", || async move { a.get("c-1").await.is_none() }).await;
+    wait_until(
+        Duration::from_secs(2),
+        "a's cache to drop the removed binding",
+        || async move { a.get("c-1").await.is_none() },
+    )
+    .await;
     a.shutdown().await;
     b.shutdown().await;
 }
@@ -196,28 +307,64 @@ async fn hops_invalidate_other_replicas_and_races_agree() {
 async fn redis_outage_serves_locally_and_writes_back() {
     let mut r = TestRedis::start().await;
     let metrics = Arc::new(Metrics::new());
-    let store = RedisStore::connect(r.settings(Duration::from_secs(60)), metrics.clone()).await.expect("store");
+    let store = RedisStore::connect(r.settings(Duration::from_secs(60)), metrics.clone())
+        .await
+        .expect("store");
     assert_eq!(store.bind("old", &node("node-a")).await, node("node-a"));
     r.kill().await;
     let store = &store;
-    wait_until(Duration::from_secs(5), "the store to notice the outage", || async move { store.is_down() }).await;
+    wait_until(
+        Duration::from_secs(5),
+        "the store to notice the outage",
+        || async move { store.is_down() },
+    )
+    .await;
     assert!(store_errors(&metrics) >= 1.0, "errors counted");
     let started = Instant::now();
-    assert_eq!(store.get("old").await, Some(node("node-a")), "bound id keeps its node");
+    assert_eq!(
+        store.get("old").await,
+        Some(node("node-a")),
+        "bound id keeps its node"
+    );
     assert_eq!(store.get("new").await, None);
-    assert_eq!(store.bind("new", &node("node-b")).await, node("node-b"), "fresh bindings stay local");
-    assert_eq!(store.hop("old", "node-a", &node("node-c")).await, node("node-c"));
-    assert!(Instant::now().duration_since(started) < Duration::from_millis(100), "calls waited on a dead Redis");
+    assert_eq!(
+        store.bind("new", &node("node-b")).await,
+        node("node-b"),
+        "fresh bindings stay local"
+    );
+    assert_eq!(
+        store.hop("old", "node-a", &node("node-c")).await,
+        node("node-c")
+    );
+    assert!(
+        Instant::now().duration_since(started) < Duration::from_millis(100),
+        "calls waited on a dead Redis"
+    );
 
     r.restart().await;
     let mut c = r.client().await;
-    wait_until(Duration::from_secs(10), "local bindings written back", || {
-        let mut c = c.clone();
-        async move { redis_get(&mut c, "hopgw:conn:new").await.as_deref() == Some("node-b") && redis_get(&mut c, "hopgw:conn:old").await.as_deref() == Some("node-c") }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "local bindings written back",
+        || {
+            let mut c = c.clone();
+            async move {
+                redis_get(&mut c, "hopgw:conn:new").await.as_deref() == Some("node-b")
+                    && redis_get(&mut c, "hopgw:conn:old").await.as_deref() == Some("node-c")
+            }
+        },
+    )
     .await;
-    wait_until(Duration::from_secs(5), "the store to be up again", || async move { !store.is_down() }).await;
-    assert!(pttl(&mut c, "hopgw:conn:new").await > 50_000, "written back with the TTL");
+    wait_until(
+        Duration::from_secs(5),
+        "the store to be up again",
+        || async move { !store.is_down() },
+    )
+    .await;
+    assert!(
+        pttl(&mut c, "hopgw:conn:new").await > 50_000,
+        "written back with the TTL"
+    );
     assert_eq!(store.get("new").await, Some(node("node-b")));
     store.shutdown().await;
 }
@@ -225,21 +372,53 @@ async fn redis_outage_serves_locally_and_writes_back() {
 #[tokio::test]
 async fn write_back_does_not_overwrite_a_newer_binding() {
     let r = TestRedis::start().await;
-    let store = RedisStore::connect(r.settings(Duration::from_secs(60)), Arc::new(Metrics::new())).await.expect("store");
+    let store = RedisStore::connect(
+        r.settings(Duration::from_secs(60)),
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .expect("store");
     let mut c = r.client().await;
     // Believed down (as after a timeout): the bind and the hop stay local and are remembered.
     store.shared.down.store(true, Ordering::Release);
     assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
     assert_eq!(store.bind("c-2", &node("node-a")).await, node("node-a"));
-    assert_eq!(store.hop("c-2", "node-a", &node("node-b")).await, node("node-b"));
+    assert_eq!(
+        store.hop("c-2", "node-a", &node("node-b")).await,
+        node("node-b")
+    );
     // Meanwhile another replica bound c-1 in Redis.
-    let _: () = ::redis::cmd("SET").arg("hopgw:conn:c-1").arg("node-z").arg("PX").arg(60_000).query_async(&mut c).await.expect("SET");
+    let _: () = ::redis::cmd("SET")
+        .arg("hopgw:conn:c-1")
+        .arg("node-z")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .expect("SET");
     store.shared.wake.notify_one();
     let store = &store;
-    wait_until(Duration::from_secs(5), "the write-back to finish", || async move { !store.is_down() }).await;
-    assert_eq!(redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(), Some("node-z"), "the newer binding is kept");
-    assert_eq!(store.get("c-1").await, Some(node("node-z")), "and adopted locally");
-    assert_eq!(redis_get(&mut c, "hopgw:conn:c-2").await.as_deref(), Some("node-b"), "a local-only id is written");
+    wait_until(
+        Duration::from_secs(5),
+        "the write-back to finish",
+        || async move { !store.is_down() },
+    )
+    .await;
+    assert_eq!(
+        redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
+        Some("node-z"),
+        "the newer binding is kept"
+    );
+    assert_eq!(
+        store.get("c-1").await,
+        Some(node("node-z")),
+        "and adopted locally"
+    );
+    assert_eq!(
+        redis_get(&mut c, "hopgw:conn:c-2").await.as_deref(),
+        Some("node-b"),
+        "a local-only id is written"
+    );
     store.shutdown().await;
 }
 
@@ -248,23 +427,37 @@ async fn unreachable_redis_at_start_is_not_fatal() {
     let mut r = TestRedis::start().await;
     let settings = r.settings(Duration::from_secs(60));
     r.kill().await;
-    let store = RedisStore::connect(settings, Arc::new(Metrics::new())).await.expect("starts without Redis");
+    let store = RedisStore::connect(settings, Arc::new(Metrics::new()))
+        .await
+        .expect("starts without Redis");
     assert!(store.is_down());
     assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
     r.restart().await;
     let c = r.client().await;
-    wait_until(Duration::from_secs(10), "the binding written once Redis answers", || {
-        let mut c = c.clone();
-        async move { redis_get(&mut c, "hopgw:conn:c-1").await.as_deref() == Some("node-a") }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the binding written once Redis answers",
+        || {
+            let mut c = c.clone();
+            async move { redis_get(&mut c, "hopgw:conn:c-1").await.as_deref() == Some("node-a") }
+        },
+    )
     .await;
     store.shutdown().await;
 }
 
 #[tokio::test]
 async fn bad_url_is_a_startup_error() {
-    let s = RedisSettings { url: "redis+sentinel://h:1".into(), key_prefix: "p:".into(), ttl: Duration::from_secs(1), timeout: Duration::from_millis(250), max_entries: 10 };
-    let err = RedisStore::connect(s, Arc::new(Metrics::new())).await.expect_err("no master name");
+    let s = RedisSettings {
+        url: "redis+sentinel://h:1".into(),
+        key_prefix: "p:".into(),
+        ttl: Duration::from_secs(1),
+        timeout: Duration::from_millis(250),
+        max_entries: 10,
+    };
+    let err = RedisStore::connect(s, Arc::new(Metrics::new()))
+        .await
+        .expect_err("no master name");
     assert!(err.to_string().contains("master-name"), "{err}");
 }
 
