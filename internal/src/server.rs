@@ -4,7 +4,12 @@
 //! accept loop, the reload triggers (file watch, SIGHUP) and, through [`Routing`], the health
 //! checks. On the shutdown future: readiness goes false, accepting stops, every connection is
 //! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets),
-//! and in-flight work gets up to `shutdown_timeout`.
+//! and in-flight work gets up to `shutdown_timeout`. Streams still open near its end are closed as
+//! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
+//!
+//! Each h2 connection that carries no affinity header is bound to the node of its first request
+//! ([`DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
+//! gets GOAWAY and its binding is removed, so the client's next connection lands on a healthy node.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,6 +35,10 @@ use crate::proxy::upstream::Upstream;
 use crate::proxy::{DownstreamConn, Proxy, ProxySettings};
 use crate::registry::Registry;
 use crate::routing::reload::Routing;
+
+/// The part of `shutdown_timeout` (at most a tenth of it) kept at its end for closing open streams
+/// cleanly: enough for trailers to be written on a loopback or LAN connection.
+const SHUTDOWN_CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -161,13 +170,30 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     ready.store(false, Ordering::Release);
     signal.fire();
     drop(proxy);
-    let finished = tokio::time::timeout(cfg.server.shutdown_timeout, async {
-        while tasks.join_next().await.is_some() {}
-        signal.closed().await;
-    })
-    .await;
-    if finished.is_err() {
-        tracing::warn!("shutdown timeout reached; closing what is left");
+    // The last part of shutdown_timeout is kept for closing streams still open at its end
+    // cleanly (gRPC: grpc-status 14 trailers) before the connections are dropped.
+    let grace = (cfg.server.shutdown_timeout / 10).min(SHUTDOWN_CLOSE_GRACE);
+    let finished = {
+        let wait = async {
+            while tasks.join_next().await.is_some() {}
+            signal.closed().await;
+        };
+        tokio::pin!(wait);
+        match tokio::time::timeout(cfg.server.shutdown_timeout - grace, &mut wait).await {
+            Ok(()) => true,
+            Err(_) => {
+                tracing::warn!("shutdown timeout reached; closing streams still open");
+                // Exactly what a drain deadline does to what is left on a node (SPEC section 5).
+                let now = tokio::time::Instant::now();
+                for node in routing.table().nodes() {
+                    node.runtime.start_drain(now);
+                }
+                tokio::time::timeout(grace, &mut wait).await.is_ok()
+            }
+        }
+    };
+    if !finished {
+        tracing::warn!("closing what is left");
         tasks.abort_all();
     }
     routing.shutdown().await;

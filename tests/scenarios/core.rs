@@ -300,7 +300,7 @@ async fn conn_id_pins_one_node_and_plain_requests_spread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_hops_conn_id_and_loses_no_request() {
-    let mut mocks = vec![Mock::start("node-a").await, Mock::start("node-b").await];
+    let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
     let gw = Gateway::start(&config("", None, &[&mocks[0], &mocks[1]], "retries = 2")).await;
 
     let first = get(&gw.url("/data"), &[(HDR, "hop-1")]).await.expect("get");
@@ -315,11 +315,13 @@ async fn killed_node_hops_conn_id_and_loses_no_request() {
 
     // A loop of plain GETs running through the kill: with retries none may fail.
     let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
     let loop_task = {
-        let (stop, url) = (stop.clone(), gw.url("/data"));
+        let (stop, done, url) = (stop.clone(), done.clone(), gw.url("/data"));
         tokio::spawn(async move {
             let (mut ok, mut failures) = (0u32, Vec::new());
             while !stop.load(Ordering::Relaxed) {
+                done.fetch_add(1, Ordering::Relaxed);
                 match get(&url, &[]).await {
                     Ok(r) if r.status == 200 => ok += 1,
                     Ok(r) => failures.push(format!("{} {}", r.status, r.text())),
@@ -329,8 +331,9 @@ async fn killed_node_hops_conn_id_and_loses_no_request() {
             (ok, failures)
         })
     };
-    wait_until(Duration::from_secs(5), "the GET loop to run", || async {
-        true
+    wait_until(Duration::from_secs(5), "the GET loop to run", || {
+        let n = done.load(Ordering::Relaxed);
+        async move { n >= 5 }
     })
     .await;
 
@@ -1004,6 +1007,26 @@ fn check_config_reports_file_line_column_key() {
         )),
         "{err}"
     );
+
+    // Every error is reported, one a line, in file order.
+    let many = "[health]\ninterval = \"2x\"\n[[clusters]]\nname = \"c\"\nlb = \"fastest\"\n  \
+                [[clusters.nodes]]\n  id = \"a\"\n  addr = \"127.0.0.1:1\"\n[[routes]]\nid = \"r\"\n\
+                cluster = \"nope\"\n";
+    let (code, _, err, path) = check_config("many.toml", many);
+    assert_eq!(code, 2);
+    let prefixes: Vec<String> = err
+        .lines()
+        .map(|l| l.splitn(3, ": ").take(2).collect::<Vec<_>>().join(": "))
+        .collect();
+    assert_eq!(
+        prefixes,
+        [
+            format!("{path}:2:1: health.interval"),
+            format!("{path}:5:1: clusters[0].lb"),
+            format!("{path}:11:1: routes[0].cluster")
+        ],
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1109,7 +1132,7 @@ async fn admin_token_is_required_when_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
-    let mut mocks = vec![Mock::start("node-a").await, Mock::start("node-b").await];
+    let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
     // Slow probes: the killed node stays "healthy", so requests are still sent to it.
     let gw = Gateway::start(&config(
         "",
@@ -1228,9 +1251,9 @@ async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
         "node-{}",
         ["a", "b", "c"][per.iter().position(|n| *n == 1).expect("one")]
     );
-    assert!(
-        msg.starts_with(&format!("node {failed_node} failed: ")),
-        "{msg}"
+    assert_eq!(
+        msg,
+        format!("node {failed_node} failed: connection closed before message completed")
     );
     for m in &mocks {
         m.reset_stats().await;
@@ -1252,6 +1275,24 @@ async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
         [1, 1, 1],
         "GET tried once and retried twice, each on another node"
     );
+    drop(gw);
+
+    // retries = 1: two attempts in all, on two different nodes.
+    for m in &mocks {
+        m.reset_stats().await;
+    }
+    let toml = config(
+        "",
+        Some(slow_health()),
+        &[&mocks[0], &mocks[1], &mocks[2]],
+        "retries = 1",
+    );
+    let gw = Gateway::start(&toml).await;
+    let r = get(&gw.url("/abort"), &[]).await.expect("get");
+    assert_eq!(r.status, 502);
+    let mut per = sum().await;
+    per.sort_unstable();
+    assert_eq!(per, [0, 1, 1], "one try plus one retry on another node");
 }
 
 // ---------------------------------------------------------------------------------------------

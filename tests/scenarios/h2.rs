@@ -710,9 +710,11 @@ async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_status
     })
     .await;
     // The ejection sent GOAWAY to the connection bound to node-a: the client reconnects.
-    wait_until(Duration::from_secs(2), "GOAWAY on the connection bound to node-a", || async {
-        c.send.is_closed()
-    })
+    wait_until(
+        Duration::from_secs(2),
+        "GOAWAY on the connection bound to node-a",
+        || async { c.send.is_closed() },
+    )
     .await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let req = c.request("POST", WHO_PATH, &grpc_headers(&[]), who);

@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 mod canary;
+mod cases;
 mod core;
 mod drain;
 mod h2;

@@ -237,12 +237,12 @@ async fn ws_hops_without_closing_client() {
     );
     ws.close(None).await.expect("close");
     wait_gauge(&gw, 0.0).await;
-    gw.logs
-        .wait_for(
-            &["status=101", "conn_id=c-hop-1", "hops=1"],
-            Duration::from_secs(2),
-        )
+    // One access-log line when the socket ends: 101, the last node, the hop count and byte counts.
+    let line = gw
+        .logs
+        .wait_for(&["access", "status=101", "c-hop-1", "hops=1"], Duration::from_secs(2))
         .await;
+    assert!(line.contains(other) && !line.contains("bytes_out=0"), "{line}");
 }
 
 #[tokio::test]
@@ -814,4 +814,72 @@ async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
         body,
         json!({"code": -1, "message": "service temporarily unavailable"})
     );
+}
+
+/// As [`config`], with TCP probes so `/control/delay` slows the WebSocket handshake but not probes.
+fn config_tcp_probe(mode: &str, nodes: &[&Mock]) -> String {
+    let list: Vec<(&str, String)> = nodes.iter().map(|m| (m.id.as_str(), m.addr())).collect();
+    format!(
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
+        cluster_toml("c", &list, "health = { kind = \"tcp\" }")
+    )
+}
+
+#[tokio::test]
+async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
+    let mut a = Mock::start("node-a").await;
+    let mut b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
+    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hold-1")]).await;
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
+    let other = other_of(&first_node);
+    // The new node takes 400 ms to answer the re-dial: the client's messages wait in the gateway.
+    if other == "node-a" { a.delay(400).await } else { b.delay(400).await }
+    kill(&mut a, &mut b, &first_node).await;
+    let t0 = Instant::now();
+    for m in ["m1", "m2", "m3"] {
+        ws.send(Message::text(m)).await.expect("send");
+    }
+    let h = hello(&mut ws, Duration::from_secs(3)).await;
+    assert_eq!(h, json!({"node": other, "conn_id": "c-hold-1", "hopped_from": first_node}));
+    assert!(t0.elapsed() >= Duration::from_millis(350), "the re-dial cannot finish before the node answers");
+    for m in ["m1", "m2", "m3"] {
+        assert_eq!(next_text(&mut ws, Duration::from_secs(2)).await, m);
+    }
+}
+
+#[tokio::test]
+async fn ws_hop_gives_a_hint_when_held_messages_pass_the_bound() {
+    let mut a = Mock::start("node-a").await;
+    let mut b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
+    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-bound-1")]).await;
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
+    if other_of(&first_node) == "node-a" { a.delay(3000).await } else { b.delay(3000).await }
+    kill(&mut a, &mut b, &first_node).await;
+    // 1100 messages while the re-dial waits: past the 1024-message bound.
+    for i in 0..1100 {
+        if ws.send(Message::text(format!("m{i}"))).await.is_err() {
+            break;
+        }
+    }
+    let (code, reason) = close_of(&mut ws, Duration::from_secs(3)).await;
+    assert_eq!(code, 1012);
+    assert_eq!(serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"], true);
+}
+
+#[tokio::test]
+async fn ws_hop_gives_a_hint_when_no_node_takes_the_socket() {
+    let mut a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config("hop", &[&a], "")).await;
+    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-alone")]).await;
+    hello(&mut ws, Duration::from_secs(2)).await;
+    a.kill().await;
+    let t0 = Instant::now();
+    let (code, reason) = close_of(&mut ws, Duration::from_secs(8)).await;
+    let waited = t0.elapsed();
+    assert_eq!(code, 1012);
+    assert_eq!(serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"], true);
+    assert!(waited > Duration::from_millis(4500) && waited < Duration::from_millis(6500), "hint after {waited:?}, expected the 5 s hop deadline");
+    expect_end(&mut ws, Duration::from_secs(2)).await;
 }

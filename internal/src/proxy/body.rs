@@ -53,16 +53,26 @@ pub struct BodyTap {
     pub bytes_in: Arc<AtomicU64>,
 }
 
+/// Whether a request body can be sent again after a failed attempt.
+pub enum Replay {
+    /// Never polled: no byte of it was read (the original went with the failed attempt).
+    Untouched,
+    /// Fully captured within [`REPLAY_LIMIT`]: a fresh copy to send.
+    Body(ProxyBody),
+    /// Streamed past recall, or not yet complete: it cannot be sent again.
+    Lost,
+}
+
 impl BodyTap {
-    /// The whole body as a fresh body if it was fully captured, or never polled (then `None` and
-    /// `untouched` is true: the original may be reused). Returns `Err(())` if it cannot be replayed.
-    pub fn replay(&self) -> Result<Option<ProxyBody>, ()> {
+    /// Whether the body can be replayed: a fresh copy when it was read to its end within
+    /// [`REPLAY_LIMIT`], [`Replay::Untouched`] when it was never polled, else [`Replay::Lost`].
+    pub fn replay(&self) -> Replay {
         let c = self
             .capture
             .lock()
             .expect("capture mutex is never poisoned");
         if !c.polled {
-            return Ok(None);
+            return Replay::Untouched;
         }
         if c.ended && !c.overflowed {
             let chunks = c.chunks.clone();
@@ -71,9 +81,9 @@ impl BodyTap {
                     .into_iter()
                     .map(|b| Ok::<_, BoxError>(Frame::data(b))),
             );
-            return Ok(Some(http_body_util::StreamBody::new(stream).boxed_unsync()));
+            return Replay::Body(http_body_util::StreamBody::new(stream).boxed_unsync());
         }
-        Err(())
+        Replay::Lost
     }
 
     /// True once any body byte was handed upstream.

@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::body::{BodyTap, RequestBody, ResponseBody};
+use super::body::{BodyTap, Replay, RequestBody, ResponseBody};
 use super::client_body::{client_fault, MinRate};
 use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
@@ -224,11 +224,11 @@ pub(crate) async fn forward(
                 }
                 let unprocessed = is_unprocessed(&e);
                 let replay = match tap.replay() {
-                    Ok(Some(b)) => Some(b),
-                    Ok(None) if empty => {
+                    Replay::Body(b) => Some(b),
+                    Replay::Untouched if empty => {
                         Some(Empty::new().map_err(|never| match never {}).boxed_unsync())
                     }
-                    _ => None,
+                    Replay::Untouched | Replay::Lost => None,
                 };
                 if unprocessed {
                     // The node declared the stream unprocessed (GOAWAY/REFUSED_STREAM): no penalty, same node.

@@ -131,6 +131,7 @@ pin_project_lite::pin_project! {
     /// A node's response body on its way down: relays frames as they come, records the
     /// `grpc-status` of the trailers, and closes the body at the node's drain deadline (see the
     /// module docs).
+    #[project = DeadlineBodyProj]
     pub struct DeadlineBody<B> {
         #[pin]
         inner: B,
@@ -139,6 +140,7 @@ pin_project_lite::pin_project! {
         grpc: bool,
         status: GrpcStatus,
         cut: bool,
+        polls: u32,
     }
 }
 
@@ -159,6 +161,7 @@ impl<B> DeadlineBody<B> {
             grpc,
             status,
             cut: false,
+            polls: 0,
         }
     }
 }
@@ -276,6 +279,29 @@ fn unavailable_trailers() -> HeaderMap {
     t
 }
 
+/// Frames relayed between two polls of the drain deadline while the node keeps sending.
+const DEADLINE_CHECK_EVERY: u32 = 32;
+
+/// Polls the drain deadline; true (once) when it passed.
+fn deadline_passed(deadline: &mut Option<Deadline>, cx: &mut Context<'_>) -> bool {
+    let passed = deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
+    if passed {
+        *deadline = None;
+    }
+    passed
+}
+
+/// Ends the body at the drain deadline: `grpc-status: 14` trailers for gRPC, an error otherwise.
+fn cut<B>(this: &mut DeadlineBodyProj<'_, B>) -> Result<Frame<Bytes>, BoxError> {
+    *this.cut = true;
+    tracing::info!(node = %this.node, grpc = *this.grpc, "drain deadline passed; closing a response still streaming");
+    if *this.grpc {
+        this.status.set(UNAVAILABLE);
+        return Ok(Frame::trailers(unavailable_trailers()));
+    }
+    Err(Box::new(StreamError::DrainDeadline(this.node.to_string())))
+}
+
 impl<B> Body for DeadlineBody<B>
 where
     B: Body<Data = Bytes>,
@@ -288,26 +314,24 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
+        let mut this = self.project();
         if *this.cut {
             return Poll::Ready(None);
         }
-        if let Some(deadline) = this.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
-                *this.deadline = None;
-                *this.cut = true;
-                tracing::info!(node = %this.node, grpc = *this.grpc, "drain deadline passed; closing a response still streaming");
-                if *this.grpc {
-                    this.status.set(UNAVAILABLE);
-                    return Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers()))));
-                }
-                return Poll::Ready(Some(Err(Box::new(StreamError::DrainDeadline(
-                    this.node.to_string(),
-                )))));
-            }
+        // The deadline future is polled when the node has nothing to relay (before returning
+        // Pending, so its waker is registered) and every DEADLINE_CHECK_EVERY frames, not on every
+        // frame: polling it takes the node signal's lock, shared by all of the node's responses.
+        if this.polls.is_multiple_of(DEADLINE_CHECK_EVERY) && deadline_passed(this.deadline, cx) {
+            return Poll::Ready(Some(cut(&mut this)));
         }
-        match this.inner.poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
+        *this.polls = this.polls.wrapping_add(1);
+        match this.inner.as_mut().poll_frame(cx) {
+            Poll::Pending => {
+                if deadline_passed(this.deadline, cx) {
+                    return Poll::Ready(Some(cut(&mut this)));
+                }
+                Poll::Pending
+            }
             Poll::Ready(None) => {
                 *this.deadline = None;
                 Poll::Ready(None)
@@ -466,6 +490,27 @@ mod tests {
         };
         assert_eq!(start.elapsed(), Duration::from_secs(12));
         assert!(r.expect("a result").is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_never_waits_is_still_cut() {
+        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
+        let frames = futures_util::stream::repeat_with(|| Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))));
+        let mut body = DeadlineBody::new(StreamBody::new(frames), Arc::from("n"), rx, true, GrpcStatus::default());
+        for _ in 0..100 {
+            assert!(body.frame().await.expect("frame").expect("ok").is_data());
+        }
+        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(Instant::now()) });
+        let mut relayed = 0;
+        loop {
+            let frame = body.frame().await.expect("frame").expect("ok");
+            if frame.is_trailers() {
+                break;
+            }
+            relayed += 1;
+        }
+        assert!(relayed <= DEADLINE_CHECK_EVERY, "{relayed} frames relayed past the deadline");
+        assert!(body.frame().await.is_none());
     }
 
     #[tokio::test]
