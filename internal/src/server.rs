@@ -322,6 +322,10 @@ async fn serve_data(
                 if let Err(e) = r {
                     tracing::debug!(peer = %peer, error = %e, "downstream connection ended with error");
                 }
+                // The connection was its own affinity key: with it gone, so is the binding.
+                if let Some(id) = dc.conn_id.get() {
+                    proxy.hopper.store().remove(id).await;
+                }
                 return;
             }
             _ = watch.signaled(), if !closing => {

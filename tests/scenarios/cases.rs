@@ -16,7 +16,7 @@ use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, Redis, Resp};
+use integration_tests::{cluster_toml, get, request, Gateway, Mock, Redis, Resp};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -30,7 +30,8 @@ const TCP_HEALTH: &str = "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeou
 /// Fast HTTP probes (`GET /health`), for cases where a node is alive but failing.
 const HTTP_HEALTH: &str = "[health]\ninterval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\n";
 /// Probes that never move a node within a test: a killed node stays "healthy" until traffic finds out.
-const SLOW_HEALTH: &str = "[health]\nkind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nslow_start = \"0s\"\n";
+const SLOW_HEALTH: &str =
+    "[health]\nkind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nslow_start = \"0s\"\n";
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -43,45 +44,84 @@ fn config(top: &str, health: &str, nodes: &[&Mock], route: &str) -> String {
 }
 
 fn config_addrs(top: &str, health: &str, nodes: &[(&str, String)], route: &str) -> String {
-    format!("{top}\n{health}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n{route}\n", cluster_toml("c", nodes, ""))
+    format!(
+        "{top}\n{health}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n{route}\n",
+        cluster_toml("c", nodes, "")
+    )
 }
 
 fn node_of(r: &Resp) -> String {
-    r.header("x-node-id").unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
+    r.header("x-node-id")
+        .unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
 }
 
 /// Every value of header `name` the node received, from the mock's `/echo` JSON.
 fn echo_header(echo: &serde_json::Value, name: &str) -> Vec<String> {
-    echo["headers"].as_array().expect("headers array").iter().filter(|p| p[0] == name).map(|p| p[1].as_str().expect("value").to_string()).collect()
+    echo["headers"]
+        .as_array()
+        .expect("headers array")
+        .iter()
+        .filter(|p| p[0] == name)
+        .map(|p| p[1].as_str().expect("value").to_string())
+        .collect()
 }
 
 /// Asserts `body` is the SPEC error shape; returns its message.
 fn json_error(body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(body)));
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(body)));
     assert_eq!(v["code"], -1, "{v}");
-    let msg = v["message"].as_str().unwrap_or_else(|| panic!("no message in {v}")).to_string();
+    let msg = v["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no message in {v}"))
+        .to_string();
     assert!(!msg.is_empty(), "{v}");
     msg
 }
 
 /// Sum of every `hopping_count_total{...}` series.
 async fn hops_total(gw: &Gateway) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[]).await.expect("metrics").text();
-    text.lines().filter(|l| l.starts_with("hopping_count_total{")).filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())).sum()
+    let text = get(&gw.admin("/metrics"), &[])
+        .await
+        .expect("metrics")
+        .text();
+    text.lines()
+        .filter(|l| l.starts_with("hopping_count_total{"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
 }
 
 /// The paths a mock saw since its last reset, `/health` probes excluded; asserts the mock's
 /// bounded path list is complete.
 async fn non_probe_paths(m: &Mock) -> Vec<String> {
-    let stats = get(&format!("{}/control/stats", m.url()), &[]).await.expect("stats").json();
-    let paths: Vec<String> = stats["paths"].as_array().expect("paths").iter().map(|p| p.as_str().expect("str").to_string()).collect();
-    assert_eq!(stats["requests"].as_u64().expect("requests"), paths.len() as u64, "stats path list truncated: {stats}");
+    let stats = get(&format!("{}/control/stats", m.url()), &[])
+        .await
+        .expect("stats")
+        .json();
+    let paths: Vec<String> = stats["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .map(|p| p.as_str().expect("str").to_string())
+        .collect();
+    assert_eq!(
+        stats["requests"].as_u64().expect("requests"),
+        paths.len() as u64,
+        "stats path list truncated: {stats}"
+    );
     paths.into_iter().filter(|p| p != "/health").collect()
 }
 
 /// A `POST /control/<knob>` on a mock.
 async fn knob(m: &Mock, path: &str) {
-    let r = request("POST", &format!("{}/control/{path}", m.url()), &[], Vec::new()).await.expect("control call");
+    let r = request(
+        "POST",
+        &format!("{}/control/{path}", m.url()),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("control call");
     assert_eq!(r.status, 200, "{path}: {}", r.text());
 }
 
@@ -93,7 +133,14 @@ async fn bind_to(gw: &Gateway, id: &str, node: &str) {
         if node_of(&r) == node {
             return;
         }
-        let r = request("DELETE", &gw.admin(&format!("/admin/conns/{id}")), &[], Vec::new()).await.expect("delete");
+        let r = request(
+            "DELETE",
+            &gw.admin(&format!("/admin/conns/{id}")),
+            &[],
+            Vec::new(),
+        )
+        .await
+        .expect("delete");
         assert_eq!(r.status, 204);
     }
     panic!("could not bind {id} to {node}");
@@ -117,7 +164,10 @@ fn sha_hex(b: &[u8]) -> String {
 }
 
 fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as u64
 }
 
 /// One response head read off a raw socket.
@@ -130,7 +180,10 @@ struct Head {
 
 impl Head {
     fn get(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -146,7 +199,12 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 impl Raw {
     async fn connect(port: u16) -> Raw {
-        Raw { s: TcpStream::connect(("127.0.0.1", port)).await.expect("connect"), buf: Vec::new() }
+        Raw {
+            s: TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect"),
+            buf: Vec::new(),
+        }
     }
 
     async fn send(&mut self, bytes: &[u8]) {
@@ -176,14 +234,23 @@ impl Raw {
                     let status_line = lines.next().expect("status line");
                     let mut parts = status_line.splitn(3, ' ');
                     let version = parts.next().expect("version").to_string();
-                    let status = parts.next().and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+                    let status = parts
+                        .next()
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
                     let headers = lines
                         .map(|l| {
-                            let (k, v) = l.split_once(':').unwrap_or_else(|| panic!("bad header line {l:?}"));
+                            let (k, v) = l
+                                .split_once(':')
+                                .unwrap_or_else(|| panic!("bad header line {l:?}"));
                             (k.trim().to_ascii_lowercase(), v.trim().to_string())
                         })
                         .collect();
-                    return Some(Head { status, version, headers });
+                    return Some(Head {
+                        status,
+                        version,
+                        headers,
+                    });
                 }
                 if self.more().await == 0 {
                     return None;
@@ -195,7 +262,11 @@ impl Raw {
 
     async fn fill(&mut self, need: usize) {
         while self.buf.len() < need {
-            assert!(self.more().await > 0, "connection ended after {} of {need} body bytes", self.buf.len());
+            assert!(
+                self.more().await > 0,
+                "connection ended after {} of {need} body bytes",
+                self.buf.len()
+            );
         }
     }
 
@@ -207,7 +278,9 @@ impl Raw {
                 self.fill(cl).await;
                 return self.buf.drain(..cl).collect();
             }
-            if h.get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            if h.get("transfer-encoding")
+                .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+            {
                 let mut body = Vec::new();
                 loop {
                     let line_end = loop {
@@ -218,7 +291,9 @@ impl Raw {
                         self.fill(need).await;
                     };
                     let size_str = String::from_utf8_lossy(&self.buf[..line_end]).to_string();
-                    let size = usize::from_str_radix(size_str.split(';').next().expect("size").trim(), 16).expect("chunk size");
+                    let size =
+                        usize::from_str_radix(size_str.split(';').next().expect("size").trim(), 16)
+                            .expect("chunk size");
                     self.fill(line_end + 2 + size + 2).await;
                     body.extend_from_slice(&self.buf[line_end + 2..line_end + 2 + size]);
                     self.buf.drain(..line_end + 2 + size + 2);
@@ -230,12 +305,17 @@ impl Raw {
             while self.more().await > 0 {}
             std::mem::take(&mut self.buf)
         };
-        timeout(Duration::from_secs(10), fut).await.expect("a response body in time")
+        timeout(Duration::from_secs(10), fut)
+            .await
+            .expect("a response body in time")
     }
 
     /// The next whole response within `t`.
     async fn response(&mut self, t: Duration) -> (Head, Vec<u8>) {
-        let h = self.head(t).await.expect("a response before the connection ended");
+        let h = self
+            .head(t)
+            .await
+            .expect("a response before the connection ended");
         let b = self.body(&h).await;
         (h, b)
     }
@@ -265,12 +345,22 @@ async fn refused(port: u16, wire: &[u8]) -> (Head, Vec<u8>) {
     let mut c = Raw::connect(port).await;
     c.send(wire).await;
     let (h, b) = c.response(Duration::from_secs(5)).await;
-    assert!(c.closed_within(Duration::from_secs(2)).await, "connection left open after {} for {:?}", h.status, String::from_utf8_lossy(wire));
+    assert!(
+        c.closed_within(Duration::from_secs(2)).await,
+        "connection left open after {} for {:?}",
+        h.status,
+        String::from_utf8_lossy(wire)
+    );
     (h, b)
 }
 
 /// Polls `GET /data` every 100 ms until stopped; returns (requests, failures, slowest).
-fn prober(gw: &Gateway) -> (Arc<AtomicBool>, tokio::task::JoinHandle<(u32, Vec<String>, Duration)>) {
+fn prober(
+    gw: &Gateway,
+) -> (
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<(u32, Vec<String>, Duration)>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let url = gw.url("/data");
@@ -295,7 +385,12 @@ fn prober(gw: &Gateway) -> (Arc<AtomicBool>, tokio::task::JoinHandle<(u32, Vec<S
 
 fn rss_kib_of(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).expect("VmRSS")
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
 }
 
 /// Samples the RSS of `pid` every 10 ms until stopped; returns the maximum seen (KiB).
@@ -320,8 +415,12 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.expect("handshake");
+    let tcp = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .expect("handshake");
     tokio::spawn(conn);
     send
 }
@@ -336,7 +435,11 @@ async fn case10_h2c_upgrade_is_stripped_and_answered_as_plain_http11() {
     let mut c = Raw::connect(gw.port).await;
     c.send(b"GET /echo/h2c HTTP/1.1\r\nHost: h2c.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n").await;
     let (h, body) = c.response(Duration::from_secs(5)).await;
-    assert_eq!((h.version.as_str(), h.status), ("HTTP/1.1", 200), "never 101: {h:?}");
+    assert_eq!(
+        (h.version.as_str(), h.status),
+        ("HTTP/1.1", 200),
+        "never 101: {h:?}"
+    );
     assert_eq!(h.get("upgrade"), None);
     // An upgrade the gateway did not perform ends the connection (the framing watch stopped at it).
     assert_eq!(h.get("connection"), Some("close"));
@@ -344,7 +447,11 @@ async fn case10_h2c_upgrade_is_stripped_and_answered_as_plain_http11() {
     assert_eq!(echo["version"], "HTTP/1.1");
     assert_eq!(echo["method"], "GET");
     for name in ["upgrade", "http2-settings", "connection"] {
-        assert_eq!(echo_header(&echo, name), Vec::<String>::new(), "node received {name}: {echo}");
+        assert_eq!(
+            echo_header(&echo, name),
+            Vec::<String>::new(),
+            "node received {name}: {echo}"
+        );
     }
     assert_eq!(echo_header(&echo, "host"), ["h2c.test"]);
     assert!(c.closed_within(Duration::from_secs(2)).await);
@@ -366,16 +473,31 @@ async fn case11_forwarded_for_lines_are_joined_or_replaced_by_trust() {
     ];
     // No trusted_proxies: append (Go-compatible), one line.
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
-    let echo = get(&gw.url("/echo/ip"), &incoming).await.expect("get").json();
-    assert_eq!(echo_header(&echo, "x-forwarded-for"), ["10.0.0.1, 127.0.0.1, 127.0.0.1"]);
+    let echo = get(&gw.url("/echo/ip"), &incoming)
+        .await
+        .expect("get")
+        .json();
+    assert_eq!(
+        echo_header(&echo, "x-forwarded-for"),
+        ["10.0.0.1, 127.0.0.1, 127.0.0.1"]
+    );
     assert_eq!(echo_header(&echo, "x-forwarded-proto"), ["http"]);
     assert_eq!(echo_header(&echo, "x-forwarded-host"), ["app.test"]);
     assert_eq!(echo_header(&echo, "forwarded"), ["for=192.0.2.1"]);
     drop(gw);
 
     // Peer outside trusted_proxies: dropped and replaced.
-    let gw = Gateway::start(&config("[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n", TCP_HEALTH, &[&a], "")).await;
-    let echo = get(&gw.url("/echo/ip"), &incoming).await.expect("get").json();
+    let gw = Gateway::start(&config(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+        TCP_HEALTH,
+        &[&a],
+        "",
+    ))
+    .await;
+    let echo = get(&gw.url("/echo/ip"), &incoming)
+        .await
+        .expect("get")
+        .json();
     assert_eq!(echo_header(&echo, "x-forwarded-for"), ["127.0.0.1"]);
     assert_eq!(echo_header(&echo, "forwarded"), Vec::<String>::new());
     assert_eq!(echo_header(&echo, "x-real-ip"), Vec::<String>::new());
@@ -384,9 +506,24 @@ async fn case11_forwarded_for_lines_are_joined_or_replaced_by_trust() {
     drop(gw);
 
     // Peer inside: kept, the peer appended.
-    let gw = Gateway::start(&config("[server]\ntrusted_proxies = [\"127.0.0.0/8\"]\n", TCP_HEALTH, &[&a], "")).await;
-    let echo = get(&gw.url("/echo/ip"), &[("host", "app.test"), ("x-forwarded-for", "203.0.113.7")]).await.expect("get").json();
-    assert_eq!(echo_header(&echo, "x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    let gw = Gateway::start(&config(
+        "[server]\ntrusted_proxies = [\"127.0.0.0/8\"]\n",
+        TCP_HEALTH,
+        &[&a],
+        "",
+    ))
+    .await;
+    let echo = get(
+        &gw.url("/echo/ip"),
+        &[("host", "app.test"), ("x-forwarded-for", "203.0.113.7")],
+    )
+    .await
+    .expect("get")
+    .json();
+    assert_eq!(
+        echo_header(&echo, "x-forwarded-for"),
+        ["203.0.113.7, 127.0.0.1"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,7 +533,9 @@ async fn case11_forwarded_for_lines_are_joined_or_replaced_by_trust() {
 async fn case12_host_passes_through_once_and_two_hosts_are_400() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
-    let r = get(&gw.url("/echo/index.html"), &[("host", "app.example.test")]).await.expect("get");
+    let r = get(&gw.url("/echo/index.html"), &[("host", "app.example.test")])
+        .await
+        .expect("get");
     assert_eq!(r.status, 200);
     let echo = r.json();
     assert_eq!(echo["path"], "/echo/index.html");
@@ -404,7 +543,11 @@ async fn case12_host_passes_through_once_and_two_hosts_are_400() {
     assert_eq!(echo_header(&echo, "x-forwarded-host"), ["app.example.test"]);
     a.reset_stats().await;
     // Two Host lines: RFC 9112 section 3.2 says 400; nothing forwarded.
-    let (h, body) = refused(gw.port, b"GET /echo/x HTTP/1.1\r\nHost: app.example.test\r\nHost: evil.test\r\n\r\n").await;
+    let (h, body) = refused(
+        gw.port,
+        b"GET /echo/x HTTP/1.1\r\nHost: app.example.test\r\nHost: evil.test\r\n\r\n",
+    )
+    .await;
     assert_eq!(h.status, 400);
     json_error(&body);
     assert_eq!(a.requests().await, 0);
@@ -444,11 +587,19 @@ async fn case13_cl_with_te_is_400_and_nothing_forwarded() {
             let msg = json_error(&body);
             assert!(msg.starts_with("bad request: "), "{msg}");
         } else {
-            assert!(body.is_empty(), "hyper's own answer has no body: {:?}", String::from_utf8_lossy(&body));
+            assert!(
+                body.is_empty(),
+                "hyper's own answer has no body: {:?}",
+                String::from_utf8_lossy(&body)
+            );
         }
     }
     assert_eq!(a.requests().await, 0, "no node saw any request");
-    assert_eq!(gw.metric("gateway_requests_total{route=\"-\",node=\"-\",code=\"400\"}").await, 6.0);
+    assert_eq!(
+        gw.metric("gateway_requests_total{route=\"-\",node=\"-\",code=\"400\"}")
+            .await,
+        6.0
+    );
 }
 
 /// A tab after `chunked` is optional whitespace (RFC 9110 section 5.5), which hyper's parser trims:
@@ -493,7 +644,11 @@ async fn case14_obs_fold_and_colonless_lines_are_400_and_nothing_forwarded() {
     for wire in cases {
         let (h, body) = refused(gw.port, wire.as_bytes()).await;
         assert_eq!(h.status, 400, "{wire:?}");
-        assert!(body.is_empty(), "hyper's own answer has no body: {:?}", String::from_utf8_lossy(&body));
+        assert!(
+            body.is_empty(),
+            "hyper's own answer has no body: {:?}",
+            String::from_utf8_lossy(&body)
+        );
     }
     assert_eq!(a.requests().await, 0, "no node saw any request");
 }
@@ -508,30 +663,65 @@ async fn case16_long_target_and_header_block_get_414_431_and_control_passes_byte
 
     // Past hyper's own URI limit (65,534 bytes): hyper answers 414 itself.
     let target = format!("/echo?q={}", "a".repeat(70_000 - 8));
-    let (h, body) = refused(gw.port, format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await;
+    let (h, body) = refused(
+        gw.port,
+        format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await;
     assert_eq!(h.status, 414);
     assert!(body.is_empty());
     // Past the 16 KiB request-line limit: the gateway's JSON 414.
     let target = format!("/echo?q={}", "a".repeat(17 * 1024));
-    let (h, body) = refused(gw.port, format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await;
+    let (h, body) = refused(
+        gw.port,
+        format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await;
     assert_eq!(h.status, 414);
     assert_eq!(json_error(&body), "request line longer than 16384 bytes");
     // A 64 KiB cookie: 431.
-    let (h, body) = refused(gw.port, format!("GET /echo HTTP/1.1\r\nHost: x\r\nCookie: c={}\r\n\r\n", "b".repeat(64 * 1024)).as_bytes()).await;
+    let (h, body) = refused(
+        gw.port,
+        format!(
+            "GET /echo HTTP/1.1\r\nHost: x\r\nCookie: c={}\r\n\r\n",
+            "b".repeat(64 * 1024)
+        )
+        .as_bytes(),
+    )
+    .await;
     assert_eq!(h.status, 431);
-    assert_eq!(json_error(&body), "request header block larger than 32768 bytes");
+    assert_eq!(
+        json_error(&body),
+        "request header block larger than 32768 bytes"
+    );
     // 200 header fields: 431.
     let fields: String = (0..200).map(|i| format!("X-F{i}: v\r\n")).collect();
-    let (h, body) = refused(gw.port, format!("GET /echo HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes()).await;
+    let (h, body) = refused(
+        gw.port,
+        format!("GET /echo HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes(),
+    )
+    .await;
     assert_eq!(h.status, 431);
-    assert_eq!(json_error(&body), "request header block larger than 100 fields");
+    assert_eq!(
+        json_error(&body),
+        "request header block larger than 100 fields"
+    );
     assert_eq!(a.requests().await, 0, "nothing forwarded");
 
     // Positive control: an 8,000-byte target and a ~15 KiB header block pass byte for byte.
-    let query: String = (0..8000 - "/echo/ctl?q=".len()).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let query: String = (0..8000 - "/echo/ctl?q=".len())
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
     let target = format!("/echo/ctl?q={query}");
     assert_eq!(target.len(), 8000);
-    let values: Vec<String> = (0..10).map(|i| pattern(1500, i + 1).iter().map(|b| (b'!' + b % 90) as char).collect()).collect();
+    let values: Vec<String> = (0..10)
+        .map(|i| {
+            pattern(1500, i + 1)
+                .iter()
+                .map(|b| (b'!' + b % 90) as char)
+                .collect()
+        })
+        .collect();
     let mut wire = format!("GET {target} HTTP/1.1\r\nHost: x\r\n");
     for (i, v) in values.iter().enumerate() {
         wire.push_str(&format!("X-Fill-{i}: {v}\r\n"));
@@ -542,7 +732,14 @@ async fn case16_long_target_and_header_block_get_414_431_and_control_passes_byte
     let (h, body) = c.response(Duration::from_secs(5)).await;
     assert_eq!(h.status, 200);
     let echo: serde_json::Value = serde_json::from_slice(&body).expect("echo");
-    assert_eq!(format!("{}?{}", echo["path"].as_str().expect("path"), echo["query"].as_str().expect("query")), target);
+    assert_eq!(
+        format!(
+            "{}?{}",
+            echo["path"].as_str().expect("path"),
+            echo["query"].as_str().expect("query")
+        ),
+        target
+    );
     for (i, v) in values.iter().enumerate() {
         assert_eq!(echo_header(&echo, &format!("x-fill-{i}")), [v.clone()]);
     }
@@ -567,7 +764,10 @@ async fn case15_early_401_reaches_the_client_without_100_and_no_body_moves() {
     assert_eq!(j["node"], "node-a");
     assert!(took < Duration::from_millis(500), "401 took {took:?}");
     // The unsent body cannot be read as a next request: the gateway ends the connection, cleanly.
-    assert!(c.fin_within(Duration::from_secs(2)).await, "a clean close (FIN, no reset) after the 401");
+    assert!(
+        c.fin_within(Duration::from_secs(2)).await,
+        "a clean close (FIN, no reset) after the 401"
+    );
     assert_eq!(a.requests().await, 1);
     eprintln!("FIGURE case15 early 401 after {took:?}");
 }
@@ -580,7 +780,10 @@ async fn case15_node_100_is_relayed_once_then_the_final_status() {
     let mut c = Raw::connect(gw.port).await;
     let t0 = Instant::now();
     c.send(format!("PUT /echo/bucket/big.bin HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", body.len()).as_bytes()).await;
-    let h = c.head(Duration::from_secs(3)).await.expect("interim answer");
+    let h = c
+        .head(Duration::from_secs(3))
+        .await
+        .expect("interim answer");
     let took = t0.elapsed();
     assert_eq!(h.status, 100);
     // Well before the gateway's own 1 s: this 100 is the node's, relayed.
@@ -598,13 +801,19 @@ async fn case15_node_100_is_relayed_once_then_the_final_status() {
 
 /// A hand-made node that never sends 100 Continue: it reads the head and waits for the body.
 /// Reports (had Expect, body bytes, ms from head to first body byte) per request.
-async fn silent_expect_node() -> (String, tokio::sync::mpsc::Receiver<(bool, usize, u128)>, tokio::task::JoinHandle<()>) {
+async fn silent_expect_node() -> (
+    String,
+    tokio::sync::mpsc::Receiver<(bool, usize, u128)>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { return };
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
@@ -620,7 +829,11 @@ async fn silent_expect_node() -> (String, tokio::sync::mpsc::Receiver<(bool, usi
                 };
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
                 let expect = head.contains("\r\nexpect: 100-continue\r\n");
-                let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).map(|v| v.trim().parse().expect("cl")).unwrap_or(0);
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().expect("cl"))
+                    .unwrap_or(0);
                 let head_at = Instant::now();
                 let mut got = buf.len() - head_end;
                 let mut first: Option<Instant> = (got > 0).then(Instant::now);
@@ -634,7 +847,9 @@ async fn silent_expect_node() -> (String, tokio::sync::mpsc::Receiver<(bool, usi
                         }
                     }
                 }
-                let _ = s.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok").await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
                 let wait = first.map_or(u128::MAX, |f| f.duration_since(head_at).as_millis());
                 let _ = tx.send((expect, got, wait)).await;
             });
@@ -651,17 +866,29 @@ async fn case15_node_ignoring_expect_gets_the_body_after_the_gateways_own_100_wi
     let mut c = Raw::connect(gw.port).await;
     let t0 = Instant::now();
     c.send(format!("PUT /bucket/big.bin HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", body.len()).as_bytes()).await;
-    let h = c.head(Duration::from_secs(3)).await.expect("interim answer");
+    let h = c
+        .head(Duration::from_secs(3))
+        .await
+        .expect("interim answer");
     let took = t0.elapsed();
     assert_eq!(h.status, 100);
-    assert!(took >= Duration::from_millis(900) && took <= Duration::from_millis(1300), "gateway's own 100 after {took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took <= Duration::from_millis(1300),
+        "gateway's own 100 after {took:?}"
+    );
     c.send(&body).await;
     let (h, resp) = c.response(Duration::from_secs(5)).await;
     assert_eq!((h.status, resp.as_slice()), (201, &b"ok"[..]));
-    let (expect, got, wait_ms) = timeout(Duration::from_secs(2), reports.recv()).await.expect("node report").expect("report");
+    let (expect, got, wait_ms) = timeout(Duration::from_secs(2), reports.recv())
+        .await
+        .expect("node report")
+        .expect("report");
     assert!(expect, "the node received Expect: 100-continue");
     assert_eq!(got, body.len());
-    assert!((900..=1500).contains(&wait_ms), "body reached the node {wait_ms} ms after the head");
+    assert!(
+        (900..=1500).contains(&wait_ms),
+        "body reached the node {wait_ms} ms after the head"
+    );
     node.abort();
     eprintln!("FIGURE case15 gateway's own 100 after {took:?}");
 }
@@ -681,44 +908,86 @@ async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again()
 
     b.kill().await;
     // At once, and again: a refused connect sent nothing, so it is retried elsewhere.
-    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")]).await.expect("get");
+    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+        .await
+        .expect("get");
     assert_eq!(r.status, 200, "{}", r.text());
     let new_node = node_of(&r);
     assert_ne!(new_node, "node-b");
-    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")]).await.expect("get");
+    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+        .await
+        .expect("get");
     assert_eq!((r.status, node_of(&r)), (200, new_node.clone()));
     // Ten at once for c-3003 (already moved), and ten at once for c-3004, whose first requests
     // since the kill race each other to move it.
     let burst = |id: &'static str| {
         let url = gw.url("/echo/s");
-        async move { futures_util::future::join_all((0..10).map(|_| get(&url, &[(HDR, id)]))).await }
+        async move {
+            let url = &url;
+            futures_util::future::join_all(
+                (0..10).map(|_| async move { get(url, &[(HDR, id)]).await }),
+            )
+            .await
+        }
     };
     let (r3, r4) = tokio::join!(burst("c-3003"), burst("c-3004"));
-    let nodes3: Vec<(u16, String)> = r3.into_iter().map(|r| r.expect("get")).map(|r| (r.status, node_of(&r))).collect();
-    let nodes4: Vec<(u16, String)> = r4.into_iter().map(|r| r.expect("get")).map(|r| (r.status, node_of(&r))).collect();
-    assert!(nodes3.iter().all(|n| *n == (200, new_node.clone())), "c-3003 burst: {nodes3:?}");
+    let nodes3: Vec<(u16, String)> = r3
+        .into_iter()
+        .map(|r| r.expect("get"))
+        .map(|r| (r.status, node_of(&r)))
+        .collect();
+    let nodes4: Vec<(u16, String)> = r4
+        .into_iter()
+        .map(|r| r.expect("get"))
+        .map(|r| (r.status, node_of(&r)))
+        .collect();
+    assert!(
+        nodes3.iter().all(|n| *n == (200, new_node.clone())),
+        "c-3003 burst: {nodes3:?}"
+    );
     let moved4 = nodes4[0].1.clone();
     assert_ne!(moved4, "node-b");
-    assert!(nodes4.iter().all(|n| *n == (200, moved4.clone())), "c-3004 burst all on one new node: {nodes4:?}");
-    assert_eq!(hops_total(&gw).await - hops0, 2.0, "each binding moved exactly once");
-    assert_eq!(gw.admin_json("/admin/conns/c-3003").await["node"], new_node.as_str());
-    assert_eq!(gw.admin_json("/admin/conns/c-3004").await["node"], moved4.as_str());
+    assert!(
+        nodes4.iter().all(|n| *n == (200, moved4.clone())),
+        "c-3004 burst all on one new node: {nodes4:?}"
+    );
+    assert_eq!(
+        hops_total(&gw).await - hops0,
+        2.0,
+        "each binding moved exactly once"
+    );
+    assert_eq!(
+        gw.admin_json("/admin/conns/c-3003").await["node"],
+        new_node.as_str()
+    );
+    assert_eq!(
+        gw.admin_json("/admin/conns/c-3004").await["node"],
+        moved4.as_str()
+    );
 
     // node-b comes back: the moved binding stays, new ids spread over all three nodes.
     b.restart().await;
-    gw.wait_node_state("node-b", "healthy", Duration::from_secs(10)).await;
+    gw.wait_node_state("node-b", "healthy", Duration::from_secs(10))
+        .await;
     for _ in 0..3 {
-        let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")]).await.expect("get");
+        let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+            .await
+            .expect("get");
         assert_eq!((r.status, node_of(&r)), (200, new_node.clone()));
     }
     let mut spread: HashMap<String, u32> = HashMap::new();
     for i in 0..30 {
-        let r = get(&gw.url("/echo/s"), &[(HDR, &format!("c-new-{i}"))]).await.expect("get");
+        let r = get(&gw.url("/echo/s"), &[(HDR, &format!("c-new-{i}"))])
+            .await
+            .expect("get");
         assert_eq!(r.status, 200);
         *spread.entry(node_of(&r)).or_default() += 1;
     }
     for n in ["node-a", "node-b", "node-c"] {
-        assert!(spread.get(n).copied().unwrap_or(0) >= 5, "30 new ids over three nodes: {spread:?}");
+        assert!(
+            spread.get(n).copied().unwrap_or(0) >= 5,
+            "30 new ids over three nodes: {spread:?}"
+        );
     }
     assert_eq!(hops_total(&gw).await - hops0, 2.0);
     eprintln!("FIGURE case17 new ids spread {spread:?}");
@@ -739,7 +1008,8 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
     c.set_down().await;
     c.hang().await;
     for n in ["node-a", "node-b", "node-c"] {
-        gw.wait_node_state(n, "ejected", Duration::from_secs(5)).await;
+        gw.wait_node_state(n, "ejected", Duration::from_secs(5))
+            .await;
     }
     c.reset_stats().await;
 
@@ -750,15 +1020,24 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.status, 503, "GET {i}");
         assert_eq!(r.text(), DEFAULT_FALLBACK);
-        assert_eq!(r.header("content-type").as_deref(), Some("application/json"));
+        assert_eq!(
+            r.header("content-type").as_deref(),
+            Some("application/json")
+        );
         assert_eq!(r.header("retry-after").as_deref(), Some("1"));
     }
-    assert!(slowest < Duration::from_millis(100), "slowest fallback {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "slowest fallback {slowest:?}"
+    );
     let t0 = Instant::now();
     let r = get(&gw.url("/api/x"), &[(HDR, "c-19")]).await.expect("get");
     let bound_took = t0.elapsed();
     assert_eq!((r.status, r.text()), (503, DEFAULT_FALLBACK.to_string()));
-    assert!(bound_took < Duration::from_millis(100), "bound request {bound_took:?}");
+    assert!(
+        bound_took < Duration::from_millis(100),
+        "bound request {bound_took:?}"
+    );
     // A WebSocket upgrade: 503 too, never 101, and the connection ends.
     let t0 = Instant::now();
     let (h, body) = refused(gw.port, b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await;
@@ -770,7 +1049,8 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
 
     // node-b recovers: all traffic goes to it.
     b.restart().await;
-    gw.wait_node_state("node-b", "healthy", Duration::from_secs(10)).await;
+    gw.wait_node_state("node-b", "healthy", Duration::from_secs(10))
+        .await;
     for _ in 0..10 {
         let r = get(&gw.url("/data"), &[]).await.expect("get");
         assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
@@ -796,13 +1076,25 @@ async fn case20_retries_respect_methods_and_bodies() {
     assert_eq!(order.len(), 20);
     let retries = |reason: &'static str| {
         let gw = &gw;
-        async move { gw.metric(&format!("gateway_retries_total{{route=\"api\",reason=\"{reason}\"}}")).await }
+        async move {
+            gw.metric(&format!(
+                "gateway_retries_total{{route=\"api\",reason=\"{reason}\"}}"
+            ))
+            .await
+        }
     };
     let (reset0, connect0) = (retries("reset").await, retries("connect_error").await);
 
     // (a) node-a reads the POST, then resets: not retried, 502 JSON.
     knob(&a, "abort-all").await;
-    let r = request("POST", &gw.url("/echo/orders"), &[(HDR, "c-20"), ("content-type", "application/json")], order.clone()).await.expect("post");
+    let r = request(
+        "POST",
+        &gw.url("/echo/orders"),
+        &[(HDR, "c-20"), ("content-type", "application/json")],
+        order.clone(),
+    )
+    .await
+    .expect("post");
     assert_eq!(r.status, 502);
     let msg = json_error(&r.body);
     assert!(msg.starts_with("node node-a failed: "), "{msg}");
@@ -813,9 +1105,14 @@ async fn case20_retries_respect_methods_and_bodies() {
     knob(&a, "abort-all?after_bytes=1048576").await;
     a.reset_stats().await;
     let big = pattern(10 * 1024 * 1024, 20);
-    let s = TcpStream::connect(("127.0.0.1", gw.port)).await.expect("connect");
+    let s = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
     let (mut rd, mut wr) = s.into_split();
-    let head = format!("PUT /echo/files/f1 HTTP/1.1\r\nHost: x\r\nX-Conn-Id: c-20\r\nContent-Length: {}\r\n\r\n", big.len());
+    let head = format!(
+        "PUT /echo/files/f1 HTTP/1.1\r\nHost: x\r\nX-Conn-Id: c-20\r\nContent-Length: {}\r\n\r\n",
+        big.len()
+    );
     let writer = tokio::spawn(async move {
         if wr.write_all(head.as_bytes()).await.is_ok() {
             let _ = wr.write_all(&big).await;
@@ -823,7 +1120,9 @@ async fn case20_retries_respect_methods_and_bodies() {
         wr
     });
     let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(10), rd.read_to_end(&mut raw)).await.expect("answer and close within 10 s");
+    let _ = timeout(Duration::from_secs(10), rd.read_to_end(&mut raw))
+        .await
+        .expect("answer and close within 10 s");
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
     let body_at = text.find("\r\n\r\n").expect("head end") + 4;
@@ -831,22 +1130,40 @@ async fn case20_retries_respect_methods_and_bodies() {
     drop(writer.await);
     assert_eq!(non_probe_paths(&a).await, ["/echo/files/f1"]);
     assert_eq!(non_probe_paths(&b).await, Vec::<String>::new());
-    assert_eq!(retries("reset").await, reset0, "(a) and (d) were not retried");
+    assert_eq!(
+        retries("reset").await,
+        reset0,
+        "(a) and (d) were not retried"
+    );
 
     // (c) GET, node-a resets after reading it: retried on node-b, 200.
     knob(&a, "abort-all").await;
     a.reset_stats().await;
-    let r = get(&gw.url("/echo/orders/1"), &[(HDR, "c-20")]).await.expect("get");
+    let r = get(&gw.url("/echo/orders/1"), &[(HDR, "c-20")])
+        .await
+        .expect("get");
     assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
     assert_eq!(non_probe_paths(&a).await, ["/echo/orders/1"]);
     assert_eq!(retries("reset").await, reset0 + 1.0);
-    gw.logs.wait_for(&["retrying on another node", "node-a", "node-b", "reset"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &["retrying on another node", "node-a", "node-b", "reset"],
+            Duration::from_secs(2),
+        )
+        .await;
 
     // (b) node-a refuses the connect: the POST is retried on node-b with its body intact.
     knob(&a, "abort-all?state=off").await;
     a.kill().await;
     b.reset_stats().await;
-    let r = request("POST", &gw.url("/echo/orders"), &[(HDR, "c-20b"), ("content-type", "application/json")], order.clone()).await.expect("post");
+    let r = request(
+        "POST",
+        &gw.url("/echo/orders"),
+        &[(HDR, "c-20b"), ("content-type", "application/json")],
+        order.clone(),
+    )
+    .await
+    .expect("post");
     assert_eq!(r.status, 200, "{}", r.text());
     let echo = r.json();
     assert_eq!(echo["node"], "node-b");
@@ -856,7 +1173,17 @@ async fn case20_retries_respect_methods_and_bodies() {
     assert_eq!(echo_header(&echo, "content-length"), ["20"]);
     assert_eq!(non_probe_paths(&b).await, ["/echo/orders"]);
     assert_eq!(retries("connect_error").await, connect0 + 1.0);
-    gw.logs.wait_for(&["retrying on another node", "node-a", "node-b", "connect_error"], Duration::from_secs(2)).await;
+    gw.logs
+        .wait_for(
+            &[
+                "retrying on another node",
+                "node-a",
+                "node-b",
+                "connect_error",
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -870,7 +1197,13 @@ async fn idle_rounds(gw: &Gateway, tasks: usize, rounds: usize, post: bool) -> H
             let mut seen: HashMap<u16, u32> = HashMap::new();
             let send = |url: String| async move {
                 if post {
-                    request("POST", &url, &[("content-type", "text/plain")], b"small order body".to_vec()).await
+                    request(
+                        "POST",
+                        &url,
+                        &[("content-type", "text/plain")],
+                        b"small order body".to_vec(),
+                    )
+                    .await
                 } else {
                     get(&url, &[]).await
                 }
@@ -882,7 +1215,8 @@ async fn idle_rounds(gw: &Gateway, tasks: usize, rounds: usize, post: bool) -> H
                     json_error(&r.body);
                 }
                 // 280-320 ms: around the node's 300 ms idle close.
-                tokio::time::sleep(Duration::from_millis(280 + ((t * 13 + i * 7) % 41) as u64)).await;
+                tokio::time::sleep(Duration::from_millis(280 + ((t * 13 + i * 7) % 41) as u64))
+                    .await;
                 let r = send(url.clone()).await.expect("request");
                 *seen.entry(r.status).or_default() += 1;
                 if r.status != 200 {
@@ -908,7 +1242,11 @@ async fn case21_gets_after_the_nodes_idle_close_never_502() {
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
     knob(&a, "keepalive?idle_ms=300").await;
     let seen = idle_rounds(&gw, 4, 50, false).await;
-    assert_eq!(seen, HashMap::from([(200, 400)]), "200 rounds of GET, idle, GET");
+    assert_eq!(
+        seen,
+        HashMap::from([(200, 400)]),
+        "200 rounds of GET, idle, GET"
+    );
     // Every answer came from exactly one delivered request: nothing was sent twice.
     assert_eq!(a.requests().await, 400);
     // The node restarts between two requests: the pooled socket is dead, the GET still succeeds.
@@ -926,15 +1264,27 @@ async fn case21_advertised_keepalive_and_small_posts_are_never_sent_twice() {
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
     knob(&a, "keepalive?idle_ms=300&advertise=1").await;
     let seen = idle_rounds(&gw, 4, 25, false).await;
-    assert_eq!(seen, HashMap::from([(200, 200)]), "100 rounds with Keep-Alive advertised");
+    assert_eq!(
+        seen,
+        HashMap::from([(200, 200)]),
+        "100 rounds with Keep-Alive advertised"
+    );
     assert_eq!(a.requests().await, 200);
     a.reset_stats().await;
     // POSTs: replayed only when the write itself failed, so a POST the node received is never
     // sent again; one caught by the close exactly while written is a 502, never a duplicate.
     let seen = idle_rounds(&gw, 4, 10, true).await;
     let ok = seen.get(&200).copied().unwrap_or(0);
-    assert_eq!(ok + seen.get(&502).copied().unwrap_or(0), 80, "only 200 or 502: {seen:?}");
-    assert_eq!(a.requests().await, u64::from(ok), "each 200 is one delivery, no POST delivered twice");
+    assert_eq!(
+        ok + seen.get(&502).copied().unwrap_or(0),
+        80,
+        "only 200 or 502: {seen:?}"
+    );
+    assert_eq!(
+        a.requests().await,
+        u64::from(ok),
+        "each 200 is one delivery, no POST delivered twice"
+    );
     eprintln!("FIGURE case21 POSTs after idle: {seen:?}");
 }
 
@@ -953,14 +1303,22 @@ async fn case22_silent_body_and_trickled_heads_are_closed_while_gets_keep_answer
     // (a) Content-Length: 10 and no body: 408 at the body idle timeout, connection closed.
     let mut c = Raw::connect(gw.port).await;
     let t0 = Instant::now();
-    c.send(b"POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n").await;
+    c.send(b"POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+        .await;
     let (h, body) = c.response(Duration::from_secs(5)).await;
     let silent_took = t0.elapsed();
     assert_eq!(h.status, 408);
     assert_eq!(json_error(&body), "request body idle for 1s");
-    assert!(silent_took >= Duration::from_millis(900) && silent_took < Duration::from_millis(2500), "{silent_took:?}");
+    assert!(
+        silent_took >= Duration::from_millis(900) && silent_took < Duration::from_millis(2500),
+        "{silent_took:?}"
+    );
     assert!(c.closed_within(Duration::from_secs(2)).await);
-    assert_eq!(gw.metric("gateway_requests_total{route=\"api\",node=\"node-a\",code=\"408\"}").await, 1.0);
+    assert_eq!(
+        gw.metric("gateway_requests_total{route=\"api\",node=\"node-a\",code=\"408\"}")
+            .await,
+        1.0
+    );
 
     // (b) Heads trickled one line every 300 ms, never finished, on 20 connections.
     let port = gw.port;
@@ -987,13 +1345,23 @@ async fn case22_silent_body_and_trickled_heads_are_closed_while_gets_keep_answer
     });
     let closed = futures_util::future::join_all(trickles).await;
     for (took, got) in &closed {
-        assert!(*took >= Duration::from_millis(900) && *took < Duration::from_millis(2500), "trickled head closed after {took:?}");
-        assert!(got.is_empty() || got.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(got));
+        assert!(
+            *took >= Duration::from_millis(900) && *took < Duration::from_millis(2500),
+            "trickled head closed after {took:?}"
+        );
+        assert!(
+            got.is_empty() || got.starts_with(b"HTTP/1.1 408"),
+            "{:?}",
+            String::from_utf8_lossy(got)
+        );
     }
     stop.store(true, Ordering::Relaxed);
     let (n, bad, slowest) = probe.await.expect("prober");
     assert!(bad.is_empty(), "normal GETs failed meanwhile: {bad:?}");
-    assert!(n >= 10 && slowest < Duration::from_secs(1), "{n} GETs, slowest {slowest:?}");
+    assert!(
+        n >= 10 && slowest < Duration::from_secs(1),
+        "{n} GETs, slowest {slowest:?}"
+    );
     let latest = closed.iter().map(|(t, _)| *t).max().expect("20");
     eprintln!("FIGURE case22 silent body 408 after {silent_took:?}; 20 trickled heads closed by {latest:?}; {n} normal GETs, slowest {slowest:?}");
 }
@@ -1005,11 +1373,17 @@ async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_pas
     let (stop, probe) = prober(&gw);
 
     // (c) 1,000,000 bytes announced, one byte every 200 ms: never idle for 1 s, but far below 1 KiB/s.
-    let s = TcpStream::connect(("127.0.0.1", gw.port)).await.expect("connect");
+    let s = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
     let (mut rd, mut wr) = s.into_split();
     let t0 = Instant::now();
     let writer = tokio::spawn(async move {
-        if wr.write_all(b"POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n").await.is_err() {
+        if wr
+            .write_all(b"POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+            .await
+            .is_err()
+        {
             return;
         }
         for _ in 0..50 {
@@ -1020,20 +1394,35 @@ async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_pas
         }
     });
     let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw)).await.expect("cut and closed within 8 s");
+    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
+        .await
+        .expect("cut and closed within 8 s");
     let cut_after = t0.elapsed();
     writer.abort();
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
     let msg = json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]);
-    assert!(msg.starts_with("request body slower than 1024 bytes/s"), "{msg}");
-    assert!(cut_after >= Duration::from_millis(1500) && cut_after < Duration::from_secs(4), "cut after {cut_after:?}");
+    assert!(
+        msg.starts_with("request body slower than 1024 bytes/s"),
+        "{msg}"
+    );
+    assert!(
+        cut_after >= Duration::from_millis(1500) && cut_after < Duration::from_secs(4),
+        "cut after {cut_after:?}"
+    );
 
     // (d) A steady 200 KiB/s upload (600 KiB over 3 s) passes: the rules are idle and rate based.
     let body = pattern(600 * 1024, 22);
     let mut c = Raw::connect(gw.port).await;
     let t0 = Instant::now();
-    c.send(format!("POST /echo/steady HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes()).await;
+    c.send(
+        format!(
+            "POST /echo/steady HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await;
     for (i, chunk) in body.chunks(20 * 1024).enumerate() {
         tokio::time::sleep_until(t0 + Duration::from_millis(100 * i as u64)).await;
         c.send(chunk).await;
@@ -1093,7 +1482,11 @@ async fn case23_large_put_to_a_slow_node_streams_with_bounded_memory() {
     let (stop, sampler) = rss_sampler(pid);
     let t0 = Instant::now();
     let mut send = h1_conn(gw.port).await;
-    let req = http::Request::put(format!("/echo/big.bin?read_rate={READ_RATE}")).header("host", "big.test").header("content-length", TOTAL.to_string()).body(StreamBody::new(stream)).expect("request");
+    let req = http::Request::put(format!("/echo/big.bin?read_rate={READ_RATE}"))
+        .header("host", "big.test")
+        .header("content-length", TOTAL.to_string())
+        .body(StreamBody::new(stream))
+        .expect("request");
     let resp = send.send_request(req).await.expect("response");
     assert_eq!(resp.status(), 200);
     let body = resp.into_body().collect().await.expect("body").to_bytes();
@@ -1104,14 +1497,24 @@ async fn case23_large_put_to_a_slow_node_streams_with_bounded_memory() {
     assert_eq!(echo["body_len"], TOTAL as u64);
     assert_eq!(echo["body_sha256"], want.as_str());
     assert_eq!(echo_header(&echo, "content-length"), [TOTAL.to_string()]);
-    let first_ms = (echo["first_byte_unix_us"].as_u64().expect("first byte time") as f64 - first_sent.load(Ordering::Relaxed) as f64) / 1000.0;
+    let first_ms = (echo["first_byte_unix_us"]
+        .as_u64()
+        .expect("first byte time") as f64
+        - first_sent.load(Ordering::Relaxed) as f64)
+        / 1000.0;
     let growth = max.saturating_sub(baseline);
     eprintln!("FIGURE case23 256 MiB PUT to a 64 MiB/s reader: {took:?}, node's first body byte after {first_ms:.1} ms, RSS {baseline} -> {max} KiB (+{growth} KiB)");
     // The node's pace held the client back (nothing was buffered ahead of it)...
-    assert!(took >= Duration::from_millis(3500), "{took:?}: faster than the node reads");
+    assert!(
+        took >= Duration::from_millis(3500),
+        "{took:?}: faster than the node reads"
+    );
     // ...memory stayed bounded, and the first bytes were not held back either.
     assert!(growth < 16 * 1024, "gateway RSS grew by {growth} KiB");
-    assert!(first_ms < 100.0, "node saw the first body byte after {first_ms:.1} ms");
+    assert!(
+        first_ms < 100.0,
+        "node saw the first body byte after {first_ms:.1} ms"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1129,17 +1532,33 @@ async fn case23_slow_download_and_concurrent_chunked_uploads_keep_memory_bounded
     let (stop, sampler) = rss_sampler(pid);
     let t0 = Instant::now();
     let mut send = h1_conn::<Empty<Bytes>>(gw.port).await;
-    let resp = send.send_request(http::Request::get(format!("/download?bytes={DOWN}")).header("host", "big.test").body(Empty::new()).expect("request")).await.expect("response");
+    let resp = send
+        .send_request(
+            http::Request::get(format!("/download?bytes={DOWN}"))
+                .header("host", "big.test")
+                .body(Empty::new())
+                .expect("request"),
+        )
+        .await
+        .expect("response");
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let mut got: u64 = 0;
     while let Some(frame) = body.frame().await {
         if let Some(d) = frame.expect("frame").data_ref() {
             for (j, byte) in d.iter().enumerate() {
-                assert_eq!(u64::from(*byte), (got + j as u64) % 251, "download byte {}", got + j as u64);
+                assert_eq!(
+                    u64::from(*byte),
+                    (got + j as u64) % 251,
+                    "download byte {}",
+                    got + j as u64
+                );
             }
             got += d.len() as u64;
-            tokio::time::sleep_until(t0 + Duration::from_secs_f64(got as f64 / (32.0 * 1024.0 * 1024.0))).await;
+            tokio::time::sleep_until(
+                t0 + Duration::from_secs_f64(got as f64 / (32.0 * 1024.0 * 1024.0)),
+            )
+            .await;
         }
     }
     let down_took = t0.elapsed();
@@ -1159,11 +1578,23 @@ async fn case23_slow_download_and_concurrent_chunked_uploads_keep_memory_bounded
                 sha.update(upload_chunk(&block, i));
             }
             let want = hex::encode(sha.finalize());
-            let stream = futures_util::stream::iter((0..128).map(move |i| Ok::<_, Infallible>(Frame::data(upload_chunk(&block, i)))));
+            let stream = futures_util::stream::iter(
+                (0..128).map(move |i| Ok::<_, Infallible>(Frame::data(upload_chunk(&block, i)))),
+            );
             let mut send = h1_conn(port).await;
-            let resp = send.send_request(http::Request::post(format!("/echo/up-{k}")).header("host", "big.test").body(StreamBody::new(stream)).expect("request")).await.expect("response");
+            let resp = send
+                .send_request(
+                    http::Request::post(format!("/echo/up-{k}"))
+                        .header("host", "big.test")
+                        .body(StreamBody::new(stream))
+                        .expect("request"),
+                )
+                .await
+                .expect("response");
             assert_eq!(resp.status(), 200);
-            let echo: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.expect("body").to_bytes()).expect("echo");
+            let echo: serde_json::Value =
+                serde_json::from_slice(&resp.into_body().collect().await.expect("body").to_bytes())
+                    .expect("echo");
             assert_eq!(echo["body_len"], 8 * 1024 * 1024);
             assert_eq!(echo["body_sha256"], want.as_str());
             assert_eq!(echo_header(&echo, "transfer-encoding"), ["chunked"]);
@@ -1173,11 +1604,23 @@ async fn case23_slow_download_and_concurrent_chunked_uploads_keep_memory_bounded
     let up_took = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
     let up_max = sampler.await.expect("sampler");
-    let (down_growth, up_growth) = (down_max.saturating_sub(baseline), up_max.saturating_sub(baseline));
+    let (down_growth, up_growth) = (
+        down_max.saturating_sub(baseline),
+        up_max.saturating_sub(baseline),
+    );
     eprintln!("FIGURE case23 128 MiB download at 32 MiB/s: {down_took:?}, RSS +{down_growth} KiB; 16 x 8 MiB chunked uploads: {up_took:?}, RSS +{up_growth} KiB (baseline {baseline} KiB)");
-    assert!(down_took >= Duration::from_millis(3500), "client pace held: {down_took:?}");
-    assert!(down_growth < 16 * 1024, "download grew RSS by {down_growth} KiB");
-    assert!(up_growth < 24 * 1024, "16 concurrent uploads grew RSS by {up_growth} KiB");
+    assert!(
+        down_took >= Duration::from_millis(3500),
+        "client pace held: {down_took:?}"
+    );
+    assert!(
+        down_growth < 16 * 1024,
+        "download grew RSS by {down_growth} KiB"
+    );
+    assert!(
+        up_growth < 24 * 1024,
+        "16 concurrent uploads grew RSS by {up_growth} KiB"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1188,7 +1631,8 @@ async fn case23_max_body_is_413_up_front_for_a_known_length_and_at_the_limit_for
     // Known length over the limit: 413 before a byte of body is sent, nothing forwarded.
     let mut c = Raw::connect(gw.port).await;
     let t0 = Instant::now();
-    c.send(b"PUT /echo/f HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n").await;
+    c.send(b"PUT /echo/f HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n")
+        .await;
     let (h, body) = c.response(Duration::from_secs(2)).await;
     assert_eq!(h.status, 413);
     assert_eq!(json_error(&body), "request body larger than 1048576 bytes");
@@ -1197,10 +1641,16 @@ async fn case23_max_body_is_413_up_front_for_a_known_length_and_at_the_limit_for
     assert_eq!(a.requests().await, 0);
 
     // Chunked over the limit: streamed up to the limit, then cut with 413.
-    let s = TcpStream::connect(("127.0.0.1", gw.port)).await.expect("connect");
+    let s = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
     let (mut rd, mut wr) = s.into_split();
     let writer = tokio::spawn(async move {
-        if wr.write_all(b"PUT /echo/f HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").await.is_err() {
+        if wr
+            .write_all(b"PUT /echo/f HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .await
+            .is_err()
+        {
             return;
         }
         let chunk = vec![b'z'; 64 * 1024];
@@ -1215,16 +1665,27 @@ async fn case23_max_body_is_413_up_front_for_a_known_length_and_at_the_limit_for
         let _ = wr.write_all(b"0\r\n\r\n").await;
     });
     let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(5), rd.read_to_end(&mut raw)).await.expect("answered and closed");
+    let _ = timeout(Duration::from_secs(5), rd.read_to_end(&mut raw))
+        .await
+        .expect("answered and closed");
     writer.abort();
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 413 "), "{text}");
-    assert_eq!(json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]), "request body larger than 1048576 bytes");
-    assert_eq!(a.requests().await, 1, "the node got the head and part of the body, then the upstream request was aborted");
+    assert_eq!(
+        json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]),
+        "request body larger than 1048576 bytes"
+    );
+    assert_eq!(
+        a.requests().await,
+        1,
+        "the node got the head and part of the body, then the upstream request was aborted"
+    );
 
     // Under the limit: passes whole.
     let body = pattern(512 * 1024, 231);
-    let r = request("PUT", &gw.url("/echo/f"), &[], body.clone()).await.expect("put");
+    let r = request("PUT", &gw.url("/echo/f"), &[], body.clone())
+        .await
+        .expect("put");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["body_sha256"], sha_hex(&body));
 }
@@ -1239,7 +1700,10 @@ async fn ws_text(ws: &mut Ws, t: Duration) -> String {
     use tokio_tungstenite::tungstenite::Message;
     let deadline = Instant::now() + t;
     loop {
-        match tokio::time::timeout_at(deadline, ws.next()).await.expect("a message in time") {
+        match tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("a message in time")
+        {
             Some(Ok(Message::Text(s))) => return s.to_string(),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             other => panic!("expected text, got {other:?}"),
@@ -1255,13 +1719,28 @@ async fn signed_ids_are_issued_on_upgrade_and_forged_ones_get_400_touching_no_bi
     let gw = Gateway::start_with_env(&toml, &[], &[("HOPGW_SECRET", "case-signed-key-1")]).await;
 
     // An upgrade without an id gets a signed one, sent to the node and back to the client.
-    let (mut ws, resp) = timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws", gw.port))).await.expect("in time").expect("101");
-    let id = resp.headers().get("x-conn-id").and_then(|v| v.to_str().ok()).expect("issued id").to_string();
+    let (mut ws, resp) = timeout(
+        Duration::from_secs(5),
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws", gw.port)),
+    )
+    .await
+    .expect("in time")
+    .expect("101");
+    let id = resp
+        .headers()
+        .get("x-conn-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("issued id")
+        .to_string();
     let (uuid, tag) = id.rsplit_once('.').expect("<uuid>.<tag>");
     assert_eq!(uuid.len(), 36, "{id}");
-    assert!(tag.len() == 64 && tag.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+    assert!(
+        tag.len() == 64 && tag.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{id}"
+    );
     assert!(id.len() <= 128);
-    let hello: serde_json::Value = serde_json::from_str(&ws_text(&mut ws, Duration::from_secs(3)).await).expect("hello JSON");
+    let hello: serde_json::Value =
+        serde_json::from_str(&ws_text(&mut ws, Duration::from_secs(3)).await).expect("hello JSON");
     assert_eq!(hello["conn_id"], id.as_str());
     let node = hello["node"].as_str().expect("node").to_string();
     ws.close(None).await.expect("close");
@@ -1271,7 +1750,10 @@ async fn signed_ids_are_issued_on_upgrade_and_forged_ones_get_400_touching_no_bi
         let r = get(&gw.url("/echo/s"), &[(HDR, &id)]).await.expect("get");
         assert_eq!((r.status, node_of(&r)), (200, node.clone()));
     }
-    assert_eq!(gw.admin_json(&format!("/admin/conns/{id}")).await["node"], node.as_str());
+    assert_eq!(
+        gw.admin_json(&format!("/admin/conns/{id}")).await["node"],
+        node.as_str()
+    );
     // A plain request without an id is served and gets no id.
     let r = get(&gw.url("/echo/s"), &[]).await.expect("get");
     assert_eq!((r.status, r.header("x-conn-id")), (200, None));
@@ -1288,16 +1770,28 @@ async fn signed_ids_are_issued_on_upgrade_and_forged_ones_get_400_touching_no_bi
     for f in &forged {
         let r = get(&gw.url("/echo/s"), &[(HDR, f)]).await.expect("get");
         assert_eq!(r.status, 400, "{f}");
-        assert_eq!(json_error(&r.body), "invalid x-conn-id header: conn id signature does not verify");
-        let r = get(&gw.admin(&format!("/admin/conns/{f}")), &[]).await.expect("admin");
+        assert_eq!(
+            json_error(&r.body),
+            "invalid x-conn-id header: conn id signature does not verify"
+        );
+        let r = get(&gw.admin(&format!("/admin/conns/{f}")), &[])
+            .await
+            .expect("admin");
         assert_eq!(r.status, 404, "{f}: {}", r.text());
     }
     // A forged id on an upgrade: 400, never 101.
     let (h, body) = refused(gw.port, format!("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Conn-Id: {}\r\n\r\n", forged[0]).as_bytes()).await;
     assert_eq!(h.status, 400);
     json_error(&body);
-    assert_eq!((a.requests().await, b.requests().await), (0, 0), "nothing forwarded");
-    assert_eq!(gw.admin_json(&format!("/admin/conns/{id}")).await["node"], node.as_str());
+    assert_eq!(
+        (a.requests().await, b.requests().await),
+        (0, 0),
+        "nothing forwarded"
+    );
+    assert_eq!(
+        gw.admin_json(&format!("/admin/conns/{id}")).await["node"],
+        node.as_str()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1308,8 +1802,17 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
     use tokio_tungstenite::tungstenite::Message;
     let started = Instant::now();
     let mut redis = Redis::start().await;
-    let mut mocks = vec![Mock::start("node-a").await, Mock::start("node-b").await, Mock::start("node-c").await];
-    let toml = config("", HTTP_HEALTH, &mocks.iter().collect::<Vec<_>>(), "retries = 2\nwebsocket = \"hop\"");
+    let mut mocks = vec![
+        Mock::start("node-a").await,
+        Mock::start("node-b").await,
+        Mock::start("node-c").await,
+    ];
+    let toml = config(
+        "",
+        HTTP_HEALTH,
+        &mocks.iter().collect::<Vec<_>>(),
+        "retries = 2\nwebsocket = \"hop\"",
+    );
     let gw = Gateway::start_with(&toml, &["--redis-url", &redis.url()]).await;
     let stop = Arc::new(AtomicBool::new(false));
 
@@ -1321,7 +1824,11 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
             let (mut n, mut failed) = (0u32, Vec::new());
             while !stop.load(Ordering::Relaxed) {
                 let id = format!("c-chaos-{}", (n as usize * 4 + t) % 12);
-                let headers: Vec<(&str, &str)> = if n % 2 == 0 { vec![(HDR, id.as_str())] } else { vec![] };
+                let headers: Vec<(&str, &str)> = if n % 2 == 0 {
+                    vec![(HDR, id.as_str())]
+                } else {
+                    vec![]
+                };
                 match get(&url, &headers).await {
                     Ok(r) if r.status == 200 => {}
                     Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
@@ -1338,9 +1845,18 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
     for i in 0..5 {
         let stop = stop.clone();
         let url = format!("ws://127.0.0.1:{}/ws", gw.port);
-        let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url).expect("request");
-        req.headers_mut().insert(HDR, format!("ws-chaos-{i}").parse().expect("value"));
-        let (mut ws, _) = timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(req)).await.expect("in time").expect("101");
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+                .expect("request");
+        req.headers_mut()
+            .insert(HDR, format!("ws-chaos-{i}").parse().expect("value"));
+        let (mut ws, _) = timeout(
+            Duration::from_secs(5),
+            tokio_tungstenite::connect_async(req),
+        )
+        .await
+        .expect("in time")
+        .expect("101");
         sockets.spawn(async move {
             let (mut sent, mut failed) = (0u32, Vec::new());
             while !stop.load(Ordering::Relaxed) {
@@ -1382,9 +1898,11 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
     for m in mocks.iter_mut() {
         let id = m.id.clone();
         m.kill().await;
-        gw.wait_node_state(&id, "ejected", Duration::from_secs(5)).await;
+        gw.wait_node_state(&id, "ejected", Duration::from_secs(5))
+            .await;
         m.restart().await;
-        gw.wait_node_state(&id, "healthy", Duration::from_secs(5)).await;
+        gw.wait_node_state(&id, "healthy", Duration::from_secs(5))
+            .await;
     }
     redis.kill().await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // traffic keeps flowing on the local cache
@@ -1408,6 +1926,9 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
     eprintln!("FIGURE chaos: {requests} GETs, {} failed; {messages} WebSocket echoes, {} failed; {hops} hops; {:?} total", failed.len(), ws_failed.len(), started.elapsed());
     assert!(failed.is_empty(), "idempotent requests failed: {failed:?}");
     assert!(ws_failed.is_empty(), "WebSockets broke: {ws_failed:?}");
-    assert!(requests > 200 && messages > 50, "{requests} requests, {messages} messages");
+    assert!(
+        requests > 200 && messages > 50,
+        "{requests} requests, {messages} messages"
+    );
     assert!(started.elapsed() < Duration::from_secs(40));
 }

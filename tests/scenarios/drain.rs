@@ -435,23 +435,48 @@ async fn sigterm_finishes_in_flight_work_and_exits_zero() {
 #[tokio::test]
 async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let mut gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "protocol = \"h2c\"", "[server]\nshutdown_timeout = \"2s\"\n")).await;
+    let mut gw = Gateway::start(&config(
+        &[("node-a", grpc_addr(&a))],
+        "protocol = \"h2c\"",
+        "[server]\nshutdown_timeout = \"2s\"\n",
+    ))
+    .await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request("POST", TICKS_PATH, &grpc_headers(&[]), encode_frame(&proto::TicksRequest { count: 0 }));
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[]),
+        encode_frame(&proto::TicksRequest { count: 0 }),
+    );
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
-    s.next_message::<proto::Tick>().await.expect("alive").expect("a tick");
+    s.next_message::<proto::Tick>()
+        .await
+        .expect("alive")
+        .expect("a tick");
     let term_at = Instant::now();
     gw.signal("TERM");
     // The stream is in-flight work: it keeps flowing until the end of shutdown_timeout, then ends
     // with UNAVAILABLE trailers rather than a dropped connection.
     let mut ticks = 0;
-    while s.next_message::<proto::Tick>().await.expect("the stream ends with trailers, not a reset").is_some() {
+    while s
+        .next_message::<proto::Tick>()
+        .await
+        .expect("the stream ends with trailers, not a reset")
+        .is_some()
+    {
         ticks += 1;
     }
     let ended = term_at.elapsed();
     assert!(ticks >= 10, "only {ticks} ticks after SIGTERM");
-    assert!(ended >= Duration::from_millis(1500) && ended < Duration::from_millis(2300), "stream ended {ended:?} after SIGTERM");
+    assert!(
+        ended >= Duration::from_millis(1500) && ended < Duration::from_millis(2300),
+        "stream ended {ended:?} after SIGTERM"
+    );
     assert_eq!(s.trailer("grpc-status").as_deref(), Some("14"));
     assert_eq!(gw.wait_exit(Duration::from_secs(3)).await, Some(0));
-    assert!(term_at.elapsed() < Duration::from_secs(3), "exit took {:?}", term_at.elapsed());
+    assert!(
+        term_at.elapsed() < Duration::from_secs(3),
+        "exit took {:?}",
+        term_at.elapsed()
+    );
 }

@@ -724,3 +724,59 @@ async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_status
         (200, Some("14"))
     );
 }
+
+#[tokio::test]
+async fn h2_connection_is_its_own_affinity_key_until_it_closes() {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config(
+        TCP_HEALTH,
+        &[("node-a", a.addr()), ("node-b", b.addr())],
+        "",
+        "",
+    ))
+    .await;
+    let gw_addr = format!("127.0.0.1:{}", gw.port);
+    let mut ids = Vec::new();
+    let mut nodes = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let mut c = h2c::connect(&gw_addr).await;
+        let first = c.get("/echo", &[]).await.expect("request");
+        let id = first.header("x-conn-id").expect("an issued conn id");
+        let node = first.header("x-node-id").expect("x-node-id");
+        // Every request of the connection goes to its node, carrying the same id upstream.
+        for _ in 0..5 {
+            let r = c.get("/echo", &[]).await.expect("request");
+            assert_eq!(r.header("x-node-id").as_deref(), Some(node.as_str()));
+            assert_eq!(echo_header(&r.json(), "x-conn-id"), [id.clone()]);
+        }
+        assert_eq!(
+            gw.admin_json(&format!("/admin/conns/{id}")).await["node"],
+            node.as_str()
+        );
+        // Closing the connection forgets its binding.
+        drop(c);
+        wait_until(
+            Duration::from_secs(2),
+            "the closed connection's binding to go",
+            || async {
+                get(&gw.admin(&format!("/admin/conns/{id}")), &[])
+                    .await
+                    .expect("admin")
+                    .status
+                    == 404
+            },
+        )
+        .await;
+        ids.push(id);
+        nodes.insert(node);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "each connection gets its own id");
+    assert_eq!(
+        nodes.len(),
+        2,
+        "connections are balanced across nodes: {nodes:?}"
+    );
+}

@@ -637,7 +637,11 @@ async fn rollback_endpoint_restores_the_previous_table() {
         admin_post(&gw, "/admin/reload").await.json()["generation"],
         2
     );
-    assert_eq!(route_ids(&gw).await, ["api", "new"], "equally specific: file order");
+    assert_eq!(
+        route_ids(&gw).await,
+        ["api", "new"],
+        "equally specific: file order"
+    );
     assert_eq!(
         get(&gw.url("/new/echo"), &[])
             .await
@@ -672,7 +676,11 @@ async fn rollback_endpoint_restores_the_previous_table() {
         admin_post(&gw, "/admin/rollback").await.json()["generation"],
         4
     );
-    assert_eq!(route_ids(&gw).await, ["api", "new"], "equally specific: file order");
+    assert_eq!(
+        route_ids(&gw).await,
+        ["api", "new"],
+        "equally specific: file order"
+    );
 }
 
 #[tokio::test]

@@ -240,9 +240,15 @@ async fn ws_hops_without_closing_client() {
     // One access-log line when the socket ends: 101, the last node, the hop count and byte counts.
     let line = gw
         .logs
-        .wait_for(&["access", "status=101", "c-hop-1", "hops=1"], Duration::from_secs(2))
+        .wait_for(
+            &["access", "status=101", "c-hop-1", "hops=1"],
+            Duration::from_secs(2),
+        )
         .await;
-    assert!(line.contains(other) && !line.contains("bytes_out=0"), "{line}");
+    assert!(
+        line.contains(other) && !line.contains("bytes_out=0"),
+        "{line}"
+    );
 }
 
 #[tokio::test]
@@ -687,7 +693,7 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
         .expect("ping");
     let mut pongs = Vec::new();
     let mut reported = false;
-    while !(reported && !pongs.is_empty()) {
+    while !reported || pongs.is_empty() {
         match next(&mut ws, Duration::from_secs(2)).await {
             Message::Pong(p) => pongs.push(p),
             Message::Text(t) => {
@@ -831,18 +837,31 @@ async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
     let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hold-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
     let other = other_of(&first_node);
     // The new node takes 400 ms to answer the re-dial: the client's messages wait in the gateway.
-    if other == "node-a" { a.delay(400).await } else { b.delay(400).await }
+    if other == "node-a" {
+        a.delay(400).await
+    } else {
+        b.delay(400).await
+    }
     kill(&mut a, &mut b, &first_node).await;
     let t0 = Instant::now();
     for m in ["m1", "m2", "m3"] {
         ws.send(Message::text(m)).await.expect("send");
     }
     let h = hello(&mut ws, Duration::from_secs(3)).await;
-    assert_eq!(h, json!({"node": other, "conn_id": "c-hold-1", "hopped_from": first_node}));
-    assert!(t0.elapsed() >= Duration::from_millis(350), "the re-dial cannot finish before the node answers");
+    assert_eq!(
+        h,
+        json!({"node": other, "conn_id": "c-hold-1", "hopped_from": first_node})
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(350),
+        "the re-dial cannot finish before the node answers"
+    );
     for m in ["m1", "m2", "m3"] {
         assert_eq!(next_text(&mut ws, Duration::from_secs(2)).await, m);
     }
@@ -854,8 +873,15 @@ async fn ws_hop_gives_a_hint_when_held_messages_pass_the_bound() {
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
     let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-bound-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"].as_str().expect("node").to_string();
-    if other_of(&first_node) == "node-a" { a.delay(3000).await } else { b.delay(3000).await }
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    if other_of(&first_node) == "node-a" {
+        a.delay(3000).await
+    } else {
+        b.delay(3000).await
+    }
     kill(&mut a, &mut b, &first_node).await;
     // 1100 messages while the re-dial waits: past the 1024-message bound.
     for i in 0..1100 {
@@ -865,7 +891,10 @@ async fn ws_hop_gives_a_hint_when_held_messages_pass_the_bound() {
     }
     let (code, reason) = close_of(&mut ws, Duration::from_secs(3)).await;
     assert_eq!(code, 1012);
-    assert_eq!(serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"], true);
+    assert_eq!(
+        serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"],
+        true
+    );
 }
 
 #[tokio::test]
@@ -879,7 +908,13 @@ async fn ws_hop_gives_a_hint_when_no_node_takes_the_socket() {
     let (code, reason) = close_of(&mut ws, Duration::from_secs(8)).await;
     let waited = t0.elapsed();
     assert_eq!(code, 1012);
-    assert_eq!(serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"], true);
-    assert!(waited > Duration::from_millis(4500) && waited < Duration::from_millis(6500), "hint after {waited:?}, expected the 5 s hop deadline");
+    assert_eq!(
+        serde_json::from_str::<Value>(&reason).expect("JSON reason")["reconnect"],
+        true
+    );
+    assert!(
+        waited > Duration::from_millis(4500) && waited < Duration::from_millis(6500),
+        "hint after {waited:?}, expected the 5 s hop deadline"
+    );
     expect_end(&mut ws, Duration::from_secs(2)).await;
 }

@@ -250,7 +250,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_trickle_is_cut_after_the_grace_window() {
-        let mut b = Box::pin(MinRate::new(trickle(1, Duration::from_millis(300), 100), rule()));
+        let mut b = Box::pin(MinRate::new(
+            trickle(1, Duration::from_millis(300), 100),
+            rule(),
+        ));
         let start = Instant::now();
         let err = loop {
             match b.frame().await {
@@ -272,7 +275,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_steady_body_passes_and_a_silent_reader_costs_nothing() {
-        let mut b = Box::pin(MinRate::new(trickle(50, Duration::from_millis(250), 40), rule()));
+        let mut b = Box::pin(MinRate::new(
+            trickle(50, Duration::from_millis(250), 40),
+            rule(),
+        ));
         let mut n = 0;
         while let Some(f) = b.frame().await {
             f.expect("steady 200 B/s passes");

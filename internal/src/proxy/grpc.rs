@@ -284,7 +284,9 @@ const DEADLINE_CHECK_EVERY: u32 = 32;
 
 /// Polls the drain deadline; true (once) when it passed.
 fn deadline_passed(deadline: &mut Option<Deadline>, cx: &mut Context<'_>) -> bool {
-    let passed = deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
+    let passed = deadline
+        .as_mut()
+        .is_some_and(|d| d.as_mut().poll(cx).is_ready());
     if passed {
         *deadline = None;
     }
@@ -494,13 +496,27 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stream_that_never_waits_is_still_cut() {
-        let (tx, rx) = watch::channel(NodeSignal { usable: true, drain_deadline: None });
-        let frames = futures_util::stream::repeat_with(|| Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))));
-        let mut body = DeadlineBody::new(StreamBody::new(frames), Arc::from("n"), rx, true, GrpcStatus::default());
+        let (tx, rx) = watch::channel(NodeSignal {
+            usable: true,
+            drain_deadline: None,
+        });
+        let frames = futures_util::stream::repeat_with(|| {
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x")))
+        });
+        let mut body = DeadlineBody::new(
+            StreamBody::new(frames),
+            Arc::from("n"),
+            rx,
+            true,
+            GrpcStatus::default(),
+        );
         for _ in 0..100 {
             assert!(body.frame().await.expect("frame").expect("ok").is_data());
         }
-        tx.send_replace(NodeSignal { usable: false, drain_deadline: Some(Instant::now()) });
+        tx.send_replace(NodeSignal {
+            usable: false,
+            drain_deadline: Some(Instant::now()),
+        });
         let mut relayed = 0;
         loop {
             let frame = body.frame().await.expect("frame").expect("ok");
@@ -509,7 +525,10 @@ mod tests {
             }
             relayed += 1;
         }
-        assert!(relayed <= DEADLINE_CHECK_EVERY, "{relayed} frames relayed past the deadline");
+        assert!(
+            relayed <= DEADLINE_CHECK_EVERY,
+            "{relayed} frames relayed past the deadline"
+        );
         assert!(body.frame().await.is_none());
     }
 

@@ -18,27 +18,28 @@
 //! cache be dropped once it is back), the maintainer (reconnect, probe, write-back) and the refresher
 //! (sliding TTL). Errors are counted per op and logged at most once per [`LOG_INTERVAL`].
 
+mod shared;
 mod target;
 mod tasks;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::{FromRedisValue, RedisResult, ToRedisArgs};
 use arc_swap::ArcSwapOption;
 use lru::LruCache;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Binding, MemoryStore};
 use crate::metrics::Metrics;
 
-use self::target::Conn;
+use self::shared::{
+    same_or_new, ErrorLog, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, GET_SCRIPT, HOP_SCRIPT,
+    NO_ARGS,
+};
 pub use self::target::{RedisTarget, TargetError};
 
 /// At most one WARN line about Redis errors per this interval; the rest are counted only.
@@ -52,31 +53,6 @@ const WRITEBACK_BATCH: usize = 256;
 const WRITEBACK_CONCURRENCY: usize = 16;
 /// Invalidation counters (per hash slot of the conn id) that stop a racing cache fill.
 const EPOCH_SLOTS: usize = 64;
-
-/// `GET` + slide: the bound node or nil. KEYS[1] = key, ARGV[1] = ttl ms.
-const GET_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
-if v then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return v";
-/// Bind unless bound (then slide): returns the bound node. KEYS[1] = key, ARGV = node, ttl ms.
-const BIND_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
-if v then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return v end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return ARGV[1]";
-/// Compare-and-set hop: set `to` only if the key holds `from` or nothing. Returns {node, changed}.
-/// KEYS[1] = key, ARGV = from, to, ttl ms.
-const HOP_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
-if (not v) or v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return {ARGV[2], 1}
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {v, 0}";
-/// Arguments of a script that takes none besides its key.
-const NO_ARGS: &[&str] = &[];
-/// Delete, returning the node it held (nil if none). KEYS[1] = key.
-const DEL_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
-if v then redis.call('DEL', KEYS[1]) end
-return v";
 
 /// Why the Redis store cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -99,252 +75,6 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// `affinity.max_entries`: bound of the local cache and of the write-back set.
     pub max_entries: usize,
-}
-
-/// A local change Redis has not seen yet (made while it was down).
-#[derive(Debug, Clone)]
-enum Pending {
-    /// Bound (or used) locally: written with bind semantics (an existing binding wins).
-    Bind(Arc<str>),
-    /// Hopped locally away from `from`, the node Redis last held: written as a compare-and-set.
-    Hop { from: Arc<str>, to: Arc<str> },
-    /// Removed locally.
-    Remove,
-}
-
-/// The subset of a hop message the store reads; unknown fields are ignored.
-#[derive(Debug, serde::Deserialize, serde::Serialize)]
-struct HopMessage {
-    conn: String,
-    from: Option<String>,
-    to: Option<String>,
-}
-
-/// Counts every error and logs at most one WARN per [`LOG_INTERVAL`].
-#[derive(Debug, Default)]
-struct ErrorLog {
-    last: Mutex<Option<Instant>>,
-    suppressed: AtomicU64,
-}
-
-impl ErrorLog {
-    fn report(&self, metrics: &Metrics, op: &'static str, error: &dyn fmt::Display) {
-        metrics.store_error(op);
-        let now = Instant::now();
-        let due = {
-            let mut last = self.last.lock().expect("error log mutex is never poisoned");
-            let due = last.is_none_or(|t| now.duration_since(t) >= LOG_INTERVAL);
-            if due {
-                *last = Some(now);
-            }
-            due
-        };
-        if due {
-            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-            tracing::warn!(op, %error, suppressed, "redis affinity store unavailable; serving bindings from the local cache");
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// State shared by the store handle and its tasks.
-struct Shared {
-    target: RedisTarget,
-    conn: ArcSwapOption<Conn>,
-    cache: MemoryStore,
-    pending: Mutex<LruCache<Box<str>, Pending>>,
-    pending_cap: usize,
-    /// Redis is believed unreachable: answer locally until the maintainer clears it.
-    down: AtomicBool,
-    /// Invalidations may have been missed: drop the cache once Redis is back.
-    resync: AtomicBool,
-    epochs: [AtomicU64; EPOCH_SLOTS],
-    wake: Notify,
-    refresh_tx: mpsc::Sender<(Box<str>, Arc<str>)>,
-    prefix: String,
-    channel: String,
-    ttl: Duration,
-    timeout: Duration,
-    connect_timeout: Duration,
-    metrics: Arc<Metrics>,
-    log: ErrorLog,
-}
-
-/// Reuses `mine` when Redis answered with the same node, to keep one allocation per node id.
-fn same_or_new(mine: &Arc<str>, answer: String) -> Arc<str> {
-    if **mine == *answer {
-        mine.clone()
-    } else {
-        Arc::from(answer)
-    }
-}
-
-impl Shared {
-    fn key(&self, conn: &str) -> String {
-        format!("{}conn:{conn}", self.prefix)
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    fn is_down(&self) -> bool {
-        self.down.load(Ordering::Acquire)
-    }
-
-    /// A connection for a request-path call; `None` while Redis is down or not yet connected.
-    fn conn(&self) -> Option<Conn> {
-        if self.is_down() {
-            return None;
-        }
-        self.conn.load_full().map(|c| (*c).clone())
-    }
-
-    fn epoch_slot(&self, conn: &str) -> &AtomicU64 {
-        let h = conn
-            .bytes()
-            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-        &self.epochs[h as usize % EPOCH_SLOTS]
-    }
-
-    fn epoch(&self, conn: &str) -> u64 {
-        self.epoch_slot(conn).load(Ordering::Acquire)
-    }
-
-    fn bump(&self, conn: &str) {
-        self.epoch_slot(conn).fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Caches what Redis answered unless an invalidation for this id raced the call.
-    fn fill(&self, conn: &str, epoch: u64, node: &Arc<str>) {
-        if self.epoch(conn) == epoch {
-            self.cache.put(conn, node);
-        } else {
-            self.cache.remove(conn);
-        }
-    }
-
-    /// Counts and (rate-limited) logs an error, and marks Redis down so requests stop waiting on it.
-    fn fail(&self, op: &'static str, error: &dyn fmt::Display) {
-        self.log.report(&self.metrics, op, error);
-        if !self.down.swap(true, Ordering::AcqRel) {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Runs one Redis call bounded by the timeout; `None` (counted, logged, Redis marked down) on failure.
-    async fn guard<T>(
-        &self,
-        op: &'static str,
-        call: impl Future<Output = RedisResult<T>>,
-    ) -> Option<T> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                self.fail(op, &e);
-                None
-            }
-            Err(_) => {
-                self.fail(op, &format_args!("no answer within {:?}", self.timeout));
-                None
-            }
-        }
-    }
-
-    /// `EVAL script 1 key args...`. EVAL rather than EVALSHA: the scripts are tiny, and a restarted
-    /// server or a cluster node never answers NOSCRIPT.
-    async fn eval<T: FromRedisValue>(
-        &self,
-        c: &mut Conn,
-        script: &str,
-        key: &str,
-        args: impl ToRedisArgs,
-    ) -> RedisResult<T> {
-        ::redis::cmd("EVAL")
-            .arg(script)
-            .arg(1)
-            .arg(key)
-            .arg(args)
-            .query_async(c)
-            .await
-    }
-
-    async fn publish(
-        &self,
-        c: &mut Conn,
-        op: &'static str,
-        conn: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) {
-        let msg = HopMessage {
-            conn: conn.to_string(),
-            from: from.map(str::to_string),
-            to: to.map(str::to_string),
-        };
-        let payload = serde_json::to_string(&msg).expect("a struct of strings always serializes");
-        let mut cmd = ::redis::cmd("PUBLISH");
-        cmd.arg(&self.channel).arg(payload);
-        let publish = cmd.query_async::<i64>(c);
-        // A lost message only delays other replicas until their next miss or resync.
-        let _receivers = self.guard(op, publish).await;
-    }
-
-    /// Remembers a local change for write-back (bounded: past the cap the oldest is forgotten).
-    fn remember(&self, conn: &str, change: Pending) {
-        let mut p = self
-            .pending
-            .lock()
-            .expect("pending mutex is never poisoned");
-        let merged = match (p.get(conn), change) {
-            // Keep the node Redis last held, so the write-back stays a compare-and-set against it.
-            (Some(Pending::Hop { from, .. }), Pending::Bind(to) | Pending::Hop { to, .. }) => {
-                Pending::Hop {
-                    from: from.clone(),
-                    to,
-                }
-            }
-            (_, change) => change,
-        };
-        let dropped = if p.len() >= self.pending_cap && !p.contains(conn) {
-            p.pop_lru()
-        } else {
-            None
-        };
-        p.put(conn.into(), merged);
-        drop(p);
-        if dropped.is_some() {
-            self.metrics.store_error("writeback");
-        }
-    }
-
-    fn has_pending(&self) -> bool {
-        !self
-            .pending
-            .lock()
-            .expect("pending mutex is never poisoned")
-            .is_empty()
-    }
-
-    /// Handles one message from `<prefix>hops`: drops the cached binding unless it already says `to`
-    /// (our own message, or one we are already consistent with).
-    fn on_message(&self, payload: &[u8]) {
-        let Ok(msg) = serde_json::from_slice::<HopMessage>(payload) else {
-            tracing::debug!(payload = %String::from_utf8_lossy(payload), "ignoring a malformed hop message");
-            return;
-        };
-        self.bump(&msg.conn);
-        match self.cache.lookup(&msg.conn) {
-            Some(b) if Some(&*b.node) == msg.to.as_deref() => {}
-            Some(_) => {
-                self.cache.remove(&msg.conn);
-            }
-            None => {}
-        }
-    }
 }
 
 /// Redis-backed bindings with a local cache; see the module docs. Cheap to share behind the hopper.

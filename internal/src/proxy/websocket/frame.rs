@@ -132,12 +132,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             }
         }
         match (self.peer, header.mask.take()) {
-            (Peer::Client, None) => {
-                return Err(FrameError::Protocol("unmasked frame from the client"))
-            }
-            (Peer::Node, Some(_)) => {
-                return Err(FrameError::Protocol("masked frame from the node"))
-            }
+            (Peer::Client, None) => Err(FrameError::Protocol("unmasked frame from the client")),
+            (Peer::Node, Some(_)) => Err(FrameError::Protocol("masked frame from the node")),
             (_, mask) => {
                 self.buf.advance(head);
                 let mut payload = self.buf.split_to(len);

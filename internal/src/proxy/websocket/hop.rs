@@ -8,10 +8,12 @@
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
 use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
@@ -24,6 +26,36 @@ use crate::registry::{Node, NodeId};
 const HOP_DEADLINE: Duration = Duration::from_secs(5);
 /// Pause before trying the nodes again when every candidate refused.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
+const MAX_HELD_FRAMES: usize = 1024;
+/// Payload bytes held while the node leg is being replaced.
+const MAX_HELD_BYTES: usize = 1 << 20;
+
+/// Client frames held while the node leg is replaced, bounded by count and bytes.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    pub(super) frames: VecDeque<Frame>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Queues `frame`; false when that would pass a bound.
+    pub(super) fn push(&mut self, frame: Frame) -> bool {
+        let len = frame.payload().len();
+        if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        self.frames.push_back(frame);
+        true
+    }
+
+    /// Takes every held frame, oldest first.
+    pub(super) fn take(&mut self) -> VecDeque<Frame> {
+        self.bytes = 0;
+        std::mem::take(&mut self.frames)
+    }
+}
 
 impl Relay {
     /// Moves the socket from `old` to another node. The old leg is already dropped.

@@ -5,11 +5,13 @@
 //! a connect failure moves on to another node (nothing was sent). The node's 101 is relayed verbatim
 //! (accept key, protocol, extensions), a non-101 answer is relayed as an ordinary response.
 //!
-//! After the 101 one spawned task per socket ([`relay`]) relays frames both ways ([`frame`]) and
-//! re-dials another node when the route's mode is `hop` ([`hop`]). The task holds the proxy (and so
-//! its drain watch), which makes server shutdown wait for it; it ends on close, shutdown or error.
+//! After the 101 one spawned task per socket ([`relay`]) relays frames both ways ([`frame`]),
+//! re-dials another node when the route's mode is `hop` ([`hop`]), and ends sockets with the right
+//! close code ([`close`]). The task holds the proxy (and so its drain watch), which makes server
+//! shutdown wait for it; it ends on close, shutdown or error.
 //! This module never answers or swallows a control frame of a live socket.
 
+mod close;
 mod frame;
 mod hop;
 mod relay;

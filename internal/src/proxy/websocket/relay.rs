@@ -9,7 +9,6 @@
 //! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001,
 //! the idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tracing::Instrument;
 
 use super::frame::{self, FrameError, FrameIo, Kind, Peer};
-use super::{pick_other, Handshake, Negotiated, Stream};
+use super::hop::Held;
+use super::{Handshake, Negotiated, Stream};
 use crate::config::WsMode;
 use crate::drain;
 use crate::proxy::forward::Attempt;
@@ -29,14 +29,7 @@ use crate::registry::{InflightGuard, Node, NodeSignal};
 /// After one side sent Close, how long the other side gets to answer before TCP is closed.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// After the gateway itself sent Close, how long it waits for the client's reply.
-const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
-/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
-const MAX_HELD_FRAMES: usize = 1024;
-/// Payload bytes held while the node leg is being replaced.
-const MAX_HELD_BYTES: usize = 1 << 20;
-/// `retry_ms` in a reconnect hint is drawn from this range, so hinted clients do not all come back
-/// in the same millisecond.
-const HINT_RETRY_MS: std::ops::Range<u64> = 100..1100;
+pub(super) const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 
 /// Everything the task needs from the handshake.
 #[derive(Debug)]
@@ -61,7 +54,7 @@ pub(super) struct Leg {
     signal: watch::Receiver<NodeSignal>,
     _inflight: InflightGuard,
     /// True once a Close went to the node on this leg.
-    close_sent: bool,
+    pub(super) close_sent: bool,
 }
 
 impl Leg {
@@ -77,32 +70,6 @@ impl Leg {
             _inflight: inflight,
             close_sent: false,
         }
-    }
-}
-
-/// Client frames held while the node leg is replaced, bounded by count and bytes.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    pub(super) frames: VecDeque<Frame>,
-    bytes: usize,
-}
-
-impl Held {
-    /// Queues `frame`; false when that would pass a bound.
-    pub(super) fn push(&mut self, frame: Frame) -> bool {
-        let len = frame.payload().len();
-        if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
-            return false;
-        }
-        self.bytes += len;
-        self.frames.push_back(frame);
-        true
-    }
-
-    /// Takes every held frame, oldest first.
-    pub(super) fn take(&mut self) -> VecDeque<Frame> {
-        self.bytes = 0;
-        std::mem::take(&mut self.frames)
     }
 }
 
@@ -141,7 +108,7 @@ pub(super) struct Relay {
     client_close: Option<Frame>,
     /// The node's Close was relayed to the client; the client's reply is awaited.
     node_closed: bool,
-    down_close_sent: bool,
+    pub(super) down_close_sent: bool,
     closing_until: Option<Instant>,
     pub(super) client_in_message: bool,
     pub(super) skip_client_fragments: bool,
@@ -470,62 +437,5 @@ impl Relay {
             }
             WsMode::Hop => self.hop(old, reason, Instant::now()).await,
         }
-    }
-
-    /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
-    /// closes the client with 1012 and a reconnect hint (SPEC section 5).
-    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str) -> Flow {
-        if let (Some(conn), Some(next)) = (
-            self.s.ctx.conn_id.clone(),
-            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
-        ) {
-            self.s.p.hopper.moved(&conn, &old.id, &next, reason).await;
-            self.s.log.hops += 1;
-        }
-        let retry_ms = rand::random_range(HINT_RETRY_MS);
-        let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
-        self.close_client(1012, &hint).await
-    }
-
-    /// Writes `frame` to the client, counting bytes.
-    pub(super) async fn send_client(&mut self, frame: &Frame) -> Result<(), FrameError> {
-        let n = self.down.write(frame).await?;
-        self.bytes_out += n as u64;
-        self.down_close_sent |= frame::kind(frame) == Kind::Close;
-        Ok(())
-    }
-
-    /// Sends the node a Close (if its leg is alive and none was sent) and drops the leg.
-    pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
-        if let Some(mut leg) = self.up.take() {
-            if !leg.close_sent && !leg.io.peer_gone() {
-                let _ = tokio::time::timeout(
-                    CLOSE_REPLY_WAIT,
-                    leg.io.write(&frame::close(code, reason)),
-                )
-                .await;
-            }
-        }
-    }
-
-    /// Ends the socket from the gateway's side: Close to the node, Close `code` to the client, and a
-    /// bounded wait for the client's reply before TCP closes.
-    pub(super) async fn close_client(&mut self, code: u16, reason: &str) -> Flow {
-        self.close_node(1001, "going away").await;
-        if self.down_close_sent || self.send_client(&frame::close(code, reason)).await.is_err() {
-            return Flow::End;
-        }
-        let down = &mut self.down;
-        let bytes_in = &mut self.bytes_in;
-        let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
-            while let Ok(Some((f, wire))) = down.read().await {
-                *bytes_in += wire as u64;
-                if frame::kind(&f) == Kind::Close {
-                    break;
-                }
-            }
-        })
-        .await;
-        Flow::End
     }
 }

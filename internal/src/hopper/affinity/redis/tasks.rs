@@ -16,11 +16,9 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::shared::{same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS};
 use super::target::Conn;
-use super::{
-    same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS, PROBE_INTERVAL,
-    WRITEBACK_BATCH, WRITEBACK_CONCURRENCY,
-};
+use super::{PROBE_INTERVAL, WRITEBACK_BATCH, WRITEBACK_CONCURRENCY};
 
 /// First and longest wait between subscription attempts.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);

@@ -1,5 +1,6 @@
 //! Redis store tests against real `redis-server` processes on free loopback ports.
 
+use std::future::Future;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,73 @@
+//! Ending a socket from the gateway's side: the reconnect hint (close 1012 after moving the
+//! binding), Close frames to either leg, and the bounded wait for the client's reply before TCP
+//! closes (SPEC section 5: never 1005/1006 on the wire). Spawns nothing.
+
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+
+use super::frame::{self, FrameError, Kind};
+use super::pick_other;
+use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
+use crate::registry::Node;
+
+/// `retry_ms` in a reconnect hint is drawn from this range, so hinted clients do not all come back
+/// in the same millisecond.
+const HINT_RETRY_MS: std::ops::Range<u64> = 100..1100;
+
+impl Relay {
+    /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
+    /// closes the client with 1012 and a reconnect hint (SPEC section 5).
+    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str) -> Flow {
+        if let (Some(conn), Some(next)) = (
+            self.s.ctx.conn_id.clone(),
+            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
+        ) {
+            self.s.p.hopper.moved(&conn, &old.id, &next, reason).await;
+            self.s.log.hops += 1;
+        }
+        let retry_ms = rand::random_range(HINT_RETRY_MS);
+        let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
+        self.close_client(1012, &hint).await
+    }
+
+    /// Writes `frame` to the client, counting bytes.
+    pub(super) async fn send_client(&mut self, frame: &Frame) -> Result<(), FrameError> {
+        let n = self.down.write(frame).await?;
+        self.bytes_out += n as u64;
+        self.down_close_sent |= frame::kind(frame) == Kind::Close;
+        Ok(())
+    }
+
+    /// Sends the node a Close (if its leg is alive and none was sent) and drops the leg.
+    pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
+        if let Some(mut leg) = self.up.take() {
+            if !leg.close_sent && !leg.io.peer_gone() {
+                let _ = tokio::time::timeout(
+                    CLOSE_REPLY_WAIT,
+                    leg.io.write(&frame::close(code, reason)),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Ends the socket from the gateway's side: Close to the node, Close `code` to the client, and a
+    /// bounded wait for the client's reply before TCP closes.
+    pub(super) async fn close_client(&mut self, code: u16, reason: &str) -> Flow {
+        self.close_node(1001, "going away").await;
+        if self.down_close_sent || self.send_client(&frame::close(code, reason)).await.is_err() {
+            return Flow::End;
+        }
+        let down = &mut self.down;
+        let bytes_in = &mut self.bytes_in;
+        let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
+            while let Ok(Some((f, wire))) = down.read().await {
+                *bytes_in += wire as u64;
+                if frame::kind(&f) == Kind::Close {
+                    break;
+                }
+            }
+        })
+        .await;
+        Flow::End
+    }
+}
