@@ -14,10 +14,10 @@ run: build
 test:
 	$(CARGO) build --release --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --release --workspace --profile ci; \
+		HOPGW_PREBUILT=1 $(CARGO) nextest run --release --workspace --profile ci; \
 	else \
 		echo "cargo-nextest not found; using cargo test"; \
-		$(CARGO) test --release --workspace -- --test-threads=4; \
+		HOPGW_PREBUILT=1 $(CARGO) test --release --workspace -- --test-threads=4; \
 	fi
 
 lint:

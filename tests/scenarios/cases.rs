@@ -20,6 +20,7 @@ use integration_tests::{cluster_toml, get, request, Gateway, Mock, Redis, Resp};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 const HDR: &str = "X-Conn-Id";
@@ -354,13 +355,11 @@ async fn refused(port: u16, wire: &[u8]) -> (Head, Vec<u8>) {
     (h, b)
 }
 
+/// (requests, failures, slowest) of a [`prober`].
+type ProbeResult = (u32, Vec<String>, Duration);
+
 /// Polls `GET /data` every 100 ms until stopped; returns (requests, failures, slowest).
-fn prober(
-    gw: &Gateway,
-) -> (
-    Arc<AtomicBool>,
-    tokio::task::JoinHandle<(u32, Vec<String>, Duration)>,
-) {
+fn prober(gw: &Gateway) -> (Arc<AtomicBool>, JoinHandle<ProbeResult>) {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let url = gw.url("/data");
@@ -741,7 +740,10 @@ async fn case16_long_target_and_header_block_get_414_431_and_control_passes_byte
         target
     );
     for (i, v) in values.iter().enumerate() {
-        assert_eq!(echo_header(&echo, &format!("x-fill-{i}")), [v.clone()]);
+        assert_eq!(
+            echo_header(&echo, &format!("x-fill-{i}")),
+            std::slice::from_ref(v)
+        );
     }
     assert_eq!(a.requests().await, 1);
 }
@@ -1802,7 +1804,7 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
     use tokio_tungstenite::tungstenite::Message;
     let started = Instant::now();
     let mut redis = Redis::start().await;
-    let mut mocks = vec![
+    let mut mocks = [
         Mock::start("node-a").await,
         Mock::start("node-b").await,
         Mock::start("node-c").await,

@@ -301,6 +301,7 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         ["routes[1].cluster", "routes[1].timeout"],
         "{errors:?}"
     );
+    // Line and column of the offending key (`cluster = "nope"` starts at column 1).
     let cluster_line = bad
         .lines()
         .position(|l| l.starts_with("cluster = \"nope\""))
@@ -308,9 +309,10 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         + 1;
     assert_eq!(
         (errors[0]["line"].as_u64(), errors[0]["column"].as_u64()),
-        (Some(cluster_line as u64), Some(11)),
+        (Some(cluster_line as u64), Some(1)),
         "{errors:?}"
     );
+    assert_eq!(errors[1]["line"].as_u64(), Some(cluster_line as u64 + 2), "timeout is two lines below: {errors:?}");
     assert!(errors[0]["message"]
         .as_str()
         .expect("message")
@@ -555,11 +557,12 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
     );
     let gw = Gateway::start(&v1).await;
     let warm = "  [routes.warmup]\n  initial_percent = 50\n  duration = \"30s\"\n  max_error_rate = 0.05\n";
-    // The new route sends /api/status/500 to node-b's /status/500; the old route sends it to node-a's.
+    // The new route sends /api/x/status/500 to node-b's /status/500 (500); the old route sends it
+    // to node-a's /x/status/500 (404: not an error, so node-a stays healthy).
     let v2 = format!(
         "{v1}{}{}",
         cluster("cb", &[("node-b", &b.addr(), "")], ""),
-        route("new", "/api/status", "cb", "/api", warm)
+        route("new", "/api/x", "cb", "/api/x", warm)
     );
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = admin_post(&gw, "/admin/reload").await;
@@ -567,7 +570,7 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
     let mut sent = 0;
     wait_until(Duration::from_secs(10), "automatic rollback", || {
         sent += 1;
-        let (url, gw) = (gw.url("/api/status/500"), &gw);
+        let (url, gw) = (gw.url("/api/x/status/500"), &gw);
         async move {
             let _ = get(&url, &[]).await.expect("request");
             gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
@@ -604,8 +607,13 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
         .await;
     // The route is gone: node-a answers everything now, and nothing rolls back again.
     for _ in 0..30 {
-        let r = get(&gw.url("/api/status/500"), &[]).await.expect("request");
-        assert_eq!(r.header("x-node-id").as_deref(), Some("node-a"));
+        let r = get(&gw.url("/api/x/status/500"), &[])
+            .await
+            .expect("request");
+        assert_eq!(
+            (r.status, r.header("x-node-id").as_deref()),
+            (404, Some("node-a"))
+        );
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(generation(&gw).await, 3);

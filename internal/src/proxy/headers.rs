@@ -187,7 +187,9 @@ mod tests {
             ("x-keep", "3"),
         ]);
         strip_hop_by_hop(&mut h);
-        let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        // HeaderMap order after removals is not meaningful: compare the set.
+        let mut names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
         assert_eq!(names, ["te", "x-keep"]);
         assert_eq!(h["te"], "trailers");
     }
