@@ -748,7 +748,7 @@ async fn h2_connection_is_its_own_affinity_key_until_it_closes() {
         for _ in 0..5 {
             let r = c.get("/echo", &[]).await.expect("request");
             assert_eq!(r.header("x-node-id").as_deref(), Some(node.as_str()));
-            assert_eq!(echo_header(&r.json(), "x-conn-id"), [id.clone()]);
+            assert_eq!(echo_header(&r.json(), "x-conn-id"), [id.as_str()]);
         }
         assert_eq!(
             gw.admin_json(&format!("/admin/conns/{id}")).await["node"],

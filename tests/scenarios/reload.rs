@@ -312,7 +312,11 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         (Some(cluster_line as u64), Some(1)),
         "{errors:?}"
     );
-    assert_eq!(errors[1]["line"].as_u64(), Some(cluster_line as u64 + 2), "timeout is two lines below: {errors:?}");
+    assert_eq!(
+        errors[1]["line"].as_u64(),
+        Some(cluster_line as u64 + 2),
+        "timeout is two lines below: {errors:?}"
+    );
     assert!(errors[0]["message"]
         .as_str()
         .expect("message")

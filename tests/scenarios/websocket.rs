@@ -918,3 +918,185 @@ async fn ws_hop_gives_a_hint_when_no_node_takes_the_socket() {
     );
     expect_end(&mut ws, Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
+    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-deadline")]).await;
+    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let r = request(
+        "POST",
+        &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=1s")),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("drain call");
+    assert_eq!(r.status, 202);
+    let t0 = Instant::now();
+    // `close` mode keeps serving the socket through the period, then closes what is left with 1001.
+    ws.send(Message::text("during-drain")).await.expect("send");
+    assert_eq!(
+        next_text(&mut ws, Duration::from_secs(1)).await,
+        "during-drain"
+    );
+    let (code, _) = close_of(&mut ws, Duration::from_secs(3)).await;
+    let waited = t0.elapsed();
+    assert_eq!(code, 1001);
+    assert!(
+        waited > Duration::from_millis(800) && waited < Duration::from_millis(1800),
+        "closed after {waited:?}"
+    );
+    expect_end(&mut ws, Duration::from_secs(2)).await;
+    let mut again = connect(&gw, "/ws", &[("X-Conn-Id", "c-deadline")]).await;
+    assert_eq!(
+        hello(&mut again, Duration::from_secs(2)).await["node"],
+        other_of(&first_node)
+    );
+}
+
+/// A one-socket WebSocket node in the test: accepts the upgrade with `extensions`, sends the
+/// `first` frame bytes as they are, echoes one client frame with its first byte (FIN, RSV bits,
+/// opcode) kept and the mask removed, then closes TCP without a Close frame.
+async fn fake_node(
+    extensions: &'static str,
+    first: Vec<u8>,
+) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut tcp, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            // TCP probes connect and leave: skip them.
+            while !head.ends_with(b"\r\n\r\n") {
+                match tcp.read(&mut byte).await {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            if !head.ends_with(b"\r\n\r\n") {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&head).to_string();
+            let key = text
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("sec-websocket-key: ")
+                        .or_else(|| l.strip_prefix("Sec-WebSocket-Key: "))
+                })
+                .expect("key")
+                .trim()
+                .to_string();
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let resp = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: {extensions}\r\n\r\n");
+            tcp.write_all(resp.as_bytes()).await.expect("101");
+            tcp.write_all(&first).await.expect("first frame");
+            let mut hdr = [0u8; 6];
+            tcp.read_exact(&mut hdr).await.expect("client frame header");
+            let len = usize::from(hdr[1] & 0x7f);
+            let mut payload = vec![0u8; len];
+            tcp.read_exact(&mut payload).await.expect("client payload");
+            for (i, b) in payload.iter_mut().enumerate() {
+                *b ^= hdr[2 + i % 4];
+            }
+            let mut echo = vec![hdr[0], u8::try_from(len).expect("short")];
+            echo.extend_from_slice(&payload);
+            tcp.write_all(&echo).await.expect("echo");
+            // Give the echo time to leave, then vanish without a Close frame.
+            let mut rest = [0u8; 64];
+            let _ = timeout(Duration::from_millis(300), tcp.read(&mut rest)).await;
+            return text.into_bytes();
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instead_of_a_hop() {
+    // "hello" compressed with raw DEFLATE, in a text frame with RSV1 set (RFC 7692).
+    let deflated = [0xf2u8, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00];
+    let mut first = vec![0xc1, u8::try_from(deflated.len()).expect("short")];
+    first.extend_from_slice(&deflated);
+    let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
+    let (addr, node) = fake_node(ext, first).await;
+    let toml = format!(
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"hop\"\n",
+        cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
+    );
+    let gw = Gateway::start(&toml).await;
+    let offer = format!(
+        "Sec-WebSocket-Extensions: {}",
+        "permessage-deflate; client_max_window_bits"
+    );
+    let (mut tcp, status, headers, mut buf) = raw_upgrade(
+        &gw,
+        "/ws",
+        &[
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+            "X-Conn-Id: c-deflate",
+            &offer,
+        ],
+    )
+    .await;
+    assert_eq!(status, 101);
+    assert_eq!(
+        header_values(&headers, "sec-websocket-extensions"),
+        [ext],
+        "the node's answer, verbatim"
+    );
+    // The node's compressed frame arrives with RSV1 and payload untouched.
+    let mut raw = buf.clone();
+    while raw.len() < 2 + deflated.len() {
+        let mut chunk = [0u8; 64];
+        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
+            .await
+            .expect("frame in time")
+            .expect("read");
+        assert!(n > 0);
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(raw[0], 0xc1, "FIN + RSV1 + text");
+    assert_eq!(&raw[2..2 + deflated.len()], deflated);
+    buf = raw[2 + deflated.len()..].to_vec();
+    // A client frame with RSV1 reaches the node with RSV1 set.
+    let key = [1u8, 2, 3, 4];
+    let mut f = vec![0xc2, 0x80 | u8::try_from(deflated.len()).expect("short")];
+    f.extend_from_slice(&key);
+    f.extend(deflated.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    tcp.write_all(&f).await.expect("write");
+    while buf.len() < 2 + deflated.len() {
+        let mut chunk = [0u8; 64];
+        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
+            .await
+            .expect("echo in time")
+            .expect("read");
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(buf[0], 0xc2, "the node saw FIN + RSV1 + binary");
+    assert_eq!(&buf[2..2 + deflated.len()], deflated);
+    buf.drain(..2 + deflated.len());
+    let head = String::from_utf8(node.await.expect("node task")).expect("head");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("sec-websocket-extensions: permessage-deflate; client_max_window_bits\r\n"),
+        "{head}"
+    );
+    // The node vanished: a compressed socket cannot move (its context lives on the node): 1012 hint.
+    let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
+    assert_eq!(op, 8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
+    let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
+    assert_eq!(hint["reconnect"], true);
+}

@@ -82,10 +82,13 @@ pub fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
     })
 }
 
+/// A cluster member: its runtime and latest probe.
+type Member = (Arc<NodeRuntime>, Option<LastProbe>);
+
 /// The probe view of one cluster shared by its nodes' tasks (for the last-node rule).
 #[derive(Debug, Default)]
 struct ClusterView {
-    members: Mutex<HashMap<NodeId, (Arc<NodeRuntime>, Option<LastProbe>)>>,
+    members: Mutex<HashMap<NodeId, Member>>,
     /// Set once the storm WARN was logged; cleared when any probe of the cluster ends otherwise.
     warned: AtomicBool,
 }

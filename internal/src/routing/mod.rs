@@ -1,13 +1,14 @@
 //! Routing: the immutable route table (routes + clusters + nodes + generation), its atomic swap,
-//! reloads and warm-up.
+//! reloads (with their triggers) and warm-up. The matching rule is documented in [`table`].
 //!
-//! A request loads the live table once ([`Routing::table`]) and uses that snapshot to the end, so it
+//! A request loads the live table once ([`reload::Routing::table`]) and uses that snapshot to the end, so it
 //! sees the whole old table or the whole new one (SPEC section 6). Writers build and validate a new
 //! table beside the live one and `store` it in one step; there is never an empty or half table.
 
 pub mod path;
 pub mod reload;
 pub mod table;
+pub mod triggers;
 pub mod warmup;
 
 pub use table::{Cluster, Route, RouteTable};

@@ -226,7 +226,13 @@ fn version_filter_table() {
     let v2 = vec!["v2".to_string()];
     let v1v2 = vec!["v1".to_string(), "v2".to_string(), "v3".to_string()];
     // (version, avoid, kept ids, miss)
-    let cases: Vec<(Option<&str>, &[String], Vec<&str>, Option<VersionMiss>)> = vec![
+    type Case<'a> = (
+        Option<&'a str>,
+        &'a [String],
+        Vec<&'a str>,
+        Option<VersionMiss>,
+    );
+    let cases: Vec<Case<'_>> = vec![
         (Some("v1"), &[], vec!["n0", "n1"], None),
         (Some("v2"), &[], vec!["n2"], None),
         (
