@@ -45,16 +45,28 @@ async fn inflight(gw: &Gateway, id: &str) -> u64 {
     gw.node(id).await["inflight"].as_u64().expect("inflight")
 }
 
-/// ESTABLISHED TCP connections whose remote end is loopback `port` (the gateway's side of its
-/// upstream connections to a node on that port).
-fn established_to(port: u16) -> usize {
+/// ESTABLISHED TCP connections of the gateway process whose remote end is loopback `port` (its
+/// upstream connections to the node on that port).
+fn established_to(gw: &Gateway, port: u16) -> usize {
+    let pid = gw.pid().expect("gateway running");
+    // Socket inodes the gateway holds open.
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("gateway fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
     let text = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
     let want = format!("0100007F:{port:04X}");
     text.lines()
         .skip(1)
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[2] == want && f[3] == "01"
+            f.len() > 9 && f[2] == want && f[3] == "01" && inodes.contains(f[9])
         })
         .count()
 }
@@ -526,7 +538,7 @@ async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_close
     }
     assert_eq!(inflight(&gw, "node-a").await, 1);
     assert_eq!(
-        established_to(a.port),
+        established_to(&gw, a.port),
         1,
         "one upstream connection carries the stream"
     );
@@ -537,7 +549,7 @@ async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_close
     wait_until(
         Duration::from_secs(1),
         "upstream SSE connection closed",
-        || async { established_to(a.port) == 0 },
+        || async { established_to(&gw, a.port) == 0 },
     )
     .await;
     wait_until(
@@ -779,4 +791,41 @@ async fn h2_connection_is_its_own_affinity_key_until_it_closes() {
         2,
         "connections are balanced across nodes: {nodes:?}"
     );
+}
+
+#[tokio::test]
+async fn h2c_burst_to_a_fresh_node_shares_one_connection() {
+    let a = Mock::start("node-a").await;
+    let health =
+        "[health]\nkind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nslow_start = \"0s\"\n";
+    let gw = Gateway::start(&config(
+        health,
+        &[("node-a", a.addr())],
+        "protocol = \"h2c\"",
+        "",
+    ))
+    .await;
+    a.delay(500).await;
+    let calls: Vec<_> = (0..40)
+        .map(|i| {
+            let url = gw.url(&format!("/echo?i={i}"));
+            tokio::spawn(async move { get(&url, &[]).await })
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(5),
+        "40 requests in flight on node-a",
+        || async { inflight(&gw, "node-a").await == 40 },
+    )
+    .await;
+    assert_eq!(
+        established_to(&gw, a.port),
+        1,
+        "the burst must share one h2c connection"
+    );
+    for call in calls {
+        let r = call.await.expect("join").expect("request");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["version"], "HTTP/2.0");
+    }
 }

@@ -707,10 +707,15 @@ async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() 
     gw.write_config(&format!(
         "{v1}[[routes]]\nid = \"x\"\ncluster = \"ca\"\nbogus = 1\n"
     ));
-    wait_until(Duration::from_secs(5), "invalid counted", || async {
-        gw.metric("gateway_reloads_total{result=\"invalid\"}").await >= 1.0
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gw.metric("gateway_reloads_total{result=\"invalid\"}").await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "invalid file not counted within 5 s; gateway log: {:#?}",
+            gw.logs.lines()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let line = gw
         .logs
         .wait_for(&["reload refused: invalid config"], Duration::from_secs(2))

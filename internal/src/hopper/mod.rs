@@ -156,12 +156,14 @@ impl Hopper {
         reason: &'static str,
         now: Instant,
     ) -> Arc<Node> {
-        let winner = self.store.hop(conn, old, &to.id).await;
+        let (winner, swapped) = self.store.hop_cas(conn, old, &to.id).await;
         let node = match cluster.node(&winner) {
             Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => n.clone(),
             _ => to,
         };
-        if winner == node.id {
+        // Only the request whose compare-and-set changed the binding counts and logs the hop; the
+        // others of a racing burst follow it (CASE-17: the binding moves once).
+        if swapped && winner == node.id {
             self.metrics.hop(reason);
             tracing::info!(conn_id = conn, from = old, to = %node.id, reason, "Hopping triggered for conn {} from {} to {}", conn, old, node.id);
         }
@@ -170,8 +172,8 @@ impl Hopper {
 
     /// Records that `conn` now lives on `node` after a retry moved it away from `old`.
     pub async fn moved(&self, conn: &str, old: &str, node: &Arc<Node>, reason: &'static str) {
-        let winner = self.store.hop(conn, old, &node.id).await;
-        if winner == node.id {
+        let (winner, swapped) = self.store.hop_cas(conn, old, &node.id).await;
+        if swapped && winner == node.id {
             self.metrics.hop(reason);
             tracing::info!(conn_id = conn, from = old, to = %node.id, reason, "Hopping triggered for conn {} from {} to {}", conn, old, node.id);
         }
@@ -302,6 +304,39 @@ cluster = "c"
                 .get(),
             1
         );
+    }
+
+    #[tokio::test]
+    async fn racing_hops_of_one_id_move_it_once_and_count_once() {
+        let (hopper, table, metrics) = setup();
+        let cluster = table.clusters.get("c").expect("cluster").clone();
+        let now = Instant::now();
+        let b = cluster.node("b").expect("node b").clone();
+        assert_eq!(&*hopper.store().bind("conn-r", &Arc::from("a")).await, "a");
+        // Two requests saw "a" fail and both move the id (to the same node, as a burst would).
+        for _ in 0..2 {
+            let n = hopper
+                .hop(
+                    "conn-r",
+                    "a",
+                    b.clone(),
+                    &cluster,
+                    &crit(None),
+                    "connect_error",
+                    now,
+                )
+                .await;
+            assert_eq!(&*n.id, "b");
+        }
+        hopper.moved("conn-r", "a", &b, "connect_error").await;
+        let count = metrics
+            .hops
+            .get_or_create(&crate::metrics::ReasonLabel {
+                reason: "connect_error",
+            })
+            .get();
+        assert_eq!(count, 1, "one change of the binding, one hop");
+        assert_eq!(hopper.store().get("conn-r").await.as_deref(), Some("b"));
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod framing;
 pub mod grpc;
 pub mod guard;
+pub mod h2;
 pub mod headers;
 pub mod respond;
 pub mod upstream;

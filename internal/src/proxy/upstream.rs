@@ -4,6 +4,8 @@
 //! connection the node closed after the request went out (stale, replayable when idempotent), or
 //! failed after sending (SPEC section 4 retry rules).
 //!
+//! h2c connections (one per node, shared) live in [`super::h2`].
+//!
 //! Pooled HTTP/1.1 connections are checked before reuse, expire after `upstream_idle_timeout`, and
 //! a node's advertised `Keep-Alive: timeout=N` caps that (CASE-21). Connection tasks are spawned
 //! per connection and end when the connection closes.
@@ -14,8 +16,8 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -89,7 +91,6 @@ struct Idle {
 #[derive(Default)]
 struct NodePool {
     idle: Vec<Idle>,
-    h2: Option<http2::SendRequest<ProxyBody>>,
 }
 
 /// A pooled HTTP/1.1 connection checked out for one request; give it back with [`Upstream::give_back`].
@@ -112,6 +113,8 @@ impl std::fmt::Debug for Lease {
 /// The upstream client shared by every request.
 pub struct Upstream {
     pools: Mutex<HashMap<Arc<str>, NodePool>>,
+    /// The h2c connections ([`super::h2`]).
+    h2: super::h2::H2Pool,
     connect_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -138,6 +141,7 @@ impl Upstream {
     pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> Self {
         Upstream {
             pools: Mutex::new(HashMap::new()),
+            h2: super::h2::H2Pool::default(),
             connect_timeout,
             idle_timeout,
         }
@@ -180,7 +184,7 @@ impl Upstream {
     pub async fn send(&self, node: &Node, req: Request<ProxyBody>) -> Result<Sent, SendError> {
         match node.settings.protocol {
             Protocol::Http1 => self.send_h1(node, req).await,
-            Protocol::H2c => self.send_h2(node, req).await,
+            Protocol::H2c => self.h2.send(node, self.connect_timeout, req).await,
         }
     }
 
@@ -221,56 +225,6 @@ impl Upstream {
         }
     }
 
-    async fn send_h2(&self, node: &Node, mut req: Request<ProxyBody>) -> Result<Sent, SendError> {
-        let mut fresh = false;
-        loop {
-            let existing = self
-                .pools()
-                .get(&node.id)
-                .and_then(|p| p.h2.clone())
-                .filter(|s| !s.is_closed());
-            let mut send = match existing {
-                Some(s) => s,
-                None => {
-                    fresh = true;
-                    match self.open_h2(node).await {
-                        Ok(s) => s,
-                        Err(e) => return Err(SendError::Connect(e, req)),
-                    }
-                }
-            };
-            match send.try_send_request(req).await {
-                Ok(response) => {
-                    return Ok(Sent {
-                        response,
-                        lease: None,
-                    })
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(back) if !fresh => {
-                        self.drop_h2(node);
-                        req = back;
-                        continue;
-                    }
-                    Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
-                    None => {
-                        let err = e.into_error();
-                        if is_unprocessed(&err) {
-                            self.drop_h2(node);
-                        }
-                        return Err(SendError::Sent(err));
-                    }
-                },
-            }
-        }
-    }
-
-    fn drop_h2(&self, node: &Node) {
-        if let Some(p) = self.pools().get_mut(&node.id) {
-            p.h2 = None;
-        }
-    }
-
     fn checkout(&self, node: &Node) -> Option<Lease> {
         let now = Instant::now();
         let mut pools = self.pools();
@@ -305,23 +259,6 @@ impl Upstream {
         })
     }
 
-    async fn open_h2(&self, node: &Node) -> std::io::Result<http2::SendRequest<ProxyBody>> {
-        let tcp = self.connect(node).await?;
-        let (send, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(20))
-            .handshake(TokioIo::new(tcp))
-            .await
-            .map_err(std::io::Error::other)?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream h2 connection ended");
-            }
-        });
-        self.pools().entry(node.id.clone()).or_default().h2 = Some(send.clone());
-        Ok(send)
-    }
-
     /// Returns an HTTP/1.1 connection after its response body ended; `keepalive` is the node's
     /// advertised idle timeout, if any.
     pub fn give_back(&self, lease: Lease, keepalive: Option<Duration>) {
@@ -352,6 +289,7 @@ impl Upstream {
     /// Drops every pooled connection of `node` (it was removed or ejected).
     pub fn forget(&self, node: &str) {
         self.pools().remove(node);
+        self.h2.forget(node);
     }
 }
 

@@ -44,6 +44,7 @@ use crate::registry::{NodeId, Registry};
 use super::table::RouteTable;
 
 pub use super::triggers::watch_triggers;
+use super::triggers::TriggerSources;
 
 /// How long a pre-swap connect probe may take: a hung node must not stall a reload for long.
 pub const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -139,6 +140,8 @@ pub struct Routing {
     removed_by_reload: Mutex<HashMap<NodeId, Instant>>,
     /// File contents seen and live.
     seen: Mutex<FileSeen>,
+    /// File watch and SIGHUP, set up at construction; taken by [`watch_triggers`].
+    trigger_sources: Mutex<Option<TriggerSources>>,
 }
 
 impl std::fmt::Debug for Routing {
@@ -165,6 +168,7 @@ impl Routing {
         let health = HealthChecker::new();
         health.reconcile(&table.nodes());
         metrics.generation.set(1);
+        let sources = TriggerSources::new(file.as_deref());
         Routing {
             live: ArcSwap::from_pointee(table),
             previous: Mutex::new(None),
@@ -178,7 +182,16 @@ impl Routing {
             last_reload: Mutex::new(None),
             removed_by_reload: Mutex::new(HashMap::new()),
             seen: Mutex::new(FileSeen::default()),
+            trigger_sources: Mutex::new(Some(sources)),
         }
+    }
+
+    /// The reload trigger sources set up by [`Self::new`]; `None` once taken.
+    pub fn take_trigger_sources(&self) -> Option<TriggerSources> {
+        self.trigger_sources
+            .lock()
+            .expect("trigger_sources mutex is never poisoned")
+            .take()
     }
 
     /// The live table; load once per request and keep the snapshot.

@@ -46,33 +46,72 @@ pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch)
 /// Debounce for file-change events: editors write a file in several steps.
 const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
 
+/// Where reload triggers come from: the file watcher's channel and the SIGHUP stream. Created by
+/// [`Routing::new`], before the gateway serves or reports ready, so no change or signal right
+/// after start is lost (an unhandled SIGHUP would terminate the process).
+pub struct TriggerSources {
+    rx: tokio::sync::mpsc::Receiver<()>,
+    _watcher: Option<notify::RecommendedWatcher>,
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl std::fmt::Debug for TriggerSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TriggerSources")
+            .field("file_watch", &self._watcher.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TriggerSources {
+    /// Starts watching `file` (if any) and listening for SIGHUP; must run inside the tokio
+    /// runtime. Either failing is logged and leaves the other triggers working.
+    pub fn new(file: Option<&std::path::Path>) -> Self {
+        // One pending trigger is enough: more coalesce into it.
+        let (tx, rx) = tokio::sync::mpsc::channel::<()>(1);
+        let watcher = file.and_then(|f| file_watcher(f, tx));
+        #[cfg(unix)]
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "SIGHUP handler unavailable; use the file watch or POST /admin/reload"))
+            .ok();
+        TriggerSources {
+            rx,
+            _watcher: watcher,
+            #[cfg(unix)]
+            hup,
+        }
+    }
+}
+
 /// Runs the reload triggers and the warm-up watcher ([`watch_warmup`]) until `watch` fires.
-/// Triggers: SIGHUP and changes to `file` (watched through its directory so editors that replace
-/// the file are seen, debounced by [`FILE_DEBOUNCE`]); they coalesce in [`Routing::reload`].
+/// Triggers: SIGHUP and changes to the config file (watched through its directory so editors
+/// that replace the file are seen, debounced by [`FILE_DEBOUNCE`]); they coalesce in
+/// [`Routing::reload_from`]. The sources are the ones [`Routing::new`] set up; `file` is only
+/// used if they were already taken (a second call).
 pub async fn watch_triggers(
     routing: Arc<Routing>,
     file: Option<PathBuf>,
     watch: crate::drain::Watch,
 ) {
+    let sources = routing
+        .take_trigger_sources()
+        .unwrap_or_else(|| TriggerSources::new(file.as_deref()));
     tokio::join!(
-        reload_triggers(routing.clone(), file, watch.clone()),
+        reload_triggers(routing.clone(), sources, watch.clone()),
         watch_warmup(routing, watch)
     );
 }
 
 async fn reload_triggers(
     routing: Arc<Routing>,
-    file: Option<PathBuf>,
+    mut sources: TriggerSources,
     mut watch: crate::drain::Watch,
 ) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    let _watcher = file.as_ref().and_then(|f| file_watcher(f, tx.clone()));
-    #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
         #[cfg(unix)]
         let hup_fut = async {
-            match hup.as_mut() {
+            match sources.hup.as_mut() {
                 Some(h) => h.recv().await,
                 None => std::future::pending().await,
             }
@@ -82,10 +121,10 @@ async fn reload_triggers(
         let trigger = tokio::select! {
             _ = watch.signaled() => return,
             _ = hup_fut => ReloadTrigger::Signal,
-            Some(()) = rx.recv() => {
+            Some(()) = sources.rx.recv() => {
                 // Let the burst of events settle, then swallow what queued meanwhile.
                 tokio::time::sleep(FILE_DEBOUNCE).await;
-                while rx.try_recv().is_ok() {}
+                while sources.rx.try_recv().is_ok() {}
                 ReloadTrigger::File
             }
         };

@@ -78,12 +78,17 @@ impl MemoryStore {
 
     /// See [`super::AffinityStore::hop`].
     pub fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+        self.hop_cas(conn, from, to).0
+    }
+
+    /// See [`super::AffinityStore::hop_cas`].
+    pub fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
         let now = Instant::now();
         let mut map = self.lock();
         if let Some(e) = map.get_mut(conn) {
             if e.expires > now && &*e.node != from {
                 e.expires = now + self.ttl;
-                return e.node.clone();
+                return (e.node.clone(), false);
             }
         }
         map.put(
@@ -93,7 +98,7 @@ impl MemoryStore {
                 expires: now + self.ttl,
             },
         );
-        to.clone()
+        (to.clone(), true)
     }
 
     /// Writes `conn -> node` unconditionally (cache fill from a shared store).

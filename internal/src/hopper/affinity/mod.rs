@@ -58,6 +58,16 @@ impl AffinityStore {
         }
     }
 
+    /// As [`AffinityStore::hop`], also saying whether this call made the change (`true`) or found
+    /// the id already moved by a racing hop (`false`): only the hop that changed the binding is
+    /// counted and logged, so a burst of requests racing on one id counts one hop (CASE-17).
+    pub async fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
+        match self {
+            AffinityStore::Memory(m) => m.hop_cas(conn, from, to),
+            AffinityStore::Redis(r) => r.hop_cas(conn, from, to).await,
+        }
+    }
+
     /// Deletes the binding; true if there was one.
     pub async fn remove(&self, conn: &str) -> bool {
         match self {

@@ -223,6 +223,12 @@ impl RedisStore {
     /// See [`super::AffinityStore::hop`]. A compare-and-set script in Redis; a hop that changed the
     /// key is published on `<prefix>hops`. While Redis is down the hop is made locally.
     pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+        self.hop_cas(conn, from, to).await.0
+    }
+
+    /// See [`super::AffinityStore::hop_cas`]: `true` when the script changed the key (or, while
+    /// Redis is down, the local hop did).
+    pub async fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let epoch = s.epoch(conn);
@@ -243,10 +249,10 @@ impl RedisStore {
                 if changed == 1 {
                     s.publish(&mut c, "hop", conn, Some(from), Some(&won)).await;
                 }
-                return won;
+                return (won, changed == 1);
             }
         }
-        let won = s.cache.hop(conn, from, to);
+        let (won, swapped) = s.cache.hop_cas(conn, from, to);
         s.remember(
             conn,
             Pending::Hop {
@@ -254,7 +260,7 @@ impl RedisStore {
                 to: won.clone(),
             },
         );
-        won
+        (won, swapped)
     }
 
     /// See [`super::AffinityStore::remove`]. Deletes the key and publishes `{"conn","from","to":null}`.

@@ -1,0 +1,213 @@
+//! Upstream h2c for `protocol = "h2c"` clusters (SPEC section 5): one multiplexed connection per
+//! node, shared by all of its requests, on hyper's low-level `client::conn::http2`.
+//!
+//! Owns the per-node connection slot. Requests that find no usable connection join one shared
+//! dial instead of each opening their own (a burst of N requests to a fresh node opens one
+//! connection, not N; an unreachable node costs one connect timeout, not N in a row). A connection
+//! that received GOAWAY takes no new streams: it is replaced, and only the connection that failed
+//! is dropped from the slot (a newer one another request opened meanwhile stays). Streams the node
+//! declared unprocessed come back to the caller as [`SendError::Sent`] with an error that
+//! [`super::upstream::is_unprocessed`] recognises, for replay (CASE-09).
+//!
+//! Spawns one task per connection, driving it until it closes (after GOAWAY once its streams are
+//! done, or when the last handle is dropped). Never holds its mutex across an `.await`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::{FutureExt, Shared};
+use http::Request;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use super::upstream::{is_unprocessed, SendError, Sent};
+use super::ProxyBody;
+use crate::registry::{Node, NodeId};
+
+/// Interval of h2 PINGs on an upstream connection, so a dead node is noticed on an idle one.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// Times a request moves to a newer connection after finding its connection closing (GOAWAY)
+/// before it gives up with "not sent": GOAWAYs racing a burst need one or two, never more.
+const MAX_STALE_RETRIES: usize = 3;
+
+/// One node connection with an id, so a failure drops exactly this connection from the slot.
+#[derive(Clone)]
+struct Conn {
+    id: u64,
+    send: http2::SendRequest<ProxyBody>,
+}
+
+type DialFuture = Pin<Box<dyn Future<Output = Result<Conn, Arc<std::io::Error>>> + Send>>;
+/// A connection attempt shared by every request waiting for the node's connection.
+type Dial = Shared<DialFuture>;
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<Conn>,
+    dial: Option<Dial>,
+}
+
+/// The h2c connections of every node; see the module docs.
+#[derive(Default)]
+pub struct H2Pool {
+    slots: Mutex<HashMap<NodeId, Slot>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for H2Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Pool").finish_non_exhaustive()
+    }
+}
+
+impl H2Pool {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Slot>> {
+        self.slots
+            .lock()
+            .expect("h2 slot mutex is never poisoned: no panics while held")
+    }
+
+    /// The node's live connection, if any (not closed, i.e. not past a GOAWAY).
+    fn pooled(&self, node: &Node) -> Option<Conn> {
+        self.slots()
+            .get(&node.id)
+            .and_then(|s| s.conn.clone())
+            .filter(|c| !c.send.is_closed())
+    }
+
+    /// The node's live connection, or the result of the one shared dial to it.
+    async fn connection(&self, node: &Node, connect_timeout: Duration) -> std::io::Result<Conn> {
+        let dial = {
+            let mut slots = self.slots();
+            let slot = slots.entry(node.id.clone()).or_default();
+            if let Some(c) = slot.conn.clone().filter(|c| !c.send.is_closed()) {
+                return Ok(c);
+            }
+            match &slot.dial {
+                Some(d) => d.clone(),
+                None => {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    let fut: DialFuture = Box::pin(
+                        dial(node.addr.clone(), connect_timeout, id).map(|r| r.map_err(Arc::new)),
+                    );
+                    let d = fut.shared();
+                    slot.dial = Some(d.clone());
+                    d
+                }
+            }
+        };
+        let result = dial.clone().await;
+        {
+            let mut slots = self.slots();
+            let slot = slots.entry(node.id.clone()).or_default();
+            // Only the first waiter back clears the dial (and installs its connection).
+            if slot.dial.as_ref().is_some_and(|d| d.ptr_eq(&dial)) {
+                slot.dial = None;
+                if let Ok(c) = &result {
+                    slot.conn = Some(c.clone());
+                }
+            }
+        }
+        result.map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+    }
+
+    /// Drops connection `id` of `node` from its slot, if it is still the pooled one.
+    fn drop_conn(&self, node: &Node, id: u64) {
+        if let Some(slot) = self.slots().get_mut(&node.id) {
+            if slot.conn.as_ref().is_some_and(|c| c.id == id) {
+                slot.conn = None;
+            }
+        }
+    }
+
+    /// Sends `req` to `node` over its shared h2c connection (opened within `connect_timeout` when
+    /// there is none). A connection found closing before the request went out is replaced
+    /// transparently.
+    ///
+    /// # Errors
+    /// [`SendError::Connect`] (nothing sent; the request is handed back), [`SendError::NotSent`]
+    /// (a fresh connection refused it unsent), or [`SendError::Sent`].
+    pub async fn send(
+        &self,
+        node: &Node,
+        connect_timeout: Duration,
+        mut req: Request<ProxyBody>,
+    ) -> Result<Sent, SendError> {
+        let mut dialled: Option<u64> = None;
+        let mut stale = 0;
+        loop {
+            let conn = match self.pooled(node) {
+                Some(c) => c,
+                None => match self.connection(node, connect_timeout).await {
+                    Ok(c) => {
+                        dialled = Some(c.id);
+                        c
+                    }
+                    Err(e) => return Err(SendError::Connect(e, req)),
+                },
+            };
+            let fresh = dialled == Some(conn.id);
+            let mut send = conn.send.clone();
+            match send.try_send_request(req).await {
+                Ok(response) => {
+                    return Ok(Sent {
+                        response,
+                        lease: None,
+                    })
+                }
+                Err(mut e) => match e.take_message() {
+                    // The connection was closing (GOAWAY) before our stream went out: use another.
+                    Some(back) if !fresh && stale < MAX_STALE_RETRIES => {
+                        stale += 1;
+                        self.drop_conn(node, conn.id);
+                        req = back;
+                    }
+                    Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
+                    None => {
+                        let err = e.into_error();
+                        if is_unprocessed(&err) {
+                            self.drop_conn(node, conn.id);
+                        }
+                        return Err(SendError::Sent(err));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Forgets `node`'s connection (it was removed or ejected); open streams keep running on it.
+    pub fn forget(&self, node: &str) {
+        self.slots().remove(node);
+    }
+}
+
+/// Opens connection `id` to `addr` within `connect_timeout` and spawns its driver task.
+async fn dial(addr: String, connect_timeout: Duration, id: u64) -> std::io::Result<Conn> {
+    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr.as_str())).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connect timed out after {connect_timeout:?}"),
+            ))
+        }
+    };
+    let _ = tcp.set_nodelay(true);
+    let (send, conn) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(addr, error = %e, "upstream h2 connection ended");
+        }
+    });
+    Ok(Conn { id, send })
+}
