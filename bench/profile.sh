@@ -18,7 +18,8 @@ OUT=${PROFILE_OUT:-$ROOT/target/bench-profile}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/sbin:$HOME/.cargo/bin"
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
-command -v oha >/dev/null || cargo install oha --locked
+# oha sends an exact request count; without it, wrk runs for PROFILE_SECONDS and the count comes from the gateway's metrics.
+command -v oha >/dev/null || command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 
 W=$(mktemp -d /tmp/hopgw-profile.XXXXXX)
 PIDS=()
@@ -87,7 +88,12 @@ GWPID=$!
 PIDS+=("$GWPID")
 for _ in $(seq 1 600); do curl -fs -o /dev/null "http://127.0.0.1:$AP/readyz" && break; sleep 0.1; done
 curl -fs -o /dev/null "http://127.0.0.1:$GP/" || { echo "gateway not answering" >&2; exit 1; }
-oha -n "$N" -c 8 --no-tui "${hdr[@]}" "http://127.0.0.1:$GP/" | tee "$OUT/$TOOL.$MODE.oha.txt" | grep -E 'Success rate|Requests/sec|\[' || true
+if command -v oha >/dev/null; then
+  oha -n "$N" -c 8 --no-tui "${hdr[@]}" "http://127.0.0.1:$GP/" | tee "$OUT/$TOOL.$MODE.oha.txt" | grep -E 'Success rate|Requests/sec|\[' || true
+else
+  wrk -t1 -c8 -d"${PROFILE_SECONDS:-20}s" "${hdr[@]}" "http://127.0.0.1:$GP/" | tee "$OUT/$TOOL.$MODE.wrk.txt"
+  N=$(curl -fs "http://127.0.0.1:$AP/metrics" | awk '/^gateway_requests_total\{/ {s += $2} END {printf "%d", s - 1}')
+fi
 kill -TERM "$GWPID"
 wait "$GWPID" 2>/dev/null || true
 echo "output: $OUT/$TOOL.$MODE.* (requests: $N, plus 1 check request)"

@@ -88,7 +88,7 @@ def cg(argv):
                     break
     else:
         for f in [f for f in incl if re.search(pat, f)][:3]:
-            idx = 1 if mode == "callees" else 0
+            idx = 0 if mode == "callees" else 1
             print(f"== {short(f)}  incl {incl[f] / reqs:.0f} Ir/req, self {self_cost.get(f, 0) / reqs:.0f}")
             rows = [(k[1 - idx], n, c) for k, (n, c) in calls.items() if k[idx] == f]
             for other, n, c in sorted(rows, key=lambda r: -r[2])[:limit]:

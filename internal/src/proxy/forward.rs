@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty};
@@ -58,7 +59,7 @@ fn is_idempotent(m: &Method) -> bool {
 /// Builds the request for `node`.
 pub(crate) fn build(
     method: &Method,
-    path_and_query: &str,
+    path_and_query: &PathAndQuery,
     headers: &HeaderMap,
     node: &Node,
     body: ProxyBody,
@@ -68,9 +69,7 @@ pub(crate) fn build(
     *req.headers_mut() = headers.clone();
     match node.settings.protocol {
         Protocol::Http1 => {
-            *req.uri_mut() = path_and_query
-                .parse()
-                .unwrap_or_else(|_| Uri::from_static("/"));
+            *req.uri_mut() = Uri::from(path_and_query.clone());
         }
         Protocol::H2c => {
             *req.version_mut() = http::Version::HTTP_2;
@@ -112,14 +111,14 @@ pub(crate) async fn forward(
     mut node: Arc<Node>,
     req: Request<Incoming>,
     up_headers: HeaderMap,
-    path_and_query: String,
+    path_and_query: PathAndQuery,
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let method = req.method().clone();
     // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
     let gate = (req.version() == http::Version::HTTP_11
         && node.settings.protocol == Protocol::Http1
-        && expect::wants_continue(req.headers()))
+        && expect::wants_continue(&up_headers))
     .then(ContinueGate::new);
     let incoming = req.into_body();
     let empty = incoming.is_end_stream();
@@ -192,7 +191,8 @@ pub(crate) async fn forward(
                     sent,
                     inflight,
                     tap,
-                    log.clone(),
+                    // The caller is done with the context once a response exists.
+                    std::mem::take(log),
                 ));
             }
             Ok(Err(e)) => e,

@@ -203,13 +203,16 @@ pub fn parse_timeout(v: &str) -> Option<Duration> {
     })
 }
 
+/// The gRPC deadline header (gRPC `PROTOCOL-HTTP2.md`).
+const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
 /// When the response head of a request that started at `start` must have arrived: the route
 /// `timeout` (SPEC section 3: whole request, not applied to streaming gRPC, so it only ever bounds
 /// the head), or for a gRPC request carrying `grpc-timeout` the client's own deadline, which
 /// replaces it (a client asking for a long deadline may legitimately wait on a stream).
 pub fn head_deadline(start: Instant, route_timeout: Duration, request: &HeaderMap) -> Instant {
     let client = request
-        .get("grpc-timeout")
+        .get(GRPC_TIMEOUT)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_timeout)
         .filter(|_| is_grpc(request));

@@ -8,19 +8,6 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Headers that are always hop-by-hop (RFC 9110 section 7.6.1, RFC 7230 section 6.1, and the
-/// de-facto `Proxy-Connection`, `Keep-Alive`).
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
 /// True if any `Connection` line lists `token` (case-insensitive, comma-separated).
 pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
     headers
@@ -43,9 +30,43 @@ pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
 }
 
+/// `HTTP2-Settings`: only meaningful with an h2c upgrade, which is never forwarded (CASE-10).
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Every name [`strip_hop_by_hop`] removes (or, for `TE`, rewrites) without looking at
+/// `Connection`: the always-hop-by-hop headers (RFC 9110 section 7.6.1, RFC 7230 section 6.1, and
+/// the de-facto `Proxy-Connection`, `Keep-Alive`), `TE`, and `HTTP2-Settings`. `Connection` first.
+const STRIPPED: [HeaderName; 10] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::TE,
+    HTTP2_SETTINGS,
+];
+
 /// Removes hop-by-hop headers, and every header named in `Connection`, from `headers`.
 /// `TE` keeps only `trailers` when it was offered (CASE-08); `Expect` is left to the caller.
+///
+/// One pass over the names finds which of [`STRIPPED`] are present (a bit each), so a message
+/// without hop-by-hop headers costs no hashing and no allocation.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut present: u16 = 0;
+    for name in headers.keys() {
+        if let Some(i) = STRIPPED.iter().position(|s| s == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
     let te_trailers = headers
@@ -58,25 +79,33 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
                 .next()
                 .is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers"))
         });
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+    if present & 1 != 0 {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            // `keep-alive`/`close`/`upgrade` name no header that survives anyway.
+            .filter(|t| {
+                !t.is_empty()
+                    && !t.eq_ignore_ascii_case("keep-alive")
+                    && !t.eq_ignore_ascii_case("close")
+            })
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    for (i, name) in STRIPPED.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
-    headers.remove(header::TE);
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
-    // HTTP2-Settings only makes sense with an h2c upgrade, which is never forwarded (CASE-10).
-    headers.remove(HeaderName::from_static("http2-settings"));
 }
 
 /// Sets `Connection: Upgrade` and `Upgrade: websocket` for a forwarded WebSocket handshake.
@@ -93,28 +122,68 @@ pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
 /// `X-Forwarded-Proto` and `X-Forwarded-Host` are set by the gateway in every case.
 pub fn set_forwarded(
     headers: &mut HeaderMap,
-    peer: SocketAddr,
+    peer: &Peer,
     host: Option<&HeaderValue>,
     trusted: Option<&[ipnet::IpNet]>,
 ) {
-    let peer_ip = canonical_ip(peer.ip());
     let keep = match trusted {
         None => true,
-        Some(ranges) => ranges.iter().any(|n| n.contains(&peer_ip)),
+        Some(ranges) => ranges.iter().any(|n| n.contains(&peer.ip)),
     };
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let prior: Vec<String> = if keep {
-        headers
-            .get_all(&xff)
+    if keep && !headers.contains_key(&X_FORWARDED_FOR) {
+        // The common first hop: the peer alone, formatted once per connection.
+        headers.insert(X_FORWARDED_FOR, peer.text.clone());
+    } else {
+        append_forwarded_for(headers, peer, keep);
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    match host {
+        Some(h) => {
+            headers.insert(X_FORWARDED_HOST, h.clone());
+        }
+        None => {
+            headers.remove(X_FORWARDED_HOST);
+        }
+    }
+}
+
+/// A downstream peer as `X-Forwarded-For` names it: its IP (IPv4-mapped IPv6 shown as IPv4) and
+/// that IP as a header value, made once per connection.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The canonical IP.
+    pub ip: IpAddr,
+    /// `ip` as text.
+    pub text: HeaderValue,
+}
+
+impl Peer {
+    /// The peer of a connection from `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        let ip = canonical_ip(addr.ip());
+        let text = HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_string()))
+            .expect("an IP address is a valid header value");
+        Peer { ip, text }
+    }
+}
+
+/// `X-Forwarded-For` as one line: the prior hops when `keep`, then the peer; with `keep` false
+/// every incoming forwarding header is dropped (untrusted peer, CASE-11).
+fn append_forwarded_for(headers: &mut HeaderMap, peer: &Peer, keep: bool) {
+    // One line: the prior hops (kept when trusted), then the peer. Written into one buffer.
+    let mut value = String::new();
+    if keep {
+        for prior in headers
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .map(|s| s.trim().to_string())
+            .map(str::trim)
             .filter(|s| !s.is_empty())
-            .collect()
+        {
+            value.push_str(prior);
+            value.push_str(", ");
+        }
     } else {
-        Vec::new()
-    };
-    if !keep {
         for name in [
             "x-forwarded-proto",
             "x-forwarded-host",
@@ -126,26 +195,10 @@ pub fn set_forwarded(
             headers.remove(name);
         }
     }
-    let mut value = prior.join(", ");
-    if !value.is_empty() {
-        value.push_str(", ");
-    }
-    value.push_str(&peer_ip.to_string());
-    headers.remove(&xff);
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(xff, v);
-    }
-    headers.insert(
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderValue::from_static("http"),
-    );
-    match host {
-        Some(h) => {
-            headers.insert(HeaderName::from_static("x-forwarded-host"), h.clone());
-        }
-        None => {
-            headers.remove("x-forwarded-host");
-        }
+    value.push_str(peer.text.to_str().unwrap_or_default());
+    // `insert` replaces every earlier line of the name.
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
+        headers.insert(X_FORWARDED_FOR, v);
     }
 }
 
@@ -234,7 +287,7 @@ mod tests {
         ]);
         set_forwarded(
             &mut h,
-            peer,
+            &Peer::new(peer),
             Some(&HeaderValue::from_static("app.example.test")),
             None,
         );
@@ -253,12 +306,12 @@ mod tests {
             ("forwarded", "for=192.0.2.1"),
             ("x-real-ip", "10.0.0.2"),
         ]);
-        set_forwarded(&mut h, peer, None, Some(&outside));
+        set_forwarded(&mut h, &Peer::new(peer), None, Some(&outside));
         assert_eq!(h["x-forwarded-for"], "127.0.0.9");
         assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());
         let inside = ["127.0.0.0/8".parse().expect("valid")];
         let mut h = map(&[("x-forwarded-for", "203.0.113.7")]);
-        set_forwarded(&mut h, peer, None, Some(&inside));
+        set_forwarded(&mut h, &Peer::new(peer), None, Some(&inside));
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.9");
     }
 }

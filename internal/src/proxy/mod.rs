@@ -19,10 +19,12 @@ pub mod respond;
 pub mod upstream;
 pub mod websocket;
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{header, HeaderName, HeaderValue, Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
@@ -51,6 +53,8 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 pub struct DownstreamConn {
     /// Client address.
     pub peer: SocketAddr,
+    /// The client as `X-Forwarded-For` names it, formatted once.
+    pub forwarded_peer: headers::Peer,
     /// For h2 connections without an affinity header: the connection's own conn id (SPEC section 5).
     pub conn_id: OnceLock<String>,
     /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
@@ -64,6 +68,7 @@ impl DownstreamConn {
     pub fn new(peer: SocketAddr) -> Self {
         DownstreamConn {
             peer,
+            forwarded_peer: headers::Peer::new(peer),
             conn_id: OnceLock::new(),
             bound: watch::channel(None).0,
             framing: Arc::new(framing::FramingLog::new()),
@@ -109,9 +114,9 @@ pub struct Proxy {
 #[derive(Debug, Clone, Default)]
 pub struct LogCtx {
     /// Method.
-    pub method: String,
-    /// Path as received.
-    pub path: String,
+    pub method: http::Method,
+    /// Target as received (the log shows its path); a cheap reference-counted copy.
+    pub uri: http::Uri,
     /// Route id or `-`.
     pub route: Option<Arc<str>>,
     /// Node id or `-`.
@@ -136,8 +141,8 @@ impl Proxy {
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
         let mut log = LogCtx {
-            method: req.method().to_string(),
-            path: req.uri().path().to_string(),
+            method: req.method().clone(),
+            uri: req.uri().clone(),
             ..LogCtx::default()
         };
         let grpc_req = grpc::is_grpc(req.headers());
@@ -183,7 +188,7 @@ impl Proxy {
                 Instant::now(),
             );
         }
-        let dash: Arc<str> = Arc::from("-");
+        let dash = dash();
         self.metrics
             .requests
             .get_or_create(&RequestLabels {
@@ -197,7 +202,7 @@ impl Proxy {
             tracing::info!(
                 target: "access",
                 method = %log.method,
-                path = %log.path,
+                path = %log.uri.path(),
                 status,
                 duration_ms = format_args!("{duration_ms:.3}"),
                 route = log.route.as_deref().unwrap_or("-"),
@@ -228,7 +233,7 @@ impl Proxy {
         let head = RequestHead {
             method: req.method(),
             host: host.as_deref().map(strip_port),
-            path: &norm,
+            path: &*norm,
             headers: req.headers(),
         };
         let roll = rand::random::<f64>() * 100.0;
@@ -329,12 +334,23 @@ impl Proxy {
                 changed
             });
         }
-        let mut up_headers = req.headers().clone();
+        let host_hdr = host_value(&req, host.as_deref());
+        let path_and_query = upstream_path(&req, &norm, route.config.strip_prefix.as_deref());
+        // Both borrow the request, whose header map is taken next.
+        drop(host);
+        drop(norm);
+        // WebSockets keep the client's handshake headers for re-dials; a plain request hands its
+        // header map over to the upstream request instead of copying it.
+        let mut up_headers = if is_ws {
+            req.headers().clone()
+        } else {
+            std::mem::take(req.headers_mut())
+        };
         headers::strip_hop_by_hop(&mut up_headers);
         headers::set_forwarded(
             &mut up_headers,
-            dc.peer,
-            host_value(&req, host.as_deref()).as_ref(),
+            &dc.forwarded_peer,
+            host_hdr.as_ref(),
             self.settings.trusted.as_deref(),
         );
         if let Some(id) = &conn_id {
@@ -343,11 +359,10 @@ impl Proxy {
             }
         }
         if is_h2 {
-            if let Some(h) = host_value(&req, host.as_deref()) {
+            if let Some(h) = host_hdr {
                 up_headers.insert(header::HOST, h);
             }
         }
-        let path_and_query = upstream_path(&req, &norm, route.config.strip_prefix.as_deref());
         let ctx = forward::Attempt {
             route: route.clone(),
             table: table.clone(),
@@ -364,7 +379,7 @@ impl Proxy {
                 node,
                 req,
                 up_headers,
-                path_and_query,
+                path_and_query.as_str().to_string(),
                 upgrade,
                 log,
             )
@@ -417,7 +432,7 @@ impl Proxy {
 }
 
 /// The request's host: `Host`, or `:authority` for HTTP/2. Both present and different is 400 (CASE-12).
-fn request_host<B>(req: &Request<B>) -> Result<Option<String>, ProxyError> {
+fn request_host<B>(req: &Request<B>) -> Result<Option<Cow<'_, str>>, ProxyError> {
     let host_hdr = req
         .headers()
         .get(header::HOST)
@@ -429,10 +444,25 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<String>, ProxyError> {
         {
             Err(ProxyError::BadRequest(":authority and host disagree"))
         }
-        (Some(h), _) => Ok(Some(h.to_ascii_lowercase())),
-        (None, Some(a)) => Ok(Some(a.to_ascii_lowercase())),
+        (Some(h), _) => Ok(Some(ascii_lowercase(h))),
+        (None, Some(a)) => Ok(Some(ascii_lowercase(a))),
         (None, None) => Ok(None),
     }
+}
+
+/// `s` in lower case, borrowed when it already is.
+fn ascii_lowercase(s: &str) -> Cow<'_, str> {
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(s.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// The shared `-` label for requests without a route or node.
+fn dash() -> Arc<str> {
+    static DASH: OnceLock<Arc<str>> = OnceLock::new();
+    DASH.get_or_init(|| Arc::from("-")).clone()
 }
 
 fn host_value<B>(req: &Request<B>, host: Option<&str>) -> Option<HeaderValue> {
@@ -452,28 +482,39 @@ fn strip_port(h: &str) -> &str {
 }
 
 /// The path and query sent upstream: the client's, with `strip_prefix` removed; the normalised path
-/// when normalisation removed dot segments (so the node resolves what was matched).
-fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> String {
+/// when normalisation removed dot segments (so the node resolves what was matched). The client's
+/// own target is reused without copying when nothing changes.
+fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> PathAndQuery {
     let raw = req.uri().path();
-    let base = if raw.contains("/.") || raw.to_ascii_lowercase().contains("%2e") {
-        norm
-    } else {
-        raw
-    };
-    let mut p = match strip {
-        Some(s) if base.starts_with(s) => {
-            let rest = &base[s.len()..];
-            if rest.starts_with('/') {
-                rest.to_string()
-            } else {
-                format!("/{rest}")
-            }
+    let dotted = raw.contains("/.") || contains_ignore_ascii_case(raw.as_bytes(), b"%2e");
+    let base = if dotted { norm } else { raw };
+    let stripped = strip.filter(|s| base.starts_with(*s));
+    if !dotted && stripped.is_none() {
+        if let Some(pq) = req.uri().path_and_query() {
+            return pq.clone();
         }
-        _ => base.to_string(),
-    };
+    }
+    let mut p = String::with_capacity(base.len() + 1 + req.uri().query().map_or(0, str::len));
+    match stripped {
+        Some(s) => {
+            let rest = &base[s.len()..];
+            if !rest.starts_with('/') {
+                p.push('/');
+            }
+            p.push_str(rest);
+        }
+        None => p.push_str(base),
+    }
     if let Some(q) = req.uri().query() {
         p.push('?');
         p.push_str(q);
     }
-    p
+    PathAndQuery::from_maybe_shared(Bytes::from(p))
+        .unwrap_or_else(|_| PathAndQuery::from_static("/"))
+}
+
+/// True if `hay` contains `needle`, ASCII case-insensitively.
+fn contains_ignore_ascii_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }

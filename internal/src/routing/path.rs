@@ -7,8 +7,19 @@
 //! unless the normalised form differs in dot segments: then the normalised one is sent, so the
 //! node resolves exactly the path that was matched.
 
-/// Normalises `path` as the module docs say. Always starts with `/`.
-pub fn normalize(path: &str) -> String {
+use std::borrow::Cow;
+
+/// Normalises `path` as the module docs say. Always starts with `/`. Borrows `path` when it is
+/// already normal (starts with `/`, no `%`, no segment starting with `.`): the common case costs no
+/// allocation.
+pub fn normalize(path: &str) -> Cow<'_, str> {
+    if path.starts_with('/') && !path.contains('%') && !path.contains("/.") {
+        return Cow::Borrowed(path);
+    }
+    Cow::Owned(normalize_slow(path))
+}
+
+fn normalize_slow(path: &str) -> String {
     let decoded = decode_unreserved(path);
     let out = remove_dot_segments(&decoded);
     if out.is_empty() {
@@ -88,5 +99,10 @@ mod tests {
         assert_eq!(normalize("//admin"), "//admin");
         assert_eq!(normalize("/%7Euser"), "/~user");
         assert_eq!(normalize(""), "/");
+        assert_eq!(normalize("/.well-known/x"), "/.well-known/x");
+        assert!(matches!(
+            normalize("/api/v1/users"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }
