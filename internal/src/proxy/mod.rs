@@ -233,7 +233,7 @@ impl Proxy {
         let head = RequestHead {
             method: req.method(),
             host: host.as_deref().map(strip_port),
-            path: &*norm,
+            path: &norm,
             headers: req.headers(),
         };
         let roll = rand::random::<f64>() * 100.0;
