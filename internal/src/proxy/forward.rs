@@ -363,7 +363,8 @@ fn respond_with(
     let keepalive = keepalive_timeout(&sent.response);
     let (mut parts, incoming) = sent.response.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
-    let incoming = super::grpc::relay(&parts.headers, incoming, node, &log.grpc_status);
+    let mut log = log;
+    let incoming = super::grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
     headers::strip_hop_by_hop(&mut parts.headers);
     // TE is a request header; a node has no business sending it back.
     parts.headers.remove(header::TE);

@@ -63,28 +63,40 @@ pub fn status_of(headers: &HeaderMap) -> Option<u32> {
 }
 
 /// The gRPC status a response ended with, shared between the body relaying it and the access log.
-/// Cheap to clone; unset until a `grpc-status` is seen.
-#[derive(Debug, Clone)]
-pub struct GrpcStatus(Arc<AtomicU32>);
+/// Cheap to clone; unset until a `grpc-status` is seen. The default does not record anything and
+/// costs no allocation (plain HTTP requests); [`GrpcStatus::track`] makes it record, for gRPC.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcStatus(Option<Arc<AtomicU32>>);
 
 /// Marks "no status seen" inside [`GrpcStatus`]; not a valid gRPC code (they are 0..=16).
 const UNSET: u32 = u32::MAX;
 
-impl Default for GrpcStatus {
-    fn default() -> Self {
-        GrpcStatus(Arc::new(AtomicU32::new(UNSET)))
-    }
-}
-
 impl GrpcStatus {
-    /// Records `code`; the last one recorded wins.
+    /// A status that records, unset.
+    pub fn tracked() -> Self {
+        GrpcStatus(Some(Arc::new(AtomicU32::new(UNSET))))
+    }
+
+    /// Makes this status record from now on (no-op if it already does).
+    pub fn track(&mut self) {
+        if self.0.is_none() {
+            *self = GrpcStatus::tracked();
+        }
+    }
+
+    /// Records `code` if this status records ([`GrpcStatus::track`]); the last one wins.
     pub fn set(&self, code: u32) {
-        self.0.store(code, Ordering::Relaxed);
+        if let Some(a) = &self.0 {
+            a.store(code, Ordering::Relaxed);
+        }
     }
 
     /// The recorded code, if any.
     pub fn get(&self) -> Option<u32> {
-        Some(self.0.load(Ordering::Relaxed)).filter(|c| *c != UNSET)
+        self.0
+            .as_ref()
+            .map(|a| a.load(Ordering::Relaxed))
+            .filter(|c| *c != UNSET)
     }
 }
 
@@ -169,10 +181,18 @@ impl<B> DeadlineBody<B> {
 /// Wraps the body of a response from `node` whose head is `head` for relaying: records the
 /// `grpc-status` of a trailers-only answer (in the head) or of its trailers into `status`, and
 /// arms the node's drain deadline (see [`DeadlineBody`]).
-pub fn relay<B>(head: &HeaderMap, body: B, node: &Node, status: &GrpcStatus) -> DeadlineBody<B> {
+pub fn relay<B>(
+    head: &HeaderMap,
+    body: B,
+    node: &Node,
+    status: &mut GrpcStatus,
+) -> DeadlineBody<B> {
     let grpc = is_grpc(head);
-    if let Some(code) = status_of(head).filter(|_| grpc) {
-        status.set(code);
+    if grpc {
+        status.track();
+        if let Some(code) = status_of(head) {
+            status.set(code);
+        }
     }
     DeadlineBody::new(
         body,
@@ -254,9 +274,10 @@ pub fn encode_message(msg: &str) -> String {
 pub fn error_response(
     http: Response<ProxyBody>,
     message: &str,
-    status: &GrpcStatus,
+    status: &mut GrpcStatus,
 ) -> Response<ProxyBody> {
     let code = code_for_http(http.status());
+    status.track();
     status.set(code);
     let mut resp = Response::new(super::respond::full(Bytes::new()));
     let h = resp.headers_mut();
@@ -442,7 +463,7 @@ mod tests {
             usable: true,
             drain_deadline: None,
         });
-        let status = GrpcStatus::default();
+        let status = GrpcStatus::tracked();
         let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, true, status.clone());
         let start = Instant::now();
         tx.send_replace(NodeSignal {
@@ -468,7 +489,7 @@ mod tests {
             Arc::from("node-a"),
             rx,
             false,
-            GrpcStatus::default(),
+            GrpcStatus::tracked(),
         );
         let start = Instant::now();
         tx.send_replace(NodeSignal {
@@ -511,7 +532,7 @@ mod tests {
             Arc::from("n"),
             rx,
             true,
-            GrpcStatus::default(),
+            GrpcStatus::tracked(),
         );
         for _ in 0..100 {
             assert!(body.frame().await.expect("frame").expect("ok").is_data());
@@ -547,7 +568,7 @@ mod tests {
             Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))),
             Ok(Frame::trailers(t)),
         ]);
-        let status = GrpcStatus::default();
+        let status = GrpcStatus::tracked();
         let body = DeadlineBody::new(
             StreamBody::new(frames),
             Arc::from("n"),

@@ -162,7 +162,7 @@ impl Proxy {
                 let status = resp.status().as_u16();
                 if grpc_req {
                     // gRPC clients read grpc-status, not HTTP bodies (STYLE section 4).
-                    resp = grpc::error_response(resp, &err.to_string(), &log.grpc_status);
+                    resp = grpc::error_response(resp, &err.to_string(), &mut log.grpc_status);
                 }
                 if err.is_node_fault() {
                     tracing::warn!(error = %err, route = log.route.as_deref().unwrap_or("-"), "request failed");
