@@ -88,10 +88,17 @@ fn main() -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.workers {
-        rt.worker_threads(n.max(1));
-    }
+    // One worker: a single-threaded scheduler does the same work without cross-thread wake-ups
+    // and atomics (the pinned-to-one-core deployment `make bench` measures).
+    let mut rt = match cli.workers {
+        Some(n) if n <= 1 => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let rt = match rt.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

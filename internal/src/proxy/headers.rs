@@ -69,16 +69,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
-    let te_trailers = headers
-        .get_all(header::TE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| {
-            t.split(';')
-                .next()
-                .is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers"))
-        });
+    let te_at = STRIPPED.iter().position(|s| s == header::TE).unwrap_or(0);
+    let te_trailers = present & (1 << te_at) != 0
+        && headers
+            .get_all(header::TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| {
+                t.split(';')
+                    .next()
+                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers"))
+            });
     if present & 1 != 0 {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)

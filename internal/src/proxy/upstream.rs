@@ -317,7 +317,8 @@ fn is_closed_by_peer(e: &hyper::Error) -> bool {
 
 /// The node's `Keep-Alive: timeout=N` (seconds), if it advertised one.
 pub fn keepalive_timeout<B>(resp: &Response<B>) -> Option<Duration> {
-    let v = resp.headers().get("keep-alive")?.to_str().ok()?;
+    const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
+    let v = resp.headers().get(KEEP_ALIVE)?.to_str().ok()?;
     v.split(',').find_map(|p| {
         let (k, val) = p.split_once('=')?;
         k.trim()
