@@ -158,6 +158,8 @@ async fn kill(a: &mut Mock, b: &mut Mock, id: &str) {
     }
 }
 
+/// CASE-05 (`websocket = "hop"`): the node dies under an open WebSocket; the client's socket stays
+/// open and keeps flowing on a healthy node (SPEC 5 hop rules).
 #[tokio::test]
 async fn ws_hops_without_closing_client() {
     let mut a = Mock::start("node-a").await;
@@ -361,6 +363,9 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
     );
 }
 
+/// CASE-05 (`websocket = "close"`): node-a's own Close 1001 "going away" is relayed as is, a FIN
+/// without a Close becomes 1011 (never 1005/1006), each within ~1 s, then TCP closes and the
+/// active-connection gauge returns to its baseline.
 #[tokio::test]
 async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let a = Mock::start("node-a").await;
@@ -401,6 +406,9 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     wait_gauge(&gw, baseline).await;
 }
 
+/// CASE-05 (`websocket = "close"`): node-a killed (kill -9: the kernel ends its sockets) gives the
+/// client 1011 within 1 s, TCP closes, the gauge returns to 0, and a new connect with the same id
+/// lands on the healthy node at once.
 #[tokio::test]
 async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node() {
     let mut a = Mock::start("node-a").await;
@@ -523,6 +531,10 @@ async fn raw_send_text(tcp: &mut TcpStream, text: &str) {
     tcp.write_all(&f).await.expect("write frame");
 }
 
+/// CASE-03: `Connection`/`Upgrade` header variants (token order, case, two `Connection` lines,
+/// `Upgrade: WebSocket`) give 101 with `Connection: Upgrade` and the node's accept key unchanged;
+/// the node gets one `Upgrade: websocket` and a `Connection` with `Upgrade` and no `keep-alive`;
+/// the binding picks the node; frames flow both ways.
 #[tokio::test]
 async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
     let a = Mock::start("node-a").await;
@@ -602,6 +614,8 @@ async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
     );
 }
 
+/// CASE-04: subprotocol offers (one line or two) and extension offers reach the node in order; the
+/// node's choice (`v10.stomp`, none, or the unoffered `mqtt`) is relayed, never rewritten.
 #[tokio::test]
 async fn ws_subprotocols_and_extensions_pass_through_case04() {
     let a = Mock::start("node-a").await;
@@ -677,6 +691,9 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
     assert_eq!(raw_frame(&mut tcp, &mut buf).await.0, 1);
 }
 
+/// CASE-06: the client's Ping reaches the node and the only Pong is the node's; a silent socket
+/// stays open (no WebSocket idle limit by default) and then delivers the node's text; node pings
+/// reach the client.
 #[tokio::test]
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
@@ -733,6 +750,8 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
     );
 }
 
+/// CASE-06: the WebSocket idle limit is its own setting (`limits.websocket_idle_timeout`), and when
+/// it fires the client gets Close 1001 first.
 #[tokio::test]
 async fn ws_idle_timeout_sends_1001() {
     let a = Mock::start("node-a").await;
@@ -768,6 +787,8 @@ async fn ws_gateway_shutdown_sends_1001() {
     assert_eq!(gw.wait_exit(Duration::from_secs(5)).await, Some(0));
 }
 
+/// CASE-19: with every node down a WebSocket upgrade gets the route's 503 JSON fallback promptly,
+/// never 101.
 #[tokio::test]
 async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
     let mut a = Mock::start("node-a").await;
@@ -1021,6 +1042,8 @@ async fn fake_node(
     (addr, task)
 }
 
+/// CASE-04: the node's extension answer (`permessage-deflate`) is relayed verbatim and compressed
+/// frames (RSV1) pass unmodified both ways.
 #[tokio::test]
 async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instead_of_a_hop() {
     // "hello" compressed with raw DEFLATE, in a text frame with RSV1 set (RFC 7692).

@@ -823,6 +823,23 @@ mod tests {
         assert_eq!(err.issues[1].line, 9);
     }
 
+    /// The admin API listens on loopback unless configured otherwise, and never shares the data
+    /// port (SPEC sections 3 and 8).
+    #[test]
+    fn admin_listens_on_loopback_by_default() {
+        let c = load_str("[server]\nlisten = \"0.0.0.0:8000\"\n", "g.toml").expect("valid");
+        assert!(
+            c.server.admin_listen.ip().is_loopback(),
+            "{}",
+            c.server.admin_listen
+        );
+        assert_eq!(c.server.admin_listen.to_string(), "127.0.0.1:9901");
+        assert_ne!(c.server.admin_listen.port(), c.server.listen.port());
+        let g = super::super::Config::go_defaults();
+        assert!(g.server.admin_listen.ip().is_loopback());
+        assert_eq!(c.server.admin_token, None);
+    }
+
     #[test]
     fn go_defaults_load() {
         let c = super::super::Config::go_defaults();

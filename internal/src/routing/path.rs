@@ -6,6 +6,11 @@
 //! request into another route's prefix. The path forwarded upstream is the client's, untouched,
 //! unless the normalised form differs in dot segments: then the normalised one is sent, so the
 //! node resolves exactly the path that was matched.
+//!
+//! A node may read the same path differently: some decode `%2F`/`%5C` into separators, some merge
+//! `//` into `/` (nginx `merge_slashes`, Go's `path.Clean`). [`node_reading`] gives that other
+//! reading; the proxy matches both and refuses the request with `400` when they pick different
+//! routes, so no node can resolve a path that the gateway would have routed elsewhere.
 
 /// Normalises `path` as the module docs say. Always starts with `/`.
 pub fn normalize(path: &str) -> String {
@@ -16,6 +21,32 @@ pub fn normalize(path: &str) -> String {
     } else {
         out
     }
+}
+
+/// The path as a node that decodes encoded slashes and backslashes (`%2F`, `%5C`, a raw backslash) into `/`,
+/// merges runs of `/` and removes dot segments would resolve it; `None` when `path` has none of
+/// those (then every reading equals [`normalize`]). Always starts with `/`.
+pub fn node_reading(path: &str) -> Option<String> {
+    let lower = path.to_ascii_lowercase();
+    if !(lower.contains("%2f")
+        || lower.contains("%5c")
+        || path.contains('\\')
+        || path.contains("//"))
+    {
+        return None;
+    }
+    let decoded = decode_unreserved(path)
+        .replace("%2F", "/")
+        .replace("%5C", "/")
+        .replace('\\', "/");
+    let mut merged = String::with_capacity(decoded.len());
+    for c in decoded.chars() {
+        if !(c == '/' && merged.ends_with('/')) {
+            merged.push(c);
+        }
+    }
+    let out = remove_dot_segments(&merged);
+    Some(if out.is_empty() { "/".to_string() } else { out })
 }
 
 fn decode_unreserved(p: &str) -> String {
@@ -74,7 +105,7 @@ fn remove_dot_segments(input: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize;
+    use super::{node_reading, normalize};
 
     #[test]
     fn dot_segments_and_encodings() {
@@ -88,5 +119,21 @@ mod tests {
         assert_eq!(normalize("//admin"), "//admin");
         assert_eq!(normalize("/%7Euser"), "/~user");
         assert_eq!(normalize(""), "/");
+    }
+
+    #[test]
+    fn node_reading_decodes_slashes_and_merges_runs() {
+        assert_eq!(node_reading("/api/x"), None);
+        assert_eq!(node_reading("/a/../b"), None);
+        assert_eq!(node_reading("/api%2F..%2Fadmin").as_deref(), Some("/admin"));
+        assert_eq!(
+            node_reading("/api%2f%2e%2e%2fadmin").as_deref(),
+            Some("/admin")
+        );
+        assert_eq!(node_reading("//admin").as_deref(), Some("/admin"));
+        assert_eq!(node_reading("/a//b/").as_deref(), Some("/a/b/"));
+        assert_eq!(node_reading("/a%5Cb").as_deref(), Some("/a/b"));
+        assert_eq!(node_reading("/a\\..\\b").as_deref(), Some("/b"));
+        assert_eq!(node_reading("/p/g%2Fproj").as_deref(), Some("/p/g/proj"));
     }
 }
