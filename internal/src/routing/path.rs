@@ -51,28 +51,41 @@ pub fn node_reading(path: &str) -> Option<String> {
 
 fn decode_unreserved(p: &str) -> String {
     let b = p.as_bytes();
-    let mut out = String::with_capacity(p.len());
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = &p[i + 1..i + 3];
-            if let Ok(v) = u8::from_str_radix(hex, 16) {
-                if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
-                    out.push(v as char);
-                    i += 3;
-                    continue;
-                }
+        // Byte-wise, so a `%` before a multi-byte character never splits it.
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && b[i + 1].is_ascii_hexdigit()
+            && b[i + 2].is_ascii_hexdigit()
+        {
+            let v = hex_value(b[i + 1]) * 16 + hex_value(b[i + 2]);
+            if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
+                out.push(v);
+            } else {
                 // Keep other escapes, upper-cased (RFC 3986 section 6.2.2.1).
-                out.push('%');
-                out.push_str(&hex.to_ascii_uppercase());
-                i += 3;
-                continue;
+                out.extend_from_slice(&[
+                    b'%',
+                    b[i + 1].to_ascii_uppercase(),
+                    b[i + 2].to_ascii_uppercase(),
+                ]);
             }
+            i += 3;
+            continue;
         }
-        out.push(b[i] as char);
+        out.push(b[i]);
         i += 1;
     }
-    out
+    String::from_utf8(out).expect("only ASCII escapes were replaced, by ASCII bytes")
+}
+
+fn hex_value(h: u8) -> u8 {
+    match h {
+        b'0'..=b'9' => h - b'0',
+        b'a'..=b'f' => h - b'a' + 10,
+        _ => h.to_ascii_uppercase() - b'A' + 10,
+    }
 }
 
 /// RFC 3986 section 5.2.4.
@@ -135,5 +148,15 @@ mod tests {
         assert_eq!(node_reading("/a%5Cb").as_deref(), Some("/a/b"));
         assert_eq!(node_reading("/a\\..\\b").as_deref(), Some("/b"));
         assert_eq!(node_reading("/p/g%2Fproj").as_deref(), Some("/p/g/proj"));
+    }
+
+    #[test]
+    fn odd_escapes_and_non_ascii_never_panic_or_change_meaning() {
+        assert_eq!(normalize("/a%"), "/a%");
+        assert_eq!(normalize("/a%2"), "/a%2");
+        assert_eq!(normalize("/a%+1b"), "/a%+1b");
+        assert_eq!(normalize("/%é%2e"), "/%é.");
+        assert_eq!(normalize("/é/../x"), "/x");
+        assert_eq!(node_reading("/é%2F%2e%2e%2Fx").as_deref(), Some("/x"));
     }
 }
