@@ -791,8 +791,8 @@ mod tests {
 
     #[test]
     fn unknown_key_is_refused_with_line_and_column() {
-        let err =
-            load_str("[server]\nlisten = \"127.0.0.1:1\"\nbogus = 1\n", "g.toml").unwrap_err();
+        let err = load_str("[server]\nlisten = \"127.0.0.1:1\"\nbogus = 1\n", "g.toml")
+            .expect_err("invalid config");
         assert_eq!(err.issues.len(), 1);
         let e = &err.issues[0];
         assert_eq!((e.line, e.column), (3, 1), "{e:?}");
@@ -802,7 +802,8 @@ mod tests {
 
     #[test]
     fn bad_duration_names_its_key() {
-        let err = load_str("[health]\ninterval = \"2 parsecs\"\n", "g.toml").unwrap_err();
+        let err =
+            load_str("[health]\ninterval = \"2 parsecs\"\n", "g.toml").expect_err("invalid config");
         assert_eq!(err.issues[0].key, "health.interval");
         assert_eq!((err.issues[0].line, err.issues[0].column), (2, 1));
     }
@@ -810,7 +811,7 @@ mod tests {
     #[test]
     fn every_semantic_error_is_reported() {
         let text = "[[clusters]]\nname = \"a\"\n[[clusters.nodes]]\nid = \"n\"\naddr = \"nope\"\n\n[[routes]]\nid = \"r\"\ncluster = \"missing\"\ntimeout = \"x\"\n";
-        let err = load_str(text, "g.toml").unwrap_err();
+        let err = load_str(text, "g.toml").expect_err("invalid config");
         let keys: Vec<_> = err.issues.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(
             keys,
