@@ -1867,7 +1867,7 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
         .expect("in time")
         .expect("101");
         sockets.spawn(async move {
-            let (mut sent, mut failed) = (0u32, Vec::new());
+            let (mut sent, mut failed, mut hellos) = (0u32, Vec::new(), 0u32);
             while !stop.load(Ordering::Relaxed) {
                 sent += 1;
                 let msg = format!("m-{i}-{sent}");
@@ -1880,7 +1880,10 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
                     loop {
                         match ws.next().await {
                             Some(Ok(Message::Text(t))) if t.as_str() == msg => return Ok(()),
-                            Some(Ok(Message::Text(t))) if t.starts_with('{') => continue,
+                            Some(Ok(Message::Text(t))) if t.starts_with('{') => {
+                                hellos += 1;
+                                continue;
+                            }
                             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                             other => return Err(format!("{other:?}")),
                         }
@@ -1900,7 +1903,7 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            (sent, failed)
+            (sent, failed, hellos)
         });
     }
 
@@ -1925,19 +1928,26 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
         requests += n;
         failed.extend(f);
     }
-    let (mut messages, mut ws_failed) = (0, Vec::new());
+    let (mut messages, mut ws_failed, mut ws_hops) = (0, Vec::new(), Vec::new());
     while let Some(r) = sockets.join_next().await {
-        let (n, f) = r.expect("ws task");
+        let (n, f, hellos) = r.expect("ws task");
         messages += n;
         ws_failed.extend(f);
+        // The node's hello comes first and again after each hop.
+        ws_hops.push(hellos.saturating_sub(1));
     }
     let hops = hops_total(&gw).await;
-    eprintln!("FIGURE chaos: {requests} GETs, {} failed; {messages} WebSocket echoes, {} failed; {hops} hops; {:?} total", failed.len(), ws_failed.len(), started.elapsed());
+    eprintln!("FIGURE chaos: {requests} GETs, {} failed; {messages} WebSocket echoes, {} failed, hops per socket {ws_hops:?}; {hops} hops; {:?} total", failed.len(), ws_failed.len(), started.elapsed());
     assert!(failed.is_empty(), "idempotent requests failed: {failed:?}");
     assert!(ws_failed.is_empty(), "WebSockets broke: {ws_failed:?}");
     assert!(
         requests > 200 && messages > 50,
         "{requests} requests, {messages} messages"
+    );
+    // Each of the five sockets sat on a node that was killed at some point, so each hopped live.
+    assert!(
+        ws_hops.iter().all(|h| *h >= 1),
+        "WebSocket hops per socket: {ws_hops:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(40));
 }

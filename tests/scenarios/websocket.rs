@@ -774,6 +774,38 @@ async fn ws_idle_timeout_sends_1001() {
     expect_end(&mut ws, Duration::from_secs(2)).await;
 }
 
+/// CASE-06: a socket kept alive only by node pings survives the WebSocket idle limit: with
+/// `websocket_idle_timeout = "1s"` and a node ping every 300 ms, the socket stays open for 3.5 s
+/// (over three idle periods), every ping reaches the client and no Close comes. (The case's
+/// 20 s / 5 min is scaled to 300 ms / 3.5 s against a 1 s limit.)
+#[tokio::test]
+async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(
+        "hop",
+        &[&a],
+        "[limits]\nwebsocket_idle_timeout = \"1s\"\n",
+    ))
+    .await;
+    let mut ws = connect(&gw, "/ws?ping_every_ms=300", &[]).await;
+    hello(&mut ws, Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    let mut pings = 0;
+    while t0.elapsed() < Duration::from_millis(3500) {
+        match next(&mut ws, Duration::from_secs(1)).await {
+            Message::Ping(p) => {
+                assert_eq!(p, Bytes::from_static(b"mock-ping"));
+                pings += 1;
+            }
+            m => panic!(
+                "only node pings expected, got {m:?} after {:?}",
+                t0.elapsed()
+            ),
+        }
+    }
+    assert!(pings >= 9, "{pings} pings in 3.5 s");
+}
+
 #[tokio::test]
 async fn ws_gateway_shutdown_sends_1001() {
     let a = Mock::start("node-a").await;
