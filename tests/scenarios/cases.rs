@@ -2456,3 +2456,134 @@ async fn case09_goaway_with_an_error_code_is_502_for_a_post_and_a_retry_for_a_ge
     assert_eq!(non_probe_paths(&b).await, ["/echo/boom"]);
     node.abort();
 }
+
+// ---------------------------------------------------------------------------------------------
+// CASE-22: what the node sees of a silent or trickled body
+
+/// A hand-made node that reads one request head and then its body until the connection ends;
+/// reports (declared Content-Length, body bytes received, when the connection ended) and never
+/// answers, so only the gateway can end the upstream request.
+async fn body_watching_node() -> (
+    String,
+    tokio::sync::mpsc::Receiver<(usize, usize, Instant)>,
+    JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let head_end = loop {
+                    if let Some(p) = find(&buf, b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return, // a TCP probe
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let declared: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().expect("cl"))
+                    .unwrap_or(0);
+                let mut got = buf.len() - head_end;
+                loop {
+                    let mut chunk = [0u8; 65536];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                let _ = tx.send((declared, got, Instant::now())).await;
+            });
+        }
+    });
+    (addr, rx, task)
+}
+
+/// CASE-22 (a) and (c), node side: a body that never comes (`Content-Length: 10`, nothing sent)
+/// and a body trickled far below the minimum rate both end with 408 to the client, and the node
+/// never gets a complete request: its upstream connection is closed with the body short, within
+/// about a second of the 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case22_silent_and_trickled_bodies_never_complete_at_the_node_and_upstream_is_aborted() {
+    let (addr, mut reports, node) = body_watching_node().await;
+    let gw = Gateway::start(&config_addrs(
+        SHORT_LIMITS,
+        TCP_HEALTH,
+        &[("node-w", addr)],
+        "",
+    ))
+    .await;
+
+    // (a) Content-Length: 10 and no body.
+    let mut c = Raw::connect(gw.port).await;
+    c.send(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+        .await;
+    let (h, _) = c.response(Duration::from_secs(5)).await;
+    let answered = Instant::now();
+    assert_eq!(h.status, 408);
+    let (declared, got, ended) = timeout(Duration::from_secs(3), reports.recv())
+        .await
+        .expect("the node's connection ended")
+        .expect("report");
+    assert_eq!((declared, got), (10, 0), "the node got a complete request");
+    let lag = ended.saturating_duration_since(answered);
+    assert!(
+        lag < Duration::from_secs(1),
+        "upstream closed {lag:?} after the 408"
+    );
+
+    // (c) 1,000,000 bytes announced, one byte every 200 ms.
+    let s = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
+    let (mut rd, mut wr) = s.into_split();
+    let writer = tokio::spawn(async move {
+        if wr
+            .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for _ in 0..50 {
+            if wr.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut raw = Vec::new();
+    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
+        .await
+        .expect("cut and closed within 8 s");
+    let answered = Instant::now();
+    writer.abort();
+    assert!(
+        raw.starts_with(b"HTTP/1.1 408 "),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let (declared, got, ended) = timeout(Duration::from_secs(3), reports.recv())
+        .await
+        .expect("the node's connection ended")
+        .expect("report");
+    assert_eq!(declared, 1_000_000);
+    assert!(got < 100, "the node got {got} of the trickled bytes");
+    let lag = ended.saturating_duration_since(answered);
+    assert!(
+        lag < Duration::from_secs(1),
+        "upstream closed {lag:?} after the 408"
+    );
+    node.abort();
+}
