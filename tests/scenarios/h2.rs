@@ -421,7 +421,8 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
 }
 
 /// CASE-18: h2c probes answered by a node that sends GOAWAY after every stream never move it out of
-/// healthy (a probe refused by GOAWAY is retried, not counted); real 503s still eject.
+/// healthy (a probe refused by GOAWAY is retried, not counted); real 503s still eject, and that one
+/// transition is logged once, at info.
 #[tokio::test]
 async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     let a = Mock::start("node-a").await;
@@ -452,10 +453,30 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     }
     let probes = a.requests().await - probes_at_start;
     assert!(probes >= 15, "only {probes} h2c probes in 5 s");
+    assert_eq!(
+        gw.logs.matching(&["node state changed"]),
+        Vec::<String>::new(),
+        "no transition while the node only sent GOAWAYs"
+    );
     // Real failures still count: 503s eject at once with eject_after = 1.
     a.set_down().await;
     gw.wait_node_state("node-a", "ejected", Duration::from_secs(2))
         .await;
+    // The transition is logged once, at info.
+    let line = gw
+        .logs
+        .wait_for(
+            &["node state changed", "node-a", "ejected"],
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(line.contains("INFO"), "{line}");
+    assert_eq!(
+        gw.logs.matching(&["node state changed"]).len(),
+        1,
+        "{:?}",
+        gw.logs.matching(&["node state changed"])
+    );
 }
 
 /// An HTTP/1.1 request on a fresh connection; returns the streaming response.
