@@ -1017,6 +1017,7 @@ async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
 /// `first` frame bytes as they are, echoes one client frame with its first byte (FIN, RSV bits,
 /// opcode) kept and the mask removed, then closes TCP without a Close frame.
 async fn fake_node(
+    upgrade: &'static str,
     extensions: &'static str,
     first: Vec<u8>,
 ) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
@@ -1051,7 +1052,12 @@ async fn fake_node(
                 .to_string();
             let accept =
                 tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-            let resp = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: {extensions}\r\n\r\n");
+            let ext_line = if extensions.is_empty() {
+                String::new()
+            } else {
+                format!("Sec-WebSocket-Extensions: {extensions}\r\n")
+            };
+            let resp = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: {upgrade}\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{ext_line}\r\n");
             tcp.write_all(resp.as_bytes()).await.expect("101");
             tcp.write_all(&first).await.expect("first frame");
             let mut hdr = [0u8; 6];
@@ -1083,7 +1089,7 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     let mut first = vec![0xc1, u8::try_from(deflated.len()).expect("short")];
     first.extend_from_slice(&deflated);
     let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
-    let (addr, node) = fake_node(ext, first).await;
+    let (addr, node) = fake_node("websocket", ext, first).await;
     let toml = format!(
         "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"hop\"\n",
         cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
@@ -1154,4 +1160,49 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
     let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
     assert_eq!(hint["reconnect"], true);
+}
+
+/// CASE-03: a node answering `Upgrade: WebSocket` (mixed case) is relayed fine: the client gets 101
+/// with an `Upgrade` token equal to websocket ignoring case and the node's accept key, and frames
+/// flow both ways.
+#[tokio::test]
+async fn ws_node_answering_mixed_case_upgrade_token_is_relayed_case03() {
+    let (addr, node) = fake_node("WebSocket", "", vec![0x81, 0x02, b'h', b'i']).await;
+    let toml = format!(
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"close\"\n",
+        cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
+    );
+    let gw = Gateway::start(&toml).await;
+    let (mut tcp, status, headers, mut buf) = raw_upgrade(
+        &gw,
+        "/ws",
+        &[
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+            "X-Conn-Id: c-1002",
+        ],
+    )
+    .await;
+    assert_eq!(status, 101, "{headers:?}");
+    let upgrade = header_values(&headers, "upgrade");
+    assert!(
+        upgrade.len() == 1 && upgrade[0].eq_ignore_ascii_case("websocket"),
+        "{headers:?}"
+    );
+    assert_eq!(
+        header_values(&headers, "sec-websocket-accept"),
+        ["s3pPLMBiTxaQ9kYGzzhZRbK+xOo="]
+    );
+    assert_eq!(raw_frame(&mut tcp, &mut buf).await, (1, b"hi".to_vec()));
+    raw_send_text(&mut tcp, "both ways").await;
+    assert_eq!(
+        raw_frame(&mut tcp, &mut buf).await,
+        (1, b"both ways".to_vec())
+    );
+    let head = timeout(Duration::from_secs(2), node)
+        .await
+        .expect("node done")
+        .expect("node task");
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
 }
