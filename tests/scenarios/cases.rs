@@ -751,27 +751,34 @@ async fn case16_long_target_and_header_block_get_414_431_and_control_passes_byte
 // ---------------------------------------------------------------------------------------------
 // CASE-15: Expect: 100-continue
 
+/// CASE-15: a node answering 401 (bad bearer token) or 413 at once to `Expect: 100-continue` with
+/// a 100 MiB Content-Length: the client gets that answer promptly, no 100 before it, no reset, and
+/// the body is never pulled upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case15_early_401_reaches_the_client_without_100_and_no_body_moves() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
-    let mut c = Raw::connect(gw.port).await;
-    let t0 = Instant::now();
-    // The client would wait up to 3 s before sending the 100 MiB; the node refuses at once.
-    c.send(b"PUT /status/401 HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\nExpect: 100-continue\r\nAuthorization: Bearer bad\r\n\r\n").await;
-    let (h, body) = c.response(Duration::from_secs(3)).await;
-    let took = t0.elapsed();
-    assert_eq!(h.status, 401, "the node's answer, with no 100 before it");
-    let j: serde_json::Value = serde_json::from_slice(&body).expect("node JSON");
-    assert_eq!(j["node"], "node-a");
-    assert!(took < Duration::from_millis(500), "401 took {took:?}");
-    // The unsent body cannot be read as a next request: the gateway ends the connection, cleanly.
-    assert!(
-        c.fin_within(Duration::from_secs(2)).await,
-        "a clean close (FIN, no reset) after the 401"
-    );
-    assert_eq!(a.requests().await, 1);
-    eprintln!("FIGURE case15 early 401 after {took:?}");
+    let mut took_max = Duration::ZERO;
+    for status in [401u16, 413] {
+        let mut c = Raw::connect(gw.port).await;
+        let t0 = Instant::now();
+        // The client would wait up to 3 s before sending the 100 MiB; the node refuses at once.
+        c.send(format!("PUT /status/{status} HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\nExpect: 100-continue\r\nAuthorization: Bearer bad\r\n\r\n").as_bytes()).await;
+        let (h, body) = c.response(Duration::from_secs(3)).await;
+        let took = t0.elapsed();
+        took_max = took_max.max(took);
+        assert_eq!(h.status, status, "the node's answer, with no 100 before it");
+        let j: serde_json::Value = serde_json::from_slice(&body).expect("node JSON");
+        assert_eq!(j["node"], "node-a");
+        assert!(took < Duration::from_millis(500), "{status} took {took:?}");
+        // The unsent body cannot be read as a next request: the gateway ends the connection, cleanly.
+        assert!(
+            c.fin_within(Duration::from_secs(2)).await,
+            "a clean close (FIN, no reset) after the {status}"
+        );
+    }
+    assert_eq!(a.requests().await, 2);
+    eprintln!("FIGURE case15 early 401/413 after at most {took_max:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1860,7 +1867,7 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
         .expect("in time")
         .expect("101");
         sockets.spawn(async move {
-            let (mut sent, mut failed) = (0u32, Vec::new());
+            let (mut sent, mut failed, mut hellos) = (0u32, Vec::new(), 0u32);
             while !stop.load(Ordering::Relaxed) {
                 sent += 1;
                 let msg = format!("m-{i}-{sent}");
@@ -1873,7 +1880,10 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
                     loop {
                         match ws.next().await {
                             Some(Ok(Message::Text(t))) if t.as_str() == msg => return Ok(()),
-                            Some(Ok(Message::Text(t))) if t.starts_with('{') => continue,
+                            Some(Ok(Message::Text(t))) if t.starts_with('{') => {
+                                hellos += 1;
+                                continue;
+                            }
                             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                             other => return Err(format!("{other:?}")),
                         }
@@ -1893,7 +1903,7 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            (sent, failed)
+            (sent, failed, hellos)
         });
     }
 
@@ -1918,19 +1928,662 @@ async fn chaos_kill_and_restart_each_node_and_redis() {
         requests += n;
         failed.extend(f);
     }
-    let (mut messages, mut ws_failed) = (0, Vec::new());
+    let (mut messages, mut ws_failed, mut ws_hops) = (0, Vec::new(), Vec::new());
     while let Some(r) = sockets.join_next().await {
-        let (n, f) = r.expect("ws task");
+        let (n, f, hellos) = r.expect("ws task");
         messages += n;
         ws_failed.extend(f);
+        // The node's hello comes first and again after each hop.
+        ws_hops.push(hellos.saturating_sub(1));
     }
     let hops = hops_total(&gw).await;
-    eprintln!("FIGURE chaos: {requests} GETs, {} failed; {messages} WebSocket echoes, {} failed; {hops} hops; {:?} total", failed.len(), ws_failed.len(), started.elapsed());
+    eprintln!("FIGURE chaos: {requests} GETs, {} failed; {messages} WebSocket echoes, {} failed, hops per socket {ws_hops:?}; {hops} hops; {:?} total", failed.len(), ws_failed.len(), started.elapsed());
     assert!(failed.is_empty(), "idempotent requests failed: {failed:?}");
     assert!(ws_failed.is_empty(), "WebSockets broke: {ws_failed:?}");
     assert!(
         requests > 200 && messages > 50,
         "{requests} requests, {messages} messages"
     );
+    // Each of the five sockets sat on a node that was killed at some point, so each hopped live.
+    assert!(
+        ws_hops.iter().all(|h| *h >= 1),
+        "WebSocket hops per socket: {ws_hops:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(40));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Path normalisation for route matching (README "Routing")
+
+/// `..`, `%2e%2e`, `%2F`, `//` and `\`: a request is routed by the path the node will resolve. Dot
+/// segments are removed before matching and the node receives the path that was matched; a path
+/// whose encoded slashes or empty segments a node could read as another route's path is refused
+/// with 400, nothing forwarded. Route `admin` (`/echo/admin`) goes to node-b, the rest to node-a.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_normalisation_never_lets_a_node_resolve_another_routes_path() {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let toml = format!(
+        "{TCP_HEALTH}\n{}\n{}\n[[routes]]\nid = \"admin\"\ncluster = \"adm\"\nmatch = {{ path_prefix = \"/echo/admin\" }}\n\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
+        cluster_toml("c", &[("node-a", a.addr())], ""),
+        cluster_toml("adm", &[("node-b", b.addr())], ""),
+    );
+    let gw = Gateway::start(&toml).await;
+    // (raw target, node, path the node receives)
+    let routed = [
+        ("/echo/api/../admin/x", "node-b", "/echo/admin/x"),
+        ("/echo/api/%2e%2e/admin/x", "node-b", "/echo/admin/x"),
+        ("/echo/api/%2E%2E/%2e/admin/x", "node-b", "/echo/admin/x"),
+        ("/../../echo/admin/x", "node-b", "/echo/admin/x"),
+        ("/echo/admin/../api/x", "node-a", "/echo/api/x"),
+        ("/echo/admin/%2e%2e/api/x", "node-a", "/echo/api/x"),
+        // Encoded slashes and `//` that every reading routes the same way pass untouched.
+        ("/echo/api/a%2Fb", "node-a", "/echo/api/a%2Fb"),
+        ("/echo/api//x", "node-a", "/echo/api//x"),
+        ("/echo/admin%2Fx", "node-b", "/echo/admin%2Fx"),
+    ];
+    for (target, node, path) in routed {
+        let mut c = Raw::connect(gw.port).await;
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await;
+        let (h, body) = c.response(Duration::from_secs(5)).await;
+        assert_eq!(
+            h.status,
+            200,
+            "{target}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let echo: serde_json::Value = serde_json::from_slice(&body).expect("echo");
+        assert_eq!(
+            (echo["node"].as_str(), echo["path"].as_str()),
+            (Some(node), Some(path)),
+            "{target}"
+        );
+    }
+    a.reset_stats().await;
+    b.reset_stats().await;
+    // A node decoding `%2F` or merging `//` would resolve these under /echo/admin, which the
+    // gateway would have sent to node-b: refused, so neither node ever sees them.
+    for target in [
+        "/echo/api%2F..%2Fadmin/x",
+        "/echo/api%2f%2e%2e%2fadmin/x",
+        "/echo/api/..%2Fadmin/x",
+        "/echo/api%5C..%5Cadmin/x",
+        "/echo//admin/x",
+        "//echo/admin/x",
+    ] {
+        let (h, body) = refused(
+            gw.port,
+            format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert_eq!(h.status, 400, "{target}");
+        assert_eq!(
+            json_error(&body),
+            "bad request: path with encoded slashes or empty segments that a node could resolve to another route",
+            "{target}"
+        );
+    }
+    // A raw backslash is not a valid target character: 400 (hyper's parser), nothing forwarded.
+    let (h, _) = refused(
+        gw.port,
+        b"GET /echo/api\\..\\admin/x HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    assert_eq!(h.status, 400);
+    assert_eq!(
+        (a.requests().await, b.requests().await),
+        (0, 0),
+        "nothing forwarded"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signed conn ids: key rotation
+
+/// The conn id the gateway issues to a WebSocket upgrade without one.
+async fn issued_id(gw: &Gateway) -> String {
+    let (mut ws, resp) = timeout(
+        Duration::from_secs(5),
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws", gw.port)),
+    )
+    .await
+    .expect("in time")
+    .expect("101");
+    let id = resp
+        .headers()
+        .get("x-conn-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("issued id")
+        .to_string();
+    ws.close(None).await.expect("close");
+    id
+}
+
+/// Key rotation (`affinity.old_secrets_env`): an id signed with the previous key is accepted while
+/// that key is listed in `HOPGW_OLD_SECRETS` and binds as usual; once the key is dropped the same id
+/// is forged (400 JSON, no binding made). New ids are always signed with the current key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_ids_from_a_rotated_key_pass_only_while_the_key_is_listed() {
+    let a = Mock::start("node-a").await;
+    let toml = config("[affinity]\nids = \"signed\"\n", TCP_HEALTH, &[&a], "");
+    let gw = Gateway::start_with_env(&toml, &[], &[("HOPGW_SECRET", "rotate-key-1")]).await;
+    let old = issued_id(&gw).await;
+    drop(gw);
+
+    let gw = Gateway::start_with_env(
+        &toml,
+        &[],
+        &[
+            ("HOPGW_SECRET", "rotate-key-2"),
+            ("HOPGW_OLD_SECRETS", "rotate-key-0, rotate-key-1"),
+        ],
+    )
+    .await;
+    let r = get(&gw.url("/echo/s"), &[(HDR, &old)]).await.expect("get");
+    assert_eq!((r.status, node_of(&r)), (200, "node-a".to_string()));
+    assert_eq!(
+        gw.admin_json(&format!("/admin/conns/{old}")).await["node"],
+        "node-a"
+    );
+    let new = issued_id(&gw).await;
+    assert_ne!(new, old);
+    drop(gw);
+
+    // Only the current key: the old id no longer verifies; the new one does.
+    let gw = Gateway::start_with_env(&toml, &[], &[("HOPGW_SECRET", "rotate-key-2")]).await;
+    a.reset_stats().await;
+    let r = get(&gw.url("/echo/s"), &[(HDR, &old)]).await.expect("get");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        json_error(&r.body),
+        "invalid x-conn-id header: conn id signature does not verify"
+    );
+    let r = get(&gw.admin(&format!("/admin/conns/{old}")), &[])
+        .await
+        .expect("admin");
+    assert_eq!(r.status, 404, "no binding for a refused id");
+    assert_eq!(a.requests().await, 0, "nothing forwarded");
+    let r = get(&gw.url("/echo/s"), &[(HDR, &new)]).await.expect("get");
+    assert_eq!((r.status, node_of(&r)), (200, "node-a".to_string()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection limit
+
+/// `[limits] max_connections`: when every permit is taken the gateway logs it once at WARN with
+/// the limit, further connections wait in the accept queue (not refused, not served), and a
+/// waiting connection is served as soon as one closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_full_logs_once_and_new_connections_wait_for_a_free_slot() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(
+        "[limits]\nmax_connections = 2\n",
+        TCP_HEALTH,
+        &[&a],
+        "",
+    ))
+    .await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = Raw::connect(gw.port).await;
+        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let (h, _) = c.response(Duration::from_secs(5)).await;
+        assert_eq!(h.status, 200);
+        open.push(c);
+    }
+    gw.logs
+        .wait_for(
+            &[
+                "connection limit reached; new connections wait",
+                "max_connections=2",
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
+    // A third connection: accepted by the kernel, but the gateway takes no request from it.
+    let mut third = Raw::connect(gw.port).await;
+    third.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut byte = [0u8; 1];
+    assert!(
+        timeout(Duration::from_millis(800), third.s.read(&mut byte))
+            .await
+            .is_err(),
+        "a connection past max_connections was served"
+    );
+    // One closes: the waiting one is served.
+    drop(open.remove(0));
+    let t0 = Instant::now();
+    let (h, body) = third.response(Duration::from_secs(5)).await;
+    assert_eq!(h.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        format!("Data from Node node-a (Port {})", a.port)
+    );
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(
+        gw.logs
+            .matching(&["connection limit reached; new connections wait"])
+            .len(),
+        1,
+        "logged once per time the limit is reached"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// CASE-16 (h2): an over-long :path
+
+/// CASE-16 (h2): a `:path` past the request-line limit gets the gateway's JSON 414 on its stream;
+/// a 60,000-byte `:path` (past the h2 header list limit too) is refused on its stream only (414,
+/// 431 or a stream reset), never 502; nothing is forwarded and the connection keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case16_h2_long_path_is_refused_on_its_stream_only() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
+    let mut c = integration_tests::h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let long = format!("/echo?q={}", "a".repeat(20_000));
+    let r = c.get(&long, &[]).await.expect("an answer on the stream");
+    assert_eq!(r.status, 414, "{}", r.text());
+    assert_eq!(json_error(&r.body), "request line longer than 16384 bytes");
+    // `http::Uri` (hyper's and this client's) caps a target at 65,534 bytes, so a 70,000-byte
+    // `:path` cannot even be built here; hyper's h2 server refuses one on its stream before the
+    // gateway runs. 60,000 bytes is past the gateway's h2 header list limit (48 KiB) too.
+    let huge = format!("/echo?q={}", "a".repeat(60_000 - 8));
+    match c.get(&huge, &[]).await {
+        Ok(r) => assert!(
+            matches!(r.status, 414 | 431),
+            "60,000-byte :path got {} {}",
+            r.status,
+            r.text()
+        ),
+        // A stream-level refusal (RST_STREAM), or the client itself declining to send a header
+        // list past the gateway's advertised limit: either way that stream only.
+        Err(e) => eprintln!("FIGURE case16 h2 60,000-byte :path refused on its stream: {e}"),
+    }
+    let r = c.get("/echo/after", &[]).await.expect("the next stream");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        !c.send.is_closed() && !c.conn.is_finished(),
+        "the connection was closed"
+    );
+    assert_eq!(
+        a.requests().await,
+        1,
+        "only the control request was forwarded"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// CASE-24 (chunked NDJSON)
+
+/// CASE-24 (chunked NDJSON): a node writing one JSON line every 100 ms, on and on past the 1 s
+/// route timeout, reaches the client line by line, each within 100 ms of the node writing it,
+/// chunked with no Content-Length added; when the client leaves, the node's connection is closed
+/// within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case24_chunked_ndjson_flows_line_by_line_and_client_exit_closes_upstream() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::channel::<Instant>(4);
+    let node = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while find(&buf, b"\r\n\r\n").is_none() {
+                    let mut chunk = [0u8; 4096];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return, // a TCP probe
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if s.write_all(head).await.is_err() {
+                    return;
+                }
+                let (mut rd, mut wr) = s.into_split();
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                tick.tick().await;
+                let mut seq = 0u64;
+                loop {
+                    let mut chunk = [0u8; 64];
+                    tokio::select! {
+                        r = rd.read(&mut chunk) => if matches!(r, Ok(0) | Err(_)) {
+                            let _ = closed_tx.send(Instant::now()).await;
+                            return;
+                        },
+                        _ = tick.tick() => {
+                            seq += 1;
+                            let line = format!("{{\"seq\":{seq},\"sent_us\":{}}}\n", unix_us());
+                            let frame = format!("{:x}\r\n{line}\r\n", line.len());
+                            if wr.write_all(frame.as_bytes()).await.is_err() {
+                                let _ = closed_tx.send(Instant::now()).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let gw = Gateway::start(&config_addrs(
+        "",
+        TCP_HEALTH,
+        &[("node-n", addr)],
+        "timeout = \"1s\"",
+    ))
+    .await;
+    let mut send = h1_conn::<Empty<Bytes>>(gw.port).await;
+    let resp = send
+        .send_request(
+            http::Request::get("/stream.ndjson")
+                .header("host", "app.example.test")
+                .header("accept-encoding", "gzip, br")
+                .body(Empty::new())
+                .expect("request"),
+        )
+        .await
+        .expect("response head");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("content-length"), None);
+    assert_eq!(resp.headers().get("content-encoding"), None);
+    assert_eq!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/x-ndjson")
+    );
+    let mut body = resp.into_body();
+    let (mut pending, mut seen, mut worst_us) = (String::new(), 0u64, 0u64);
+    let t0 = Instant::now();
+    while seen < 15 {
+        let frame = timeout(Duration::from_secs(2), body.frame())
+            .await
+            .expect("a line within 2 s")
+            .expect("stream not ended")
+            .expect("frame");
+        let Some(d) = frame.data_ref() else { continue };
+        let now = unix_us();
+        pending.push_str(std::str::from_utf8(d).expect("utf8"));
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            let v: serde_json::Value = serde_json::from_str(line.trim()).expect("JSON line");
+            seen += 1;
+            assert_eq!(v["seq"], seen, "{line}");
+            let late = now.saturating_sub(v["sent_us"].as_u64().expect("sent_us"));
+            worst_us = worst_us.max(late);
+            assert!(
+                late < 100_000,
+                "line {seen} arrived {late} us after the node wrote it"
+            );
+        }
+    }
+    assert!(
+        t0.elapsed() > Duration::from_millis(1200),
+        "past the 1 s route timeout"
+    );
+    // The client leaves: the node sees its connection closed within 1 s.
+    let left = Instant::now();
+    drop(body);
+    drop(send);
+    let closed_at = timeout(Duration::from_secs(2), closed_rx.recv())
+        .await
+        .expect("the node's connection closed")
+        .expect("report");
+    let took = closed_at.saturating_duration_since(left);
+    assert!(
+        took < Duration::from_secs(1),
+        "upstream closed {took:?} after the client left"
+    );
+    node.abort();
+    eprintln!("FIGURE case24 NDJSON: 15 lines, worst delay {worst_us} us; upstream closed {took:?} after the client left");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CASE-09 (error variant): GOAWAY with an error code
+
+/// A hand-made h2c node `node-f`: answers every request `200 ok` with `x-node-id: node-f`, except
+/// paths ending in `/boom`: it reads those whole, then sends GOAWAY(INTERNAL_ERROR) whose last
+/// stream id covers them (they may have been processed) and closes the connection. Counts them.
+async fn goaway_error_node() -> (String, Arc<AtomicU64>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let booms = Arc::new(AtomicU64::new(0));
+    let count = booms.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let count = count.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(s).await else {
+                    return; // a TCP probe
+                };
+                let (boom_tx, mut boom_rx) =
+                    tokio::sync::mpsc::channel::<h2::server::SendResponse<Bytes>>(4);
+                loop {
+                    tokio::select! {
+                        next = conn.accept() => {
+                            let Some(Ok((req, mut respond))) = next else { return };
+                            let (boom_tx, count) = (boom_tx.clone(), count.clone());
+                            tokio::spawn(async move {
+                                let boom = req.uri().path().ends_with("/boom");
+                                let mut body = req.into_body();
+                                while let Some(Ok(chunk)) = body.data().await {
+                                    let _ = body.flow_control().release_capacity(chunk.len());
+                                }
+                                if boom {
+                                    count.fetch_add(1, Ordering::SeqCst);
+                                    // Kept open (not reset) until the GOAWAY is out.
+                                    let _ = boom_tx.send(respond).await;
+                                    return;
+                                }
+                                let resp = http::Response::builder()
+                                    .status(200)
+                                    .header("x-node-id", "node-f")
+                                    .body(())
+                                    .expect("response");
+                                if let Ok(mut send) = respond.send_response(resp, false) {
+                                    let _ = send.send_data(Bytes::from_static(b"ok"), true);
+                                }
+                            });
+                        }
+                        Some(held) = boom_rx.recv() => {
+                            conn.abrupt_shutdown(h2::Reason::INTERNAL_ERROR);
+                            let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
+                            drop(held);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, booms, task)
+}
+
+/// CASE-09 (error variant): a GOAWAY with an error code whose last stream id covers the request
+/// means it may have been processed: a POST is not replayed and gets a 502 JSON (the node saw it
+/// once, no other node saw it); an idempotent GET in the same position is retried on another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case09_goaway_with_an_error_code_is_502_for_a_post_and_a_retry_for_a_get() {
+    let (addr, booms, node) = goaway_error_node().await;
+    let b = Mock::start("node-b").await;
+    let toml = format!(
+        "{SLOW_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\nretries = 2\n",
+        cluster_toml(
+            "c",
+            &[("node-f", addr), ("node-b", b.addr())],
+            "protocol = \"h2c\""
+        ),
+    );
+    let gw = Gateway::start(&toml).await;
+    bind_to(&gw, "c-4005", "node-f").await;
+    bind_to(&gw, "c-4006", "node-f").await;
+    b.reset_stats().await;
+
+    let r = request(
+        "POST",
+        &gw.url("/echo/boom"),
+        &[
+            (HDR, "c-4005"),
+            ("content-type", "application/octet-stream"),
+        ],
+        vec![b'p'; 1024],
+    )
+    .await
+    .expect("post");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let msg = json_error(&r.body);
+    assert!(msg.starts_with("node node-f failed: "), "{msg}");
+    assert_eq!(booms.load(Ordering::SeqCst), 1, "node-f saw the POST once");
+    assert_eq!(non_probe_paths(&b).await, Vec::<String>::new());
+
+    let r = get(&gw.url("/echo/boom"), &[(HDR, "c-4006")])
+        .await
+        .expect("get");
+    assert_eq!(
+        (r.status, node_of(&r)),
+        (200, "node-b".to_string()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(booms.load(Ordering::SeqCst), 2);
+    assert_eq!(non_probe_paths(&b).await, ["/echo/boom"]);
+    node.abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// CASE-22: what the node sees of a silent or trickled body
+
+/// A hand-made node that reads one request head and then its body until the connection ends;
+/// reports (declared Content-Length, body bytes received, when the connection ended) and never
+/// answers, so only the gateway can end the upstream request.
+async fn body_watching_node() -> (
+    String,
+    tokio::sync::mpsc::Receiver<(usize, usize, Instant)>,
+    JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let head_end = loop {
+                    if let Some(p) = find(&buf, b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return, // a TCP probe
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let declared: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().expect("cl"))
+                    .unwrap_or(0);
+                let mut got = buf.len() - head_end;
+                loop {
+                    let mut chunk = [0u8; 65536];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                let _ = tx.send((declared, got, Instant::now())).await;
+            });
+        }
+    });
+    (addr, rx, task)
+}
+
+/// CASE-22 (a) and (c), node side: a body that never comes (`Content-Length: 10`, nothing sent)
+/// and a body trickled far below the minimum rate both end with 408 to the client, and the node
+/// never gets a complete request: its upstream connection is closed with the body short, within
+/// about a second of the 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case22_silent_and_trickled_bodies_never_complete_at_the_node_and_upstream_is_aborted() {
+    let (addr, mut reports, node) = body_watching_node().await;
+    let gw = Gateway::start(&config_addrs(
+        SHORT_LIMITS,
+        TCP_HEALTH,
+        &[("node-w", addr)],
+        "",
+    ))
+    .await;
+
+    // (a) Content-Length: 10 and no body.
+    let mut c = Raw::connect(gw.port).await;
+    c.send(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+        .await;
+    let (h, _) = c.response(Duration::from_secs(5)).await;
+    let answered = Instant::now();
+    assert_eq!(h.status, 408);
+    let (declared, got, ended) = timeout(Duration::from_secs(3), reports.recv())
+        .await
+        .expect("the node's connection ended")
+        .expect("report");
+    assert_eq!((declared, got), (10, 0), "the node got a complete request");
+    let lag = ended.saturating_duration_since(answered);
+    assert!(
+        lag < Duration::from_secs(1),
+        "upstream closed {lag:?} after the 408"
+    );
+
+    // (c) 1,000,000 bytes announced, one byte every 200 ms.
+    let s = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
+    let (mut rd, mut wr) = s.into_split();
+    let writer = tokio::spawn(async move {
+        if wr
+            .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for _ in 0..50 {
+            if wr.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut raw = Vec::new();
+    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
+        .await
+        .expect("cut and closed within 8 s");
+    let answered = Instant::now();
+    writer.abort();
+    assert!(
+        raw.starts_with(b"HTTP/1.1 408 "),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let (declared, got, ended) = timeout(Duration::from_secs(3), reports.recv())
+        .await
+        .expect("the node's connection ended")
+        .expect("report");
+    assert_eq!(declared, 1_000_000);
+    assert!(got < 100, "the node got {got} of the trickled bytes");
+    let lag = ended.saturating_duration_since(answered);
+    assert!(
+        lag < Duration::from_secs(1),
+        "upstream closed {lag:?} after the 408"
+    );
+    node.abort();
 }

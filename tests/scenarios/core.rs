@@ -298,6 +298,8 @@ async fn conn_id_pins_one_node_and_plain_requests_spread() {
 // ---------------------------------------------------------------------------------------------
 // 2. hop on a killed node
 
+/// CASE-17: a bound node killed (connections refused) moves its conn id to a healthy node without a
+/// failed request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_hops_conn_id_and_loses_no_request() {
     let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
@@ -403,6 +405,8 @@ async fn killed_node_hops_conn_id_and_loses_no_request() {
 // ---------------------------------------------------------------------------------------------
 // 3. ejection by probes and recovery
 
+/// CASE-17 (probe variant): a node failing its probes past `eject_after` gets no traffic, bound ids
+/// move, and it returns after recovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_node_is_ejected_gets_nothing_and_returns() {
     let a = Mock::start("node-a").await;
@@ -445,6 +449,7 @@ async fn unhealthy_node_is_ejected_gets_nothing_and_returns() {
 // ---------------------------------------------------------------------------------------------
 // 4. every node down
 
+/// CASE-19: no healthy node answers the route's fallback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_nodes_down_answers_the_route_fallback() {
     let a = Mock::start("node-a").await;
@@ -484,6 +489,8 @@ async fn all_nodes_down_answers_the_route_fallback() {
     assert_eq!(r.header("content-type").as_deref(), Some("text/plain"));
 }
 
+/// CASE-19: `on_all_down = "fail_open"` is opt-in, still reaches the nodes and is visible in
+/// `gateway_fail_open_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_sends_to_nodes_when_all_are_down() {
     let a = Mock::start("node-a").await;
@@ -522,6 +529,8 @@ async fn fail_open_sends_to_nodes_when_all_are_down() {
 // ---------------------------------------------------------------------------------------------
 // 5. header rewriting
 
+/// CASE-10/CASE-11 (SPEC 4): hop-by-hop headers, and every header named in `Connection`, are
+/// removed; `X-Forwarded-*` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_by_hop_headers_are_stripped_and_forwarded_headers_set() {
     let a = Mock::start("node-a").await;
@@ -601,6 +610,7 @@ fn upload_chunk(block: &[u8], i: usize) -> Bytes {
     Bytes::from(v)
 }
 
+/// CASE-23: large uploads and downloads stream with bounded gateway memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_upload_and_download_stream_with_bounded_memory() {
     let a = Mock::start("node-a").await;
@@ -739,11 +749,13 @@ async fn idle_closed_pooled_connection_is_not_a_502(advertise: bool) {
     );
 }
 
+/// CASE-21: a node closing idle keep-alive connections never costs a GET a 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_closed_pooled_connection_is_retried_not_502() {
     idle_closed_pooled_connection_is_not_a_502(false).await;
 }
 
+/// CASE-21: with `Keep-Alive: timeout=N` advertised, the node's timeout caps the pool's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_closed_pooled_connection_with_advertised_keepalive_is_not_502() {
     idle_closed_pooled_connection_is_not_a_502(true).await;
@@ -851,6 +863,8 @@ async fn closes_on_reuse_node() -> (u16, Arc<AtomicU64>, tokio::task::JoinHandle
 /// The stale-pool race made deterministic: every reused connection is closed by the node after the
 /// request went out. An idempotent request is replayed once on a new connection to the same node
 /// (the only node); a POST is not replayed and gets a 502 JSON naming the failure.
+///
+/// CASE-21 (deterministic race)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reused_connection_closed_after_send_replays_idempotent_requests_on_the_same_node() {
     let (port, answered, node) = closes_on_reuse_node().await;
@@ -1130,6 +1144,8 @@ async fn admin_token_is_required_when_set() {
 // ---------------------------------------------------------------------------------------------
 // 10. retries
 
+/// CASE-20 (b): a POST to a node refusing the connect is retried on another node with its body byte
+/// for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
     let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
@@ -1206,6 +1222,8 @@ async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
     }
 }
 
+/// CASE-20 (a, c): a node resetting after reading: POST gets 502 JSON and is not retried; GET is
+/// retried on another node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
     let mocks = [

@@ -71,6 +71,8 @@ fn established_to(gw: &Gateway, port: u16) -> usize {
         .count()
 }
 
+/// CASE-12 (h2): Host derived from `:authority`, exactly once, `X-Forwarded-Host` set; `:authority`
+/// with a conflicting `host` is 400 JSON and nothing is forwarded.
 #[tokio::test]
 async fn h2c_downstream_derives_host_from_authority_and_rejects_conflicting_host() {
     let a = Mock::start("node-a").await;
@@ -127,6 +129,9 @@ async fn h2c_downstream_derives_host_from_authority_and_rejects_conflicting_host
     );
 }
 
+/// CASE-07: trailers-only answers (A: one HEADERS with `grpc-status: 5`) and separate trailers (B:
+/// `grpc-status: 7`) reach the client in the same framing, `grpc-status` once, no DATA invented,
+/// the gRPC code in the access log.
 #[tokio::test]
 async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
@@ -223,6 +228,9 @@ async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
         .await;
 }
 
+/// CASE-08: `te: trailers` and `grpc-timeout` reach the node (h2 and HTTP/1.1 `TE: trailers,
+/// deflate` to an h2c cluster), other TE values are dropped, the call ends with status 0 and its
+/// trailers.
 #[tokio::test]
 async fn te_trailers_survives_and_other_te_values_are_dropped() {
     // Main ports (h2c and HTTP/1.1) behind an h2c cluster for /echo; gRPC ports for the call.
@@ -285,6 +293,9 @@ async fn te_trailers_survives_and_other_te_values_are_dropped() {
     );
 }
 
+/// CASE-09: node-a sends GOAWAY(NO_ERROR) every 3 streams; 30 sequential and 30 concurrent GETs and
+/// 10 POSTs with 1 KiB bodies bound by `c-4004` all succeed on node-a, no passive penalty, binding
+/// kept, client connection untouched.
 #[tokio::test]
 async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     let a = Mock::start("node-a").await;
@@ -409,6 +420,9 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     );
 }
 
+/// CASE-18: h2c probes answered by a node that sends GOAWAY after every stream never move it out of
+/// healthy (a probe refused by GOAWAY is retried, not counted); real 503s still eject, and that one
+/// transition is logged once, at info.
 #[tokio::test]
 async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     let a = Mock::start("node-a").await;
@@ -439,10 +453,30 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     }
     let probes = a.requests().await - probes_at_start;
     assert!(probes >= 15, "only {probes} h2c probes in 5 s");
+    assert_eq!(
+        gw.logs.matching(&["node state changed"]),
+        Vec::<String>::new(),
+        "no transition while the node only sent GOAWAYs"
+    );
     // Real failures still count: 503s eject at once with eject_after = 1.
     a.set_down().await;
     gw.wait_node_state("node-a", "ejected", Duration::from_secs(2))
         .await;
+    // The transition is logged once, at info.
+    let line = gw
+        .logs
+        .wait_for(
+            &["node state changed", "node-a", "ejected"],
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(line.contains("INFO"), "{line}");
+    assert_eq!(
+        gw.logs.matching(&["node state changed"]).len(),
+        1,
+        "{:?}",
+        gw.logs.matching(&["node state changed"])
+    );
 }
 
 /// An HTTP/1.1 request on a fresh connection; returns the streaming response.
@@ -474,6 +508,9 @@ async fn h1_stream(
     (send, Stream::new(resp))
 }
 
+/// CASE-24: SSE head within 200 ms and before any event, each event within 100 ms, no
+/// Content-Length, not compressed, not cut by the route timeout; the upstream connection closes
+/// within 1 s of the client leaving.
 #[tokio::test]
 async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_closes_upstream() {
     let a = Mock::start("node-a").await;
@@ -567,6 +604,8 @@ async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_close
         .await;
 }
 
+/// CASE-24 (gRPC server streaming): ticks flow on time past the route timeout; a client cancel
+/// resets the upstream stream within 1 s.
 #[tokio::test]
 async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;

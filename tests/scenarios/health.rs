@@ -290,6 +290,9 @@ async fn passive_errors_eject_a_hung_node_long_before_probes() {
     );
 }
 
+/// CASE-18: real 503s in a row eject within `eject_after` intervals (plus one timeout); alternating
+/// results causing no transition is the table test in `internal/src/registry/tests.rs`
+/// (`ladder_table`).
 #[tokio::test]
 async fn timing_promise_degrade_and_eject_within_intervals() {
     // Seed 001: interval 200 ms, degrade_after 2, eject_after 3, timeout 200 ms.

@@ -159,6 +159,8 @@ async fn redis_two_gateways_agree_after_racing_hops() {
     }
 }
 
+/// CASE-17 (Redis down): with Redis down, plain selection and local bindings keep serving; bindings
+/// are written back on reconnect.
 #[tokio::test]
 async fn redis_down_keeps_bindings_and_writes_back() {
     let mut redis = Redis::start().await;

@@ -158,6 +158,8 @@ async fn kill(a: &mut Mock, b: &mut Mock, id: &str) {
     }
 }
 
+/// CASE-05 (`websocket = "hop"`): the node dies under an open WebSocket; the client's socket stays
+/// open and keeps flowing on a healthy node (SPEC 5 hop rules).
 #[tokio::test]
 async fn ws_hops_without_closing_client() {
     let mut a = Mock::start("node-a").await;
@@ -361,6 +363,9 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
     );
 }
 
+/// CASE-05 (`websocket = "close"`): node-a's own Close 1001 "going away" is relayed as is, a FIN
+/// without a Close becomes 1011 (never 1005/1006), each within ~1 s, then TCP closes and the
+/// active-connection gauge returns to its baseline.
 #[tokio::test]
 async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let a = Mock::start("node-a").await;
@@ -401,6 +406,9 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     wait_gauge(&gw, baseline).await;
 }
 
+/// CASE-05 (`websocket = "close"`): node-a killed (kill -9: the kernel ends its sockets) gives the
+/// client 1011 within 1 s, TCP closes, the gauge returns to 0, and a new connect with the same id
+/// lands on the healthy node at once.
 #[tokio::test]
 async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node() {
     let mut a = Mock::start("node-a").await;
@@ -523,6 +531,10 @@ async fn raw_send_text(tcp: &mut TcpStream, text: &str) {
     tcp.write_all(&f).await.expect("write frame");
 }
 
+/// CASE-03: `Connection`/`Upgrade` header variants (token order, case, two `Connection` lines,
+/// `Upgrade: WebSocket`) give 101 with `Connection: Upgrade` and the node's accept key unchanged;
+/// the node gets one `Upgrade: websocket` and a `Connection` with `Upgrade` and no `keep-alive`;
+/// the binding picks the node; frames flow both ways.
 #[tokio::test]
 async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
     let a = Mock::start("node-a").await;
@@ -602,6 +614,8 @@ async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
     );
 }
 
+/// CASE-04: subprotocol offers (one line or two) and extension offers reach the node in order; the
+/// node's choice (`v10.stomp`, none, or the unoffered `mqtt`) is relayed, never rewritten.
 #[tokio::test]
 async fn ws_subprotocols_and_extensions_pass_through_case04() {
     let a = Mock::start("node-a").await;
@@ -677,6 +691,9 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
     assert_eq!(raw_frame(&mut tcp, &mut buf).await.0, 1);
 }
 
+/// CASE-06: the client's Ping reaches the node and the only Pong is the node's; a silent socket
+/// stays open (no WebSocket idle limit by default) and then delivers the node's text; node pings
+/// reach the client.
 #[tokio::test]
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
@@ -733,6 +750,8 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
     );
 }
 
+/// CASE-06: the WebSocket idle limit is its own setting (`limits.websocket_idle_timeout`), and when
+/// it fires the client gets Close 1001 first.
 #[tokio::test]
 async fn ws_idle_timeout_sends_1001() {
     let a = Mock::start("node-a").await;
@@ -755,6 +774,38 @@ async fn ws_idle_timeout_sends_1001() {
     expect_end(&mut ws, Duration::from_secs(2)).await;
 }
 
+/// CASE-06: a socket kept alive only by node pings survives the WebSocket idle limit: with
+/// `websocket_idle_timeout = "1s"` and a node ping every 300 ms, the socket stays open for 3.5 s
+/// (over three idle periods), every ping reaches the client and no Close comes. (The case's
+/// 20 s / 5 min is scaled to 300 ms / 3.5 s against a 1 s limit.)
+#[tokio::test]
+async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(
+        "hop",
+        &[&a],
+        "[limits]\nwebsocket_idle_timeout = \"1s\"\n",
+    ))
+    .await;
+    let mut ws = connect(&gw, "/ws?ping_every_ms=300", &[]).await;
+    hello(&mut ws, Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    let mut pings = 0;
+    while t0.elapsed() < Duration::from_millis(3500) {
+        match next(&mut ws, Duration::from_secs(1)).await {
+            Message::Ping(p) => {
+                assert_eq!(p, Bytes::from_static(b"mock-ping"));
+                pings += 1;
+            }
+            m => panic!(
+                "only node pings expected, got {m:?} after {:?}",
+                t0.elapsed()
+            ),
+        }
+    }
+    assert!(pings >= 9, "{pings} pings in 3.5 s");
+}
+
 #[tokio::test]
 async fn ws_gateway_shutdown_sends_1001() {
     let a = Mock::start("node-a").await;
@@ -768,6 +819,8 @@ async fn ws_gateway_shutdown_sends_1001() {
     assert_eq!(gw.wait_exit(Duration::from_secs(5)).await, Some(0));
 }
 
+/// CASE-19: with every node down a WebSocket upgrade gets the route's 503 JSON fallback promptly,
+/// never 101.
 #[tokio::test]
 async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
     let mut a = Mock::start("node-a").await;
@@ -964,6 +1017,7 @@ async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
 /// `first` frame bytes as they are, echoes one client frame with its first byte (FIN, RSV bits,
 /// opcode) kept and the mask removed, then closes TCP without a Close frame.
 async fn fake_node(
+    upgrade: &'static str,
     extensions: &'static str,
     first: Vec<u8>,
 ) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
@@ -998,7 +1052,12 @@ async fn fake_node(
                 .to_string();
             let accept =
                 tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-            let resp = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: {extensions}\r\n\r\n");
+            let ext_line = if extensions.is_empty() {
+                String::new()
+            } else {
+                format!("Sec-WebSocket-Extensions: {extensions}\r\n")
+            };
+            let resp = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: {upgrade}\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{ext_line}\r\n");
             tcp.write_all(resp.as_bytes()).await.expect("101");
             tcp.write_all(&first).await.expect("first frame");
             let mut hdr = [0u8; 6];
@@ -1021,6 +1080,8 @@ async fn fake_node(
     (addr, task)
 }
 
+/// CASE-04: the node's extension answer (`permessage-deflate`) is relayed verbatim and compressed
+/// frames (RSV1) pass unmodified both ways.
 #[tokio::test]
 async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instead_of_a_hop() {
     // "hello" compressed with raw DEFLATE, in a text frame with RSV1 set (RFC 7692).
@@ -1028,7 +1089,7 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     let mut first = vec![0xc1, u8::try_from(deflated.len()).expect("short")];
     first.extend_from_slice(&deflated);
     let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
-    let (addr, node) = fake_node(ext, first).await;
+    let (addr, node) = fake_node("websocket", ext, first).await;
     let toml = format!(
         "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"hop\"\n",
         cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
@@ -1099,4 +1160,49 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
     let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
     assert_eq!(hint["reconnect"], true);
+}
+
+/// CASE-03: a node answering `Upgrade: WebSocket` (mixed case) is relayed fine: the client gets 101
+/// with an `Upgrade` token equal to websocket ignoring case and the node's accept key, and frames
+/// flow both ways.
+#[tokio::test]
+async fn ws_node_answering_mixed_case_upgrade_token_is_relayed_case03() {
+    let (addr, node) = fake_node("WebSocket", "", vec![0x81, 0x02, b'h', b'i']).await;
+    let toml = format!(
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"close\"\n",
+        cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
+    );
+    let gw = Gateway::start(&toml).await;
+    let (mut tcp, status, headers, mut buf) = raw_upgrade(
+        &gw,
+        "/ws",
+        &[
+            "Connection: Upgrade",
+            "Upgrade: websocket",
+            "X-Conn-Id: c-1002",
+        ],
+    )
+    .await;
+    assert_eq!(status, 101, "{headers:?}");
+    let upgrade = header_values(&headers, "upgrade");
+    assert!(
+        upgrade.len() == 1 && upgrade[0].eq_ignore_ascii_case("websocket"),
+        "{headers:?}"
+    );
+    assert_eq!(
+        header_values(&headers, "sec-websocket-accept"),
+        ["s3pPLMBiTxaQ9kYGzzhZRbK+xOo="]
+    );
+    assert_eq!(raw_frame(&mut tcp, &mut buf).await, (1, b"hi".to_vec()));
+    raw_send_text(&mut tcp, "both ways").await;
+    assert_eq!(
+        raw_frame(&mut tcp, &mut buf).await,
+        (1, b"both ways".to_vec())
+    );
+    let head = timeout(Duration::from_secs(2), node)
+        .await
+        .expect("node done")
+        .expect("node task");
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
 }

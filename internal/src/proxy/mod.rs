@@ -243,6 +243,19 @@ impl Proxy {
                 path: req.uri().path().to_string(),
             });
         };
+        // A node that decodes encoded slashes or merges `//` must not resolve a path that the
+        // gateway would have routed elsewhere (README "Routing").
+        if let Some(alt) = path::node_reading(req.uri().path()) {
+            let alt_head = RequestHead { path: &alt, ..head };
+            let same = table
+                .match_route(&alt_head, start, roll)
+                .is_some_and(|r| r.id == route.id);
+            if !same {
+                return Err(ProxyError::BadRequest(
+                    "path with encoded slashes or empty segments that a node could resolve to another route",
+                ));
+            }
+        }
         log.route = Some(route.id.clone());
         log.table = Some(table.clone());
         let is_ws = headers::is_websocket_upgrade(req.headers());

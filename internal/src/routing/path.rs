@@ -6,6 +6,11 @@
 //! request into another route's prefix. The path forwarded upstream is the client's, untouched,
 //! unless the normalised form differs in dot segments: then the normalised one is sent, so the
 //! node resolves exactly the path that was matched.
+//!
+//! A node may read the same path differently: some decode `%2F`/`%5C` into separators, some merge
+//! `//` into `/` (nginx `merge_slashes`, Go's `path.Clean`). [`node_reading`] gives that other
+//! reading; the proxy matches both and refuses the request with `400` when they pick different
+//! routes, so no node can resolve a path that the gateway would have routed elsewhere.
 
 use std::borrow::Cow;
 
@@ -29,30 +34,69 @@ fn normalize_slow(path: &str) -> String {
     }
 }
 
+/// The path as a node that decodes encoded slashes and backslashes (`%2F`, `%5C`, a raw backslash) into `/`,
+/// merges runs of `/` and removes dot segments would resolve it; `None` when `path` has none of
+/// those (then every reading equals [`normalize`]). Always starts with `/`.
+pub fn node_reading(path: &str) -> Option<String> {
+    let lower = path.to_ascii_lowercase();
+    if !(lower.contains("%2f")
+        || lower.contains("%5c")
+        || path.contains('\\')
+        || path.contains("//"))
+    {
+        return None;
+    }
+    let decoded = decode_unreserved(path)
+        .replace("%2F", "/")
+        .replace("%5C", "/")
+        .replace('\\', "/");
+    let mut merged = String::with_capacity(decoded.len());
+    for c in decoded.chars() {
+        if !(c == '/' && merged.ends_with('/')) {
+            merged.push(c);
+        }
+    }
+    let out = remove_dot_segments(&merged);
+    Some(if out.is_empty() { "/".to_string() } else { out })
+}
+
 fn decode_unreserved(p: &str) -> String {
     let b = p.as_bytes();
-    let mut out = String::with_capacity(p.len());
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = &p[i + 1..i + 3];
-            if let Ok(v) = u8::from_str_radix(hex, 16) {
-                if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
-                    out.push(v as char);
-                    i += 3;
-                    continue;
-                }
+        // Byte-wise, so a `%` before a multi-byte character never splits it.
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && b[i + 1].is_ascii_hexdigit()
+            && b[i + 2].is_ascii_hexdigit()
+        {
+            let v = hex_value(b[i + 1]) * 16 + hex_value(b[i + 2]);
+            if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
+                out.push(v);
+            } else {
                 // Keep other escapes, upper-cased (RFC 3986 section 6.2.2.1).
-                out.push('%');
-                out.push_str(&hex.to_ascii_uppercase());
-                i += 3;
-                continue;
+                out.extend_from_slice(&[
+                    b'%',
+                    b[i + 1].to_ascii_uppercase(),
+                    b[i + 2].to_ascii_uppercase(),
+                ]);
             }
+            i += 3;
+            continue;
         }
-        out.push(b[i] as char);
+        out.push(b[i]);
         i += 1;
     }
-    out
+    String::from_utf8(out).expect("only ASCII escapes were replaced, by ASCII bytes")
+}
+
+fn hex_value(h: u8) -> u8 {
+    match h {
+        b'0'..=b'9' => h - b'0',
+        b'a'..=b'f' => h - b'a' + 10,
+        _ => h.to_ascii_uppercase() - b'A' + 10,
+    }
 }
 
 /// RFC 3986 section 5.2.4.
@@ -85,7 +129,7 @@ fn remove_dot_segments(input: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize;
+    use super::{node_reading, normalize};
 
     #[test]
     fn dot_segments_and_encodings() {
@@ -104,5 +148,31 @@ mod tests {
             normalize("/api/v1/users"),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn node_reading_decodes_slashes_and_merges_runs() {
+        assert_eq!(node_reading("/api/x"), None);
+        assert_eq!(node_reading("/a/../b"), None);
+        assert_eq!(node_reading("/api%2F..%2Fadmin").as_deref(), Some("/admin"));
+        assert_eq!(
+            node_reading("/api%2f%2e%2e%2fadmin").as_deref(),
+            Some("/admin")
+        );
+        assert_eq!(node_reading("//admin").as_deref(), Some("/admin"));
+        assert_eq!(node_reading("/a//b/").as_deref(), Some("/a/b/"));
+        assert_eq!(node_reading("/a%5Cb").as_deref(), Some("/a/b"));
+        assert_eq!(node_reading("/a\\..\\b").as_deref(), Some("/b"));
+        assert_eq!(node_reading("/p/g%2Fproj").as_deref(), Some("/p/g/proj"));
+    }
+
+    #[test]
+    fn odd_escapes_and_non_ascii_never_panic_or_change_meaning() {
+        assert_eq!(normalize("/a%"), "/a%");
+        assert_eq!(normalize("/a%2"), "/a%2");
+        assert_eq!(normalize("/a%+1b"), "/a%+1b");
+        assert_eq!(normalize("/%é%2e"), "/%é.");
+        assert_eq!(normalize("/é/../x"), "/x");
+        assert_eq!(node_reading("/é%2F%2e%2e%2Fx").as_deref(), Some("/x"));
     }
 }
