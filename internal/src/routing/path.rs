@@ -38,12 +38,12 @@ fn normalize_slow(path: &str) -> String {
 /// merges runs of `/` and removes dot segments would resolve it; `None` when `path` has none of
 /// those (then every reading equals [`normalize`]). Always starts with `/`.
 pub fn node_reading(path: &str) -> Option<String> {
-    let lower = path.to_ascii_lowercase();
-    if !(lower.contains("%2f")
-        || lower.contains("%5c")
-        || path.contains('\\')
-        || path.contains("//"))
-    {
+    let b = path.as_bytes();
+    let encoded_slash = b.windows(3).any(|w| {
+        w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f')
+            || w[0] == b'%' && w[1] == b'5' && w[2].eq_ignore_ascii_case(&b'c')
+    });
+    if !(encoded_slash || path.contains('\\') || path.contains("//")) {
         return None;
     }
     let decoded = decode_unreserved(path)
