@@ -1684,10 +1684,12 @@ async fn case23_max_body_is_413_up_front_for_a_known_length_and_at_the_limit_for
         json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]),
         "request body larger than 1048576 bytes"
     );
-    assert_eq!(
-        a.requests().await,
-        1,
-        "the node got the head and part of the body, then the upstream request was aborted"
+    // Whether the node's handler saw the head before the abort is a race; it never sees a second
+    // request, and the cut body never completes there.
+    let seen = a.requests().await;
+    assert!(
+        seen <= 1,
+        "at most the one aborted upstream request reaches the node, got {seen}"
     );
 
     // Under the limit: passes whole.
