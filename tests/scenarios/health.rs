@@ -607,7 +607,11 @@ passive_consecutive_errors = 0
         (0.10..=0.34).contains(&share),
         "share {share:.3} within the ladder's bounds ({counts:?})"
     );
-    // Each change was logged once, with its reason, and counted once.
+    // Each change was logged once, with its reason, and counted once. Stop the flapping first
+    // so no change happens between counting and reading the log.
+    a.set_up().await;
+    gw.wait_node_state("a", "healthy", Duration::from_secs(3))
+        .await;
     let [healthy, degraded, ejected] = transitions(&gw, "a").await;
     let counted = (healthy + degraded + ejected) as usize;
     assert!(counted >= 3, "{counted} changes");
