@@ -422,7 +422,10 @@ async fn split_five_percent_over_ten_thousand_users_is_stable() {
     .collect();
     let on_v2 = first.iter().filter(|(_, n)| n == "v2-a").count();
     let share = on_v2 as f64 / first.len() as f64;
-    eprintln!("split 5 %: {on_v2} of {} users on v2 ({share:.4})", first.len());
+    eprintln!(
+        "split 5 %: {on_v2} of {} users on v2 ({share:.4})",
+        first.len()
+    );
     assert_eq!(first.len(), 10_000);
     assert!((share - 0.05).abs() <= 0.015, "v2 share {share:.4}");
 
@@ -430,7 +433,13 @@ async fn split_five_percent_over_ten_thousand_users_is_stable() {
     // (The bucket function itself is checked for all 10,000 users x 20 in the selection unit tests.)
     let mut sample: Vec<(String, String)> =
         first.iter().filter(|(_, n)| n == "v2-a").cloned().collect();
-    sample.extend(first.iter().filter(|(_, n)| n == "v1-a").take(on_v2).cloned());
+    sample.extend(
+        first
+            .iter()
+            .filter(|(_, n)| n == "v1-a")
+            .take(on_v2)
+            .cloned(),
+    );
     let moved: Vec<(String, String, String)> =
         futures_util::future::join_all(sample.chunks(sample.len().div_ceil(8)).map(|chunk| {
             let url = url.clone();
@@ -452,8 +461,16 @@ async fn split_five_percent_over_ten_thousand_users_is_stable() {
         .into_iter()
         .flatten()
         .collect();
-    eprintln!("split 5 %: {} users x 20 requests, {} moved", sample.len(), moved.len());
-    assert!(moved.is_empty(), "users changed version: {:?}", &moved[..moved.len().min(5)]);
+    eprintln!(
+        "split 5 %: {} users x 20 requests, {} moved",
+        sample.len(),
+        moved.len()
+    );
+    assert!(
+        moved.is_empty(),
+        "users changed version: {:?}",
+        &moved[..moved.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -466,7 +483,10 @@ async fn weighted_95_5_gives_95_percent_over_10000_requests() {
     let heavy = *c.get("heavy").unwrap_or(&0) as f64 / ids.len() as f64;
     eprintln!("weighted 95/5: heavy share {heavy:.4} ({c:?})");
     assert_eq!(ids.len(), 10_000);
-    assert!((heavy - 0.95).abs() <= 0.02, "heavy share {heavy:.4} ({c:?})");
+    assert!(
+        (heavy - 0.95).abs() <= 0.02,
+        "heavy share {heavy:.4} ({c:?})"
+    );
     assert!(c.contains_key("light"), "the light node is used too: {c:?}");
 }
 
@@ -474,7 +494,12 @@ async fn weighted_95_5_gives_95_percent_over_10000_requests() {
 async fn least_request_sends_fewer_requests_to_a_slow_node() {
     let fast = Mock::start("fast").await;
     let slow = Mock::start("slow").await;
-    let gw = one_cluster(&[(&fast, 100, "v1"), (&slow, 100, "v1")], "least_request", "").await;
+    let gw = one_cluster(
+        &[(&fast, 100, "v1"), (&slow, 100, "v1")],
+        "least_request",
+        "",
+    )
+    .await;
     slow.delay(100).await;
     // 8 concurrent loops: requests pile up on the slow node, so it has more in flight.
     let ids = fan_out(&gw, "/data", &[], 800).await;

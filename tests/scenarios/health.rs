@@ -201,8 +201,14 @@ async fn business_down_degrades_ejects_and_ramps_back() {
     .await;
     let lines = gw.logs.matching(&["node state changed", "node=a"]);
     assert_eq!(lines.len(), 3, "{lines:#?}");
-    assert!(lines[2].contains("healthy") && lines[2].contains("ok"), "{lines:#?}");
-    assert!(gw.logs.matching(&["node state changed", "node=b"]).is_empty());
+    assert!(
+        lines[2].contains("healthy") && lines[2].contains("ok"),
+        "{lines:#?}"
+    );
+    assert!(gw
+        .logs
+        .matching(&["node state changed", "node=b"])
+        .is_empty());
 }
 
 #[tokio::test]
@@ -550,7 +556,10 @@ passive_consecutive_errors = 0
         samples.len(),
         state_runs(&samples)
     );
-    assert!(probes >= 5, "the flapping ran over several probes ({probes})");
+    assert!(
+        probes >= 5,
+        "the flapping ran over several probes ({probes})"
+    );
     assert_eq!(state_runs(&samples), ["healthy"]);
     assert!(
         samples.iter().all(|(_, w)| *w == 100.0),
@@ -572,8 +581,7 @@ passive_consecutive_errors = 0
     //    the ladder instead of jumping 20 -> 100 -> 20 every cycle; and never 0 (no eject_after run).
     a.flap(2, 2).await;
     let until = Instant::now() + Duration::from_millis(3_000);
-    let (samples, counts) =
-        sample_while(&gw, "a", async { load_until(&gw, 4, until).await }).await;
+    let (samples, counts) = sample_while(&gw, "a", async { load_until(&gw, 4, until).await }).await;
     let share = share_of(&counts, "a");
     let [healthy, degraded, ejected] = transitions(&gw, "a").await;
     // From the first degrade on (before it, the node was still at full weight).
@@ -600,7 +608,10 @@ passive_consecutive_errors = 0
         "never below degraded_percent: {min} ({flapping:?})"
     );
     // Two up probes of ~200 ms into a 3 s ramp: ~20 + 80 x 0.4 / 3 = 31. Allow for slow probes.
-    assert!(max <= 50.0, "no cliff back to full weight: {max} ({flapping:?})");
+    assert!(
+        max <= 50.0,
+        "no cliff back to full weight: {max} ({flapping:?})"
+    );
     // Weights 20..50 against b's 100 (and full weight before the first degrade): a's share is
     // between 1/6 and 1/3.
     assert!(
@@ -615,9 +626,11 @@ passive_consecutive_errors = 0
     let [healthy, degraded, ejected] = transitions(&gw, "a").await;
     let counted = (healthy + degraded + ejected) as usize;
     assert!(counted >= 3, "{counted} changes");
-    integration_tests::wait_until(Duration::from_secs(2), "every counted change logged", || async {
-        gw.logs.matching(&["node state changed", "node=a"]).len() >= counted
-    })
+    integration_tests::wait_until(
+        Duration::from_secs(2),
+        "every counted change logged",
+        || async { gw.logs.matching(&["node state changed", "node=a"]).len() >= counted },
+    )
     .await;
     let logged = gw.logs.matching(&["node state changed", "node=a"]);
     assert_eq!(
@@ -626,13 +639,18 @@ passive_consecutive_errors = 0
         "one log line per counted change: {logged:#?}"
     );
     assert!(
-        logged.iter().all(|l| (l.contains("reason=probe") || l.contains("reason=\"probe\""))
-            && l.contains("detail=")),
+        logged.iter().all(
+            |l| (l.contains("reason=probe") || l.contains("reason=\"probe\""))
+                && l.contains("detail=")
+        ),
         "{logged:#?}"
     );
     // Every degrade names the failed body check; every recovery the passing probe.
     assert_eq!(
-        logged.iter().filter(|l| l.contains("body /business")).count() as f64,
+        logged
+            .iter()
+            .filter(|l| l.contains("body /business"))
+            .count() as f64,
         degraded,
         "{logged:#?}"
     );
@@ -724,8 +742,7 @@ async fn business_down_node_gets_no_request_within_two_probe_intervals() {
         seen.len()
     );
     assert!(
-        seen.iter()
-            .any(|(sent, n)| n == "a" && *sent < down_at),
+        seen.iter().any(|(sent, n)| n == "a" && *sent < down_at),
         "a served before it went down"
     );
     // Two intervals, plus slack for the probe round trip and a loaded machine's scheduling.

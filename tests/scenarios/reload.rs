@@ -892,7 +892,10 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
         route("shared", "/shared", "main", "/shared", "")
     );
     let config_a = base.clone();
-    let config_b = format!("{base}{}", route("only-b", "/only-b", "main", "/only-b", ""));
+    let config_b = format!(
+        "{base}{}",
+        route("only-b", "/only-b", "main", "/only-b", "")
+    );
     let gw = Gateway::start(&config_a).await;
     // Keep-alive and fresh connections on the shared route for the whole test.
     let specs = [
@@ -943,7 +946,10 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
     assert!(misses.is_empty(), "B-only route vs live table: {misses:?}");
     assert!(outcomes.len() >= 300, "load ran: {}", outcomes.len());
     assert_eq!(generation(&gw).await, 201);
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"ok\"}").await, 200.0);
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"ok\"}").await,
+        200.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -973,7 +979,11 @@ async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
         &[("/a/echo/x", false, false), ("/a/echo/x", false, true)],
         Duration::from_millis(10),
     );
-    let load_b = Load::start(&gw, &[("/b/echo/x", false, false)], Duration::from_millis(10));
+    let load_b = Load::start(
+        &gw,
+        &[("/b/echo/x", false, false)],
+        Duration::from_millis(10),
+    );
     let mut misses = Vec::new();
     let mut slowest = Duration::ZERO;
     for rep in 0..50 {
@@ -1000,7 +1010,10 @@ async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
         on_a.len(),
         on_b.len()
     );
-    assert!(misses.is_empty(), "new route missing after the call returned: {misses:?}");
+    assert!(
+        misses.is_empty(),
+        "new route missing after the call returned: {misses:?}"
+    );
     assert!(
         slowest >= Duration::from_millis(900),
         "the reload was slow on purpose: {slowest:?}"
@@ -1042,17 +1055,22 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
     // (file, line that must be reported, key reported or None for any)
     let syntax = format!("{v1}[[routes]\nid = \"x\"\n");
     let unknown = format!("{v1}{}", route("x", "/x", "nope", "", ""));
-    let duplicate = format!(
-        "{v1}{}",
-        cluster("other", &[("node-a", &b.addr(), "")], "")
-    );
+    let duplicate = format!("{v1}{}", cluster("other", &[("node-a", &b.addr(), "")], ""));
     let cases = [
         (
             syntax.clone(),
-            syntax.lines().position(|l| l == "[[routes]").expect("broken header") + 1,
+            syntax
+                .lines()
+                .position(|l| l == "[[routes]")
+                .expect("broken header")
+                + 1,
             "-",
         ),
-        (unknown.clone(), line_of(&unknown, "cluster = \"nope\""), "routes[1].cluster"),
+        (
+            unknown.clone(),
+            line_of(&unknown, "cluster = \"nope\""),
+            "routes[1].cluster",
+        ),
         (
             duplicate.clone(),
             duplicate
@@ -1071,8 +1089,10 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
         assert_eq!(r.status, 422, "case {n}: {}", r.text());
         let errors = r.json()["errors"].as_array().expect("errors").clone();
         assert!(
-            errors.iter().any(|e| e["line"].as_u64() == Some(*line as u64)
-                && (*key == "-" || e["key"] == *key)),
+            errors
+                .iter()
+                .any(|e| e["line"].as_u64() == Some(*line as u64)
+                    && (*key == "-" || e["key"] == *key)),
             "case {n}: want line {line} key {key}: {errors:?}"
         );
         assert_eq!(generation(&gw).await, 1, "case {n}: live table kept");
@@ -1181,10 +1201,14 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
     // Weight 10 -> 34 of 100 over the first 0.8 s: share ~0.16; 70 -> 97: ~0.46; then 0.5.
     assert!((0.03..=0.28).contains(&first), "first: {first:.3}");
     assert!(late >= first + 0.12, "2.0-2.9 s: {late:.3}");
-    assert!((0.45..=0.55).contains(&after), "full share after duration: {after:.3}");
+    assert!(
+        (0.45..=0.55).contains(&after),
+        "full share after duration: {after:.3}"
+    );
     assert_eq!(gw.node("node-b").await["state"], "healthy");
     assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"rolled_back\"}").await,
+        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
+            .await,
         0.0
     );
 }
@@ -1234,7 +1258,13 @@ async fn rss_after_1000_reloads_stays_near_rss_after_10() {
 
 #[tokio::test]
 async fn route_predicates_and_strip_prefix_pick_the_most_specific_route() {
-    let ids = ["node-exact", "node-host", "node-hdr", "node-post", "node-api"];
+    let ids = [
+        "node-exact",
+        "node-host",
+        "node-hdr",
+        "node-post",
+        "node-api",
+    ];
     let mut mocks = Vec::new();
     let mut toml = FAST_HEALTH.to_string();
     for id in ids {
@@ -1282,14 +1312,44 @@ strip_prefix = "/api"
     let cases: [(&str, &str, Vec<(&str, &str)>, &str, &str); 8] = [
         ("GET", "/api/echo/x", vec![], "node-api", "/echo/x"),
         ("POST", "/api/echo/x", vec![], "node-post", "/echo/x"),
-        ("GET", "/api/echo/x", vec![("x-canary", "1")], "node-hdr", "/echo/x"),
-        ("GET", "/api/echo/x", vec![("x-canary", "2")], "node-api", "/echo/x"),
+        (
+            "GET",
+            "/api/echo/x",
+            vec![("x-canary", "1")],
+            "node-hdr",
+            "/echo/x",
+        ),
+        (
+            "GET",
+            "/api/echo/x",
+            vec![("x-canary", "2")],
+            "node-api",
+            "/echo/x",
+        ),
         ("GET", "/api/echo/x", vec![host], "node-host", "/echo/x"),
         // host beats headers, headers beat methods (README "Routing").
-        ("POST", "/api/echo/x", vec![host, ("x-canary", "1")], "node-host", "/echo/x"),
-        ("POST", "/api/echo/x", vec![("x-canary", "1")], "node-hdr", "/echo/x"),
+        (
+            "POST",
+            "/api/echo/x",
+            vec![host, ("x-canary", "1")],
+            "node-host",
+            "/echo/x",
+        ),
+        (
+            "POST",
+            "/api/echo/x",
+            vec![("x-canary", "1")],
+            "node-hdr",
+            "/echo/x",
+        ),
         // The exact path beats every prefix route, whatever else the request carries.
-        ("POST", "/api/echo/ping", vec![host, ("x-canary", "1")], "node-exact", "/echo/ping"),
+        (
+            "POST",
+            "/api/echo/ping",
+            vec![host, ("x-canary", "1")],
+            "node-exact",
+            "/echo/ping",
+        ),
     ];
     for (method, path, headers, node, seen) in &cases {
         let r = request(method, &gw.url(path), headers, Vec::new())
@@ -1303,7 +1363,9 @@ strip_prefix = "/api"
         );
     }
     // An exact path matches only itself; nothing matches outside /api: 404 JSON.
-    let r = get(&gw.url("/api/echo/ping/more"), &[]).await.expect("request");
+    let r = get(&gw.url("/api/echo/ping/more"), &[])
+        .await
+        .expect("request");
     assert_eq!(r.header("x-node-id").as_deref(), Some("node-api"));
     let r = get(&gw.url("/other"), &[]).await.expect("request");
     assert_eq!(r.status, 404);
