@@ -1256,6 +1256,9 @@ async fn rss_after_1000_reloads_stays_near_rss_after_10() {
     );
 }
 
+/// (method, path, headers, node expected, path the node saw).
+type RouteCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+
 #[tokio::test]
 async fn route_predicates_and_strip_prefix_pick_the_most_specific_route() {
     let ids = [
@@ -1308,8 +1311,7 @@ strip_prefix = "/api"
     );
     let gw = Gateway::start(&toml).await;
     let host = ("host", "app.example.test");
-    // (method, path, headers, node, path the node saw)
-    let cases: [(&str, &str, Vec<(&str, &str)>, &str, &str); 8] = [
+    let cases: [RouteCase<'_>; 8] = [
         ("GET", "/api/echo/x", vec![], "node-api", "/echo/x"),
         ("POST", "/api/echo/x", vec![], "node-post", "/echo/x"),
         (
