@@ -1,18 +1,19 @@
 //! `/control/*`: the knobs tests turn on a running node.
 //!
-//! Owns the request-side view of the shared `State`: health switch, delay, hang, idle
+//! Owns the request-side view of the shared `State`: health switch (or flapping pattern), delay, hang, idle
 //! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
 //! behaves as `/abort`), and request stats.
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
 use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 
 use hyper::{Method, Response, StatusCode};
 use serde_json::json;
 
 use crate::http::{error_response, json_response, query_param, RespBody};
-use crate::State;
+use crate::{Flap, State};
 
 /// One `/control/<action>`.
 #[derive(Debug, Clone, Copy)]
@@ -98,12 +99,41 @@ pub(crate) fn handle(
 }
 
 fn set_health(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let mut flap = state.flap.lock().unwrap_or_else(PoisonError::into_inner);
     let down = match query_param(query, "state").as_deref() {
         Some("down") => true,
         Some("up") => false,
-        _ => return error_response(state, StatusCode::BAD_REQUEST, "state=down|up is required"),
+        Some("flap") => {
+            // Each count defaults to 1 (down, up, down, ...); a count given must be a number.
+            let count = |key| match query_param(query, key) {
+                None => Some(1),
+                Some(raw) => raw.parse::<u64>().ok(),
+            };
+            let (Some(down), Some(up)) = (count("down"), count("up")) else {
+                drop(flap);
+                return error_response(
+                    state,
+                    StatusCode::BAD_REQUEST,
+                    "down=N and up=M (health answers) must be numbers",
+                );
+            };
+            *flap = Some(Flap { down, up, seen: 0 });
+            drop(flap);
+            let body = json!({"node": state.id, "state": "flap", "down": down, "up": up});
+            return json_response(StatusCode::OK, &body);
+        }
+        _ => {
+            drop(flap);
+            return error_response(
+                state,
+                StatusCode::BAD_REQUEST,
+                "state=down|up|flap is required",
+            );
+        }
     };
+    *flap = None;
     state.down.store(down, Ordering::Relaxed);
+    drop(flap);
     let label = if down { "down" } else { "up" };
     json_response(StatusCode::OK, &json!({"node": state.id, "state": label}))
 }

@@ -142,7 +142,7 @@ async fn abort(req: Request<Incoming>, limit: Option<u64>) -> Abort {
 
 /// `GET /health` on either port: `200 OK`, or `503` while set down.
 pub(crate) fn health(state: &State) -> Response<RespBody> {
-    if state.is_down() {
+    if state.health_is_down() {
         text(StatusCode::SERVICE_UNAVAILABLE, "DOWN")
     } else {
         text(StatusCode::OK, "OK")
@@ -150,7 +150,7 @@ pub(crate) fn health(state: &State) -> Response<RespBody> {
 }
 
 fn business_health(state: &State) -> Response<RespBody> {
-    if state.is_down() {
+    if state.health_is_down() {
         json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &json!({"business": "DOWN"}),

@@ -4,7 +4,7 @@
 //! - the main port serves HTTP/1.1 and h2c prior knowledge: `GET /health`,
 //!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws`, `GET /sse`,
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
-//! - `/control/*` turns the knobs: `POST health?state=down|up`, `POST delay?ms=N`,
+//! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`, `POST delay?ms=N`,
 //!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
 //!   `POST keepalive?idle_ms=N[&advertise=1]`, `POST goaway?after=N`,
 //!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
@@ -130,6 +130,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         version_header,
         zone_header,
         down: AtomicBool::new(false),
+        flap: Mutex::new(None),
         delay_ms: AtomicU64::new(0),
         hang: watch::Sender::new(false),
         idle_ms: watch::Sender::new(0),
@@ -229,6 +230,8 @@ struct State {
     zone_header: Option<HeaderValue>,
     /// Business health switch: `true` while set down.
     down: AtomicBool,
+    /// While set, health answers follow a repeating down/up pattern instead of `down`.
+    flap: Mutex<Option<Flap>>,
     /// Latency added before every non-control response.
     delay_ms: AtomicU64,
     /// `true` while requests are held unanswered.
@@ -248,6 +251,25 @@ struct State {
     shutdown: watch::Sender<bool>,
     tasks: TaskSet,
     pattern: Bytes,
+}
+
+/// A flapping health pattern (`POST /control/health?state=flap&down=N&up=M`): `down` answers
+/// down, then `up` answers up, repeating, counted per health request (so per probe).
+#[derive(Debug, Clone, Copy)]
+struct Flap {
+    down: u64,
+    up: u64,
+    /// Health answers given so far in this pattern.
+    seen: u64,
+}
+
+impl Flap {
+    fn next_is_down(&mut self) -> bool {
+        let period = self.down + self.up;
+        let down = period > 0 && self.seen % period < self.down;
+        self.seen = self.seen.wrapping_add(1);
+        down
+    }
 }
 
 /// Requests seen (control requests excluded).
@@ -294,8 +316,14 @@ impl State {
         self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn is_down(&self) -> bool {
-        self.down.load(Ordering::Relaxed)
+    /// The answer for one health request (`/health`, `/actuator/health/business`): `true` = down.
+    /// While flapping, every call advances the pattern by one answer.
+    fn health_is_down(&self) -> bool {
+        let mut flap = self.flap.lock().unwrap_or_else(PoisonError::into_inner);
+        match flap.as_mut() {
+            Some(f) => f.next_is_down(),
+            None => self.down.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -162,3 +162,51 @@ async fn basic_endpoints_answer_as_specified() {
     mock.stop.send(()).expect("mock still running");
     mock.task.await.expect("serve task").expect("serve result");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flapping_health_follows_its_pattern_per_health_request() {
+    let mock = start("node-f").await;
+    let base = format!("http://{}", mock.addr);
+    let client: TestClient = Client::builder(TokioExecutor::new()).build_http();
+    let url = format!("{base}/control/health?state=flap&down=2&up=1");
+    let (status, _, body) = call(&client, Method::POST, url, Bytes::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(
+        (
+            answer["state"].as_str(),
+            answer["down"].as_u64(),
+            answer["up"].as_u64()
+        ),
+        (Some("flap"), Some(2), Some(1))
+    );
+    // Both health paths advance one pattern: down, down, up, down, down, up.
+    let mut seen = Vec::new();
+    for i in 0..6 {
+        let path = if i % 2 == 0 {
+            "/health"
+        } else {
+            "/actuator/health/business"
+        };
+        let (status, _, _) =
+            call(&client, Method::GET, format!("{base}{path}"), Bytes::new()).await;
+        seen.push(status.is_success());
+        // Other paths do not advance it.
+        let (status, _, _) = call(&client, Method::GET, format!("{base}/data"), Bytes::new()).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(seen, [false, false, true, false, false, true]);
+    let url = format!("{base}/control/health?state=flap&down=x");
+    let (status, _, _) = call(&client, Method::POST, url, Bytes::new()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // state=up ends the pattern.
+    let url = format!("{base}/control/health?state=up");
+    call(&client, Method::POST, url, Bytes::new()).await;
+    for _ in 0..3 {
+        let (status, _, _) =
+            call(&client, Method::GET, format!("{base}/health"), Bytes::new()).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let _ = mock.stop.send(());
+    mock.task.await.expect("join").expect("serve");
+}

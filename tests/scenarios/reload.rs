@@ -886,3 +886,498 @@ async fn node_state_and_bindings_carry_over_an_unrelated_reload() {
         "no hop for surviving bindings"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let base = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(
+            "main",
+            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+            ""
+        ),
+        route("shared", "/shared", "main", "/shared", "")
+    );
+    let config_a = base.clone();
+    let config_b = format!(
+        "{base}{}",
+        route("only-b", "/only-b", "main", "/only-b", "")
+    );
+    let gw = Gateway::start(&config_a).await;
+    // Keep-alive and fresh connections on the shared route for the whole test.
+    let specs = [
+        ("/shared/echo/x", false, false),
+        ("/shared/echo/x", false, false),
+        ("/shared/echo/x", false, true),
+        ("/shared/echo/x", false, true),
+    ];
+    let load = Load::start(&gw, &specs, Duration::from_millis(5));
+    let mut misses = Vec::new();
+    for i in 1..=200u64 {
+        let b_live = i % 2 == 1;
+        gw.write_config(if b_live { &config_b } else { &config_a });
+        let r = admin_post(&gw, "/admin/reload").await;
+        assert_eq!(
+            (r.status, r.json()["generation"].as_u64()),
+            (200, Some(i + 1)),
+            "reload {i}: {}",
+            r.text()
+        );
+        // The B-only route answers exactly when B is live.
+        let (status, _) = fresh_get(gw.port, "/only-b/echo/y", &[]).await;
+        let want = if b_live { 200 } else { 404 };
+        if status != want {
+            misses.push((i, status));
+        }
+        // Let the load run on every generation.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let outcomes = load.finish().await;
+    let non_2xx: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !(200..300).contains(&o.0))
+        .collect();
+    eprintln!(
+        "200 reloads: {} shared-route requests, {} non-2xx, {} B-route misses",
+        outcomes.len(),
+        non_2xx.len(),
+        misses.len()
+    );
+    assert!(
+        non_2xx.is_empty(),
+        "{} of {} failed: {:?}",
+        non_2xx.len(),
+        outcomes.len(),
+        &non_2xx[..non_2xx.len().min(5)]
+    );
+    assert!(misses.is_empty(), "B-only route vs live table: {misses:?}");
+    assert!(outcomes.len() >= 300, "load ran: {}", outcomes.len());
+    assert_eq!(generation(&gw).await, 201);
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"ok\"}").await,
+        200.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let (slow, _listener, _fill) = hanging_addr().await;
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("a", "/a", "ca", "/a", "")
+    );
+    // The slow node is new in every v2 (v1 removes it), so every v2 reload waits for its hanging
+    // connect probe (bounded at 1 s), then goes live with it ejected.
+    let v2 = format!(
+        "{v1}{}{}",
+        cluster(
+            "cb",
+            &[("node-b", &b.addr(), ""), ("node-slow", &slow, "")],
+            ""
+        ),
+        route("b", "/b", "cb", "/b", "")
+    );
+    let gw = Gateway::start(&v1).await;
+    // Requests arrive the whole time, on the old route and on the one being added.
+    let load_a = Load::start(
+        &gw,
+        &[("/a/echo/x", false, false), ("/a/echo/x", false, true)],
+        Duration::from_millis(10),
+    );
+    let load_b = Load::start(
+        &gw,
+        &[("/b/echo/x", false, false)],
+        Duration::from_millis(10),
+    );
+    let mut misses = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for rep in 0..50 {
+        gw.write_config(&v2);
+        let t0 = Instant::now();
+        let r = admin_post(&gw, "/admin/reload").await;
+        slowest = slowest.max(t0.elapsed());
+        assert_eq!(r.status, 200, "rep {rep}: {}", r.text());
+        // The very first request after the call returns must see the new route.
+        let (status, node) = fresh_get(gw.port, "/b/echo/x", &[]).await;
+        if (status, node.as_str()) != (200, "node-b") {
+            misses.push((rep, status, node));
+        }
+        gw.write_config(&v1);
+        let r = admin_post(&gw, "/admin/reload").await;
+        assert_eq!(r.status, 200, "rep {rep} back to v1: {}", r.text());
+        let (status, _) = fresh_get(gw.port, "/b/echo/x", &[]).await;
+        assert_eq!(status, 404, "rep {rep}: /b is gone with v1");
+    }
+    let (on_a, on_b) = (load_a.finish().await, load_b.finish().await);
+    eprintln!(
+        "race: 50 slow reloads (slowest call {slowest:?}), {} misses, {} + {} background requests",
+        misses.len(),
+        on_a.len(),
+        on_b.len()
+    );
+    assert!(
+        misses.is_empty(),
+        "new route missing after the call returned: {misses:?}"
+    );
+    assert!(
+        slowest >= Duration::from_millis(900),
+        "the reload was slow on purpose: {slowest:?}"
+    );
+    // /a never failed; /b answered 200 from node-b (v2 live) or the gateway's 404 (v1 live).
+    let a_bad: Vec<_> = on_a
+        .iter()
+        .filter(|o| (o.0, o.1.as_str()) != (200, "node-a"))
+        .collect();
+    assert!(a_bad.is_empty(), "{:?}", &a_bad[..a_bad.len().min(5)]);
+    let b_bad: Vec<_> = on_b
+        .iter()
+        .filter(|o| !matches!((o.0, o.1.as_str()), (200, "node-b") | (404, "-")))
+        .collect();
+    assert!(b_bad.is_empty(), "{:?}", &b_bad[..b_bad.len().min(5)]);
+    assert!(on_b.iter().any(|o| o.0 == 200), "/b was live at times");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("main", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "main", "/api", "")
+    );
+    let gw = Gateway::start(&v1).await;
+    let load = Load::start(
+        &gw,
+        &[("/api/echo/x", false, false), ("/api/echo/x", false, true)],
+        Duration::from_millis(10),
+    );
+    let line_of = |file: &str, needle: &str| {
+        file.lines()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("{needle} in {file}"))
+            + 1
+    };
+    // (file, line that must be reported, key reported or None for any)
+    let syntax = format!("{v1}[[routes]\nid = \"x\"\n");
+    let unknown = format!("{v1}{}", route("x", "/x", "nope", "", ""));
+    let duplicate = format!("{v1}{}", cluster("other", &[("node-a", &b.addr(), "")], ""));
+    let cases = [
+        (
+            syntax.clone(),
+            syntax
+                .lines()
+                .position(|l| l == "[[routes]")
+                .expect("broken header")
+                + 1,
+            "-",
+        ),
+        (
+            unknown.clone(),
+            line_of(&unknown, "cluster = \"nope\""),
+            "routes[1].cluster",
+        ),
+        (
+            duplicate.clone(),
+            duplicate
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.trim_start().starts_with("id = \"node-a\""))
+                .nth(1)
+                .map(|(i, _)| i + 1)
+                .expect("second node-a"),
+            "clusters[1].nodes[0].id",
+        ),
+    ];
+    for (n, (file, line, key)) in cases.iter().enumerate() {
+        gw.write_config(file);
+        let r = admin_post(&gw, "/admin/reload").await;
+        assert_eq!(r.status, 422, "case {n}: {}", r.text());
+        let errors = r.json()["errors"].as_array().expect("errors").clone();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e["line"].as_u64() == Some(*line as u64)
+                    && (*key == "-" || e["key"] == *key)),
+            "case {n}: want line {line} key {key}: {errors:?}"
+        );
+        assert_eq!(generation(&gw).await, 1, "case {n}: live table kept");
+    }
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
+        3.0
+    );
+    // Mostly dead new nodes: refused by the probe, table kept.
+    let dead = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mostly_dead = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(
+            "main",
+            &[
+                ("node-a", &a.addr(), ""),
+                ("node-b", &b.addr(), ""),
+                ("dead-1", &dead.0, ""),
+                ("dead-2", &dead.1, ""),
+            ],
+            ""
+        ),
+        route("api", "/api", "main", "/api", "")
+    );
+    gw.write_config(&mostly_dead);
+    let r = admin_post(&gw, "/admin/reload").await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(generation(&gw).await, 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let outcomes = load.finish().await;
+    let bad: Vec<_> = outcomes
+        .iter()
+        .filter(|o| (o.0, o.1.as_str()) != (200, "node-a"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "traffic untouched: {:?}",
+        &bad[..bad.len().min(5)]
+    );
+    assert!(outcomes.len() >= 20, "load ran: {}", outcomes.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warmup_ramps_a_new_node_from_its_initial_share() {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let warm =
+        "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
+    let v1 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("api", "/api", "ca", "/api", warm)
+    );
+    let gw = Gateway::start(&v1).await;
+    let v2 = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(
+            "ca",
+            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+            ""
+        ),
+        route("api", "/api", "ca", "/api", warm)
+    );
+    gw.write_config(&v2);
+    let r = admin_post(&gw, "/admin/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t0 = Instant::now();
+    let n = gw.node("node-b").await;
+    assert_eq!(n["state"], "warming", "{n}");
+    assert!(
+        n["weight"].as_f64().expect("weight") <= 25.0,
+        "starts near initial_percent: {n}"
+    );
+    assert_eq!(gw.node("node-a").await["state"], "healthy");
+
+    let share = |from: Duration, to: Duration| {
+        let url = gw.url("/api/echo/n");
+        async move {
+            tokio::time::sleep_until(t0 + from).await;
+            let tasks = (0..4).map(|_| {
+                let url = url.clone();
+                async move {
+                    let (mut new, mut all) = (0u32, 0u32);
+                    while Instant::now() < t0 + to {
+                        let r = get(&url, &[]).await.expect("request");
+                        assert_eq!(r.status, 200);
+                        all += 1;
+                        new += u32::from(r.header("x-node-id").as_deref() == Some("node-b"));
+                    }
+                    (new, all)
+                }
+            });
+            let (new, all) = futures_util::future::join_all(tasks)
+                .await
+                .into_iter()
+                .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+            (f64::from(new) / f64::from(all.max(1)), all)
+        }
+    };
+    let (first, n1) = share(Duration::ZERO, Duration::from_millis(800)).await;
+    let (late, n2) = share(Duration::from_millis(2_000), Duration::from_millis(2_900)).await;
+    let (after, n3) = share(Duration::from_millis(3_300), Duration::from_millis(4_000)).await;
+    eprintln!("warm-up share of the new node: 0-0.8 s {first:.3} ({n1} req), 2.0-2.9 s {late:.3} ({n2} req), after {after:.3} ({n3} req)");
+    // Weight 10 -> 34 of 100 over the first 0.8 s: share ~0.16; 70 -> 97: ~0.46; then 0.5.
+    assert!((0.03..=0.28).contains(&first), "first: {first:.3}");
+    assert!(late >= first + 0.12, "2.0-2.9 s: {late:.3}");
+    assert!(
+        (0.45..=0.55).contains(&after),
+        "full share after duration: {after:.3}"
+    );
+    assert_eq!(gw.node("node-b").await["state"], "healthy");
+    assert_eq!(
+        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
+            .await,
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rss_after_1000_reloads_stays_near_rss_after_10() {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let base = format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(
+            "main",
+            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+            ""
+        ),
+        route("api", "/api", "main", "/api", "")
+    );
+    let with_extra = format!("{base}{}", route("extra", "/extra", "main", "/extra", ""));
+    let gw = Gateway::start(&base).await;
+    let reload = |i: u64| {
+        let file = if i % 2 == 1 { &with_extra } else { &base };
+        gw.write_config(file);
+        let gw = &gw;
+        async move {
+            let r = admin_post(gw, "/admin/reload").await;
+            assert_eq!(r.status, 200, "reload {i}: {}", r.text());
+            // A little traffic per table so request paths touch every generation.
+            let r = get(&gw.url("/api/echo/x"), &[]).await.expect("request");
+            assert_eq!(r.status, 200);
+        }
+    };
+    for i in 1..=10 {
+        reload(i).await;
+    }
+    let rss_10 = gw.rss_kib();
+    for i in 11..=1_000 {
+        reload(i).await;
+    }
+    let rss_1000 = gw.rss_kib();
+    eprintln!("rss after 10 reloads {rss_10} KiB, after 1000 {rss_1000} KiB");
+    assert_eq!(generation(&gw).await, 1_001);
+    assert!(
+        rss_1000 <= rss_10 + 4 * 1024,
+        "RSS grew {} KiB over 990 reloads",
+        rss_1000.saturating_sub(rss_10)
+    );
+}
+
+/// (method, path, headers, node expected, path the node saw).
+type RouteCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+
+#[tokio::test]
+async fn route_predicates_and_strip_prefix_pick_the_most_specific_route() {
+    let ids = [
+        "node-exact",
+        "node-host",
+        "node-hdr",
+        "node-post",
+        "node-api",
+    ];
+    let mut mocks = Vec::new();
+    let mut toml = FAST_HEALTH.to_string();
+    for id in ids {
+        let m = Mock::start(id).await;
+        toml.push_str(&cluster(id, &[(id, &m.addr(), "")], ""));
+        mocks.push(m);
+    }
+    // In file order least specific first, so the order can't be what decides.
+    toml.push_str(
+        r#"
+[[routes]]
+id = "api"
+match = { path_prefix = "/api" }
+cluster = "node-api"
+strip_prefix = "/api"
+
+[[routes]]
+id = "post"
+match = { path_prefix = "/api", methods = ["POST"] }
+cluster = "node-post"
+strip_prefix = "/api"
+
+[[routes]]
+id = "hdr"
+match = { path_prefix = "/api", headers = { x-canary = "1" } }
+cluster = "node-hdr"
+strip_prefix = "/api"
+
+[[routes]]
+id = "host"
+match = { path_prefix = "/api", host = "app.example.test" }
+cluster = "node-host"
+strip_prefix = "/api"
+
+[[routes]]
+id = "exact"
+match = { path = "/api/echo/ping" }
+cluster = "node-exact"
+strip_prefix = "/api"
+"#,
+    );
+    let gw = Gateway::start(&toml).await;
+    let host = ("host", "app.example.test");
+    let cases: [RouteCase<'_>; 8] = [
+        ("GET", "/api/echo/x", vec![], "node-api", "/echo/x"),
+        ("POST", "/api/echo/x", vec![], "node-post", "/echo/x"),
+        (
+            "GET",
+            "/api/echo/x",
+            vec![("x-canary", "1")],
+            "node-hdr",
+            "/echo/x",
+        ),
+        (
+            "GET",
+            "/api/echo/x",
+            vec![("x-canary", "2")],
+            "node-api",
+            "/echo/x",
+        ),
+        ("GET", "/api/echo/x", vec![host], "node-host", "/echo/x"),
+        // host beats headers, headers beat methods (README "Routing").
+        (
+            "POST",
+            "/api/echo/x",
+            vec![host, ("x-canary", "1")],
+            "node-host",
+            "/echo/x",
+        ),
+        (
+            "POST",
+            "/api/echo/x",
+            vec![("x-canary", "1")],
+            "node-hdr",
+            "/echo/x",
+        ),
+        // The exact path beats every prefix route, whatever else the request carries.
+        (
+            "POST",
+            "/api/echo/ping",
+            vec![host, ("x-canary", "1")],
+            "node-exact",
+            "/echo/ping",
+        ),
+    ];
+    for (method, path, headers, node, seen) in &cases {
+        let r = request(method, &gw.url(path), headers, Vec::new())
+            .await
+            .expect("request");
+        assert_eq!(r.status, 200, "{method} {path} {headers:?}: {}", r.text());
+        assert_eq!(
+            (r.header("x-node-id").as_deref(), r.json()["path"].as_str()),
+            (Some(*node), Some(*seen)),
+            "{method} {path} {headers:?}"
+        );
+    }
+    // An exact path matches only itself; nothing matches outside /api: 404 JSON.
+    let r = get(&gw.url("/api/echo/ping/more"), &[])
+        .await
+        .expect("request");
+    assert_eq!(r.header("x-node-id").as_deref(), Some("node-api"));
+    let r = get(&gw.url("/other"), &[]).await.expect("request");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["code"], -1);
+}

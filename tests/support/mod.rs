@@ -254,6 +254,13 @@ impl Mock {
         self.control("/control/health?state=up").await;
     }
 
+    /// Flapping health: `down` health answers down, then `up` answers up, repeating, counted per
+    /// health request (so per probe); `set_up`/`set_down` end it.
+    pub async fn flap(&self, down: u64, up: u64) {
+        self.control(&format!("/control/health?state=flap&down={down}&up={up}"))
+            .await;
+    }
+
     /// Adds `ms` latency to every response.
     pub async fn delay(&self, ms: u64) {
         self.control(&format!("/control/delay?ms={ms}")).await;

@@ -390,11 +390,11 @@ impl NodeRuntime {
         self.consecutive_failures
             .store(c.consecutive_failures, Ordering::Relaxed);
         c.last_reason = detail.to_string();
+        // Applied under the counters lock: a passive ejection decided meanwhile must not be
+        // overwritten by this older decision (the state and its logged transitions stay in step).
+        let changed = self.apply(before, after, ChangeReason::Probe, detail, now);
         drop(c);
-        ProbeEffect {
-            changed: self.apply(before, after, ChangeReason::Probe, detail, now),
-            held,
-        }
+        ProbeEffect { changed, held }
     }
 
     /// Marks the node ejected outright (a reload's failed connect probe).
@@ -407,11 +407,14 @@ impl NodeRuntime {
         c.consecutive_failures = h.eject_after;
         self.consecutive_failures
             .store(c.consecutive_failures, Ordering::Relaxed);
-        drop(c);
         let before = self.health.load(Ordering::Acquire);
-        self.apply(before, HEALTH_EJECTED, ChangeReason::Reload, detail, now)
+        let changed = self.apply(before, HEALTH_EJECTED, ChangeReason::Reload, detail, now);
+        drop(c);
+        changed
     }
 
+    /// Moves the health state from `before` to `after` (logged and counted once). Callers hold the
+    /// counters lock, so `before` is still current and two decisions never interleave.
     fn apply(
         &self,
         before: u8,

@@ -67,9 +67,11 @@ impl NodeRuntime {
         c.timeout_streak = false;
         self.consecutive_failures
             .store(c.consecutive_failures, std::sync::atomic::Ordering::Relaxed);
-        drop(c);
         let detail = format!("{detail} ({limit} passive errors in a row; backoff {backoff:?})");
-        self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, &detail, now)
+        // Under the counters lock, as every transition (see `NodeRuntime::apply`).
+        let changed = self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, &detail, now);
+        drop(c);
+        changed
     }
 
     /// Clears the passive error streak after a good answer from real traffic.

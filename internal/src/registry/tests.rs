@@ -483,3 +483,39 @@ cluster = "x"
     );
     assert!(keys.contains(&"clusters[0].health.interval"), "{keys:?}");
 }
+
+/// A probe failure that degrades and a passive error that ejects, racing on two threads: the
+/// passive ejection must never be overwritten by the probe's older decision, whatever the
+/// interleaving (transitions are applied under the counters lock). A stress test: the window it
+/// guards is narrow, so a regression shows up as an occasional failure, not every run.
+#[test]
+fn concurrent_probe_degrade_never_undoes_a_passive_ejection() {
+    let mut h = health(2, 3, 2);
+    h.passive_consecutive_errors = NonZeroU32::new(1);
+    let mut lost = 0;
+    for _ in 0..5_000 {
+        let rt = Arc::new(runtime());
+        let now = Instant::now();
+        // One failure so far: the next probe failure degrades.
+        assert_eq!(
+            rt.record_probe_result(&h, ProbeResult::Fail, false, "status 500", now)
+                .changed,
+            None
+        );
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let probe = {
+            let (rt, h, barrier) = (rt.clone(), h.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                rt.record_probe_result(&h, ProbeResult::Fail, false, "status 500", now)
+            })
+        };
+        barrier.wait();
+        rt.record_passive_error(&h, "reset", now);
+        probe.join().expect("probe thread");
+        if rt.state() != NodeState::Ejected {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 0, "passive ejections lost to a racing probe");
+}

@@ -546,3 +546,27 @@ cluster = "c"
         ("a", "Version", "version")
     );
 }
+
+/// Issue 6: a 5 % split by `x-user-id` puts 5 % +- 1.5 % of 10,000 distinct users on v2, and each
+/// user gets the same decision on all of 20 requests.
+#[test]
+fn split_five_percent_of_ten_thousand_users_each_stable_over_twenty_requests() {
+    let c = canary(vec![Split {
+        by: SplitKey::Header(HeaderName::from_static("x-user-id")),
+        percent: 5.0,
+        version: "v2".into(),
+    }]);
+    let mut on_v2 = 0;
+    for u in 0..10_000 {
+        let h = headers(&[("x-user-id", &format!("user-{u}"))]);
+        let first = wanted(&c, &h, None);
+        for _ in 1..20 {
+            assert_eq!(wanted(&c, &h, None), first, "user-{u} moved");
+        }
+        on_v2 += usize::from(first.version.as_deref() == Some("v2"));
+    }
+    assert!(
+        (350..=650).contains(&on_v2),
+        "{on_v2} of 10000 users on v2, want 500 +- 150"
+    );
+}
