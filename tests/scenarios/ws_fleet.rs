@@ -475,8 +475,11 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
     for (id, log) in &logs {
         assert!(
             !log.ended(),
-            "{id}: the client socket must stay open: {:?}",
-            not_echoes(log)
+            "{id}: the client socket must stay open: {:?}; gateway log: {:#?}; node states: {:#?}; re-dial failures: {:#?}",
+            not_echoes(log),
+            gw.logs.matching(&[id.as_str()]),
+            gw.logs.matching(&["node state changed"]),
+            gw.logs.matching(&["re-dial failed"]).iter().take(5).collect::<Vec<_>>()
         );
         assert!(
             !log.events.iter().any(|e| matches!(e, Ev::Other(_))),
