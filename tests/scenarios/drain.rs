@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::h2c::{self, grpc_headers, Stream};
 use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
-use mock_backend::grpc::{encode_frame, proto, TICKS_PATH};
+use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -479,4 +479,124 @@ async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero()
         "exit took {:?}",
         term_at.elapsed()
     );
+}
+
+/// Opens an h2c connection to the gateway and starts an endless `Ticks` stream on it; returns
+/// the connection, the stream and the node of its first tick.
+async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
+    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[]),
+        encode_frame(&proto::TicksRequest { count: 0 }),
+    );
+    let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
+    assert_eq!(s.status, 200);
+    let (tick, _) = s
+        .next_message::<proto::Tick>()
+        .await
+        .expect("alive")
+        .expect("a tick");
+    (c, s, tick.node, tick.seq)
+}
+
+#[tokio::test]
+async fn grpc_stream_survives_the_drain_of_another_node_untouched() {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let b = Mock::start_with("node-b", &["--grpc"]).await;
+    let gw = Gateway::start(&config(
+        &[("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))],
+        "protocol = \"h2c\"",
+        "",
+    ))
+    .await;
+    // One stream on each node (each h2 connection is bound to the node of its first stream).
+    let mut on_a = None;
+    let mut on_b = None;
+    for _ in 0..10 {
+        let (c, s, node, seq) = ticks_stream(&gw).await;
+        match node.as_str() {
+            "node-a" if on_a.is_none() => on_a = Some((c, s, seq)),
+            "node-b" if on_b.is_none() => on_b = Some((c, s, seq)),
+            _ => {}
+        }
+        if on_a.is_some() && on_b.is_some() {
+            break;
+        }
+    }
+    let (Some((mut keep_c, mut keep, mut last)), Some((_drained_c, mut drained, _))) = (on_a, on_b)
+    else {
+        panic!("10 connections did not spread over both nodes");
+    };
+
+    let period = Duration::from_secs(1);
+    assert_eq!(
+        admin_post(&gw, "/admin/nodes/node-b/drain?period=1s")
+            .await
+            .status,
+        202
+    );
+    let deadline = Instant::now() + period;
+    // The stream on node-b is ended at the drain deadline with UNAVAILABLE ...
+    let cut = tokio::spawn(async move {
+        while drained
+            .next_message::<proto::Tick>()
+            .await
+            .expect("the drained stream ends with trailers, not a reset")
+            .is_some()
+        {}
+        (drained.trailer("grpc-status"), Instant::now())
+    });
+    // ... while node-a's stream goes on untouched through the deadline and past it: every tick in
+    // order, from node-a, at its 100 ms pace.
+    let until = deadline + Duration::from_millis(1500);
+    let mut prev_at = Instant::now();
+    let mut seen = 0;
+    while Instant::now() < until {
+        let (t, at) =
+            tokio::time::timeout(Duration::from_secs(2), keep.next_message::<proto::Tick>())
+                .await
+                .expect("a tick within 2 s")
+                .expect("the stream on node-a is not reset")
+                .expect("the stream on node-a does not end");
+        assert_eq!((t.node.as_str(), t.seq), ("node-a", last + 1));
+        assert!(
+            at - prev_at < Duration::from_millis(900),
+            "a {:?} gap in node-a's ticks",
+            at - prev_at
+        );
+        last = t.seq;
+        prev_at = at;
+        seen += 1;
+    }
+    assert!(seen >= 15, "only {seen} ticks in 2.5 s");
+    let (status, ended) = cut.await.expect("join");
+    assert_eq!(status.as_deref(), Some("14"));
+    assert!(
+        ended + Duration::from_millis(50) >= deadline,
+        "node-b's stream ended before the deadline"
+    );
+    // No GOAWAY for the connection on node-a: it takes new streams, still on node-a.
+    assert!(
+        !keep_c.send.is_closed(),
+        "node-a's connection was told to go away"
+    );
+    let body = encode_frame(&proto::WhoRequest {});
+    let who = keep_c
+        .fetch(keep_c.request("POST", WHO_PATH, &grpc_headers(&[]), body))
+        .await
+        .expect("a unary call on the same connection");
+    assert_eq!(who.trailer("grpc-status").as_deref(), Some("0"));
+    let replies: Vec<proto::WhoReply> = h2c::grpc_messages(&who.body);
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].node, "node-a");
+    assert_eq!(gw.node("node-a").await["state"], "healthy");
+    wait_until(
+        Duration::from_secs(2),
+        "only the ticking stream in flight on node-a",
+        || async { gw.node("node-a").await["inflight"] == 1 },
+    )
+    .await;
+    assert_eq!(gw.node("node-b").await["state"], "draining");
 }

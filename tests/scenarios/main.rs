@@ -12,3 +12,4 @@ mod health;
 mod redis;
 mod reload;
 mod websocket;
+mod ws_fleet;

@@ -1,7 +1,6 @@
 //! The bounded in-memory affinity store: an LRU capped at `max_entries` with a sliding TTL
 //! (SPEC section 7). A flood of random ids evicts the least recently used bindings; memory stays bounded.
 
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,17 +18,28 @@ struct Entry {
 /// LRU + sliding TTL. Critical sections are short and never await.
 #[derive(Debug)]
 pub struct MemoryStore {
+    /// Grows with the bindings held: a table preallocated for `max_entries` has its pages touched
+    /// at random by the first inserts, costing kilobytes of RSS per binding (issue 7).
     map: Mutex<LruCache<Box<str>, Entry>>,
+    cap: usize,
     ttl: Duration,
 }
 
 impl MemoryStore {
     /// A store holding at most `max_entries` (>= 1) bindings, each forgotten `ttl` after last use.
     pub fn new(max_entries: usize, ttl: Duration) -> Self {
-        let cap = NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
         MemoryStore {
-            map: Mutex::new(LruCache::new(cap)),
+            map: Mutex::new(LruCache::unbounded()),
+            cap: max_entries.max(1),
             ttl,
+        }
+    }
+
+    /// Inserts or replaces `conn`, evicting the least recently used binding past the cap.
+    fn insert(&self, map: &mut LruCache<Box<str>, Entry>, conn: &str, entry: Entry) {
+        map.put(conn.into(), entry);
+        while map.len() > self.cap {
+            map.pop_lru();
         }
     }
 
@@ -66,8 +76,9 @@ impl MemoryStore {
                 return e.node.clone();
             }
         }
-        map.put(
-            conn.into(),
+        self.insert(
+            &mut map,
+            conn,
             Entry {
                 node: node.clone(),
                 expires: now + self.ttl,
@@ -91,8 +102,9 @@ impl MemoryStore {
                 return (e.node.clone(), false);
             }
         }
-        map.put(
-            conn.into(),
+        self.insert(
+            &mut map,
+            conn,
             Entry {
                 node: to.clone(),
                 expires: now + self.ttl,
@@ -104,8 +116,10 @@ impl MemoryStore {
     /// Writes `conn -> node` unconditionally (cache fill from a shared store).
     pub fn put(&self, conn: &str, node: &Arc<str>) {
         let expires = Instant::now() + self.ttl;
-        self.lock().put(
-            conn.into(),
+        let mut map = self.lock();
+        self.insert(
+            &mut map,
+            conn,
             Entry {
                 node: node.clone(),
                 expires,

@@ -5,14 +5,16 @@
 //! tungstenite's `WebSocket` cannot be used for this: it answers pings and closes by itself and
 //! rejects frames with RSV bits set. Its frame layer ([`FrameHeader::parse`], [`Frame::format`]) is
 //! used instead. Masking follows the leg: frames to a node are masked with a fresh key, frames to the
-//! client are not (section 5.3). Holds one bounded read buffer; spawns nothing.
+//! client are not (section 5.3). Holds one bounded read buffer, released whenever it is empty; spawns nothing.
 
 use std::io::Cursor;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 
@@ -21,8 +23,12 @@ use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 pub(super) const MAX_FRAME_PAYLOAD: u64 = 16 << 20;
 /// A peer that takes longer than this to accept one frame is treated as gone (no task waits forever).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Initial read buffer; grows to the largest frame seen, at most [`MAX_FRAME_PAYLOAD`] plus a header.
-const READ_BUFFER: usize = 8 * 1024;
+/// Reads [`FrameIo::peer_gone`] makes at most, looking past ready bytes for an end of stream.
+const PEEK_READS: usize = 4;
+/// Bytes one read takes off the socket when the buffer has no room prepared for a large frame.
+/// They are read into a scratch array on the stack (never kept across an await) and copied into
+/// the buffer, so an idle leg holds no read buffer at all (issue 7: memory per idle WebSocket).
+const READ_CHUNK: usize = 8 * 1024;
 
 /// Which leg a [`FrameIo`] talks to; decides masking (RFC 6455 section 5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +74,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
     pub(super) fn new(io: S, peer: Peer) -> Self {
         FrameIo {
             io,
-            buf: BytesMut::with_capacity(READ_BUFFER),
+            buf: BytesMut::new(),
             peer,
             eof: false,
         }
@@ -81,7 +87,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             if let Some(frame) = self.parse()? {
                 return Ok(Some(frame));
             }
-            if self.eof || self.io.read_buf(&mut self.buf).await? == 0 {
+            if self.eof || self.fill().await? == 0 {
                 self.eof = true;
                 return if self.buf.is_empty() {
                     Ok(None)
@@ -92,20 +98,47 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         }
     }
 
+    /// Reads once from the socket into the buffer; returns the bytes read (0 at end of stream).
+    /// With room already reserved for a large frame the read goes straight into the buffer;
+    /// otherwise into a stack scratch array, copied into a buffer sized to what arrived.
+    fn fill(&mut self) -> impl std::future::Future<Output = std::io::Result<usize>> + '_ {
+        std::future::poll_fn(move |cx| self.poll_fill(cx))
+    }
+
+    fn poll_fill(&mut self, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() >= READ_CHUNK {
+            return tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
+        }
+        let mut scratch = [0u8; READ_CHUNK];
+        let mut rb = ReadBuf::new(&mut scratch);
+        match Pin::new(&mut self.io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                let got = rb.filled();
+                self.buf.extend_from_slice(got);
+                Poll::Ready(Ok(got.len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
     /// True if the peer has already closed TCP or failed, checked without waiting (bytes that arrived
     /// are kept for [`FrameIo::read`]). Used so a frame is never written to a node known to be gone.
+    /// Reads on while bytes are ready, so a FIN or reset queued behind the node's last frames (a
+    /// node killed right after answering) is seen too; at most [`PEEK_READS`] reads.
     pub(super) fn peer_gone(&mut self) -> bool {
-        if self.eof {
-            return true;
-        }
-        match self.io.read_buf(&mut self.buf).now_or_never() {
-            Some(Ok(0)) => {
-                self.eof = true;
-                true
+        for _ in 0..PEEK_READS {
+            if self.eof {
+                return true;
             }
-            Some(Ok(_)) | None => false,
-            Some(Err(_)) => true,
+            match self.fill().now_or_never() {
+                Some(Ok(0)) => self.eof = true,
+                Some(Ok(_)) => {}
+                None => return false,
+                Some(Err(_)) => return true,
+            }
         }
+        self.eof
     }
 
     fn parse(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
@@ -137,6 +170,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             (_, mask) => {
                 self.buf.advance(head);
                 let mut payload = self.buf.split_to(len);
+                if self.buf.is_empty() {
+                    // Idle between frames: hold no buffer (the payload keeps its own bytes).
+                    self.buf = BytesMut::new();
+                }
                 if let Some(key) = mask {
                     apply_mask(&mut payload, key);
                 }
@@ -248,6 +285,8 @@ pub(super) fn close_code(frame: &Frame) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
+
     use super::*;
 
     fn pair() -> (

@@ -156,8 +156,10 @@ async fn redial(
             if Instant::now() + RETRY_PAUSE >= deadline {
                 return None;
             }
-            // Every candidate refused or none is selectable yet: wait, then try them all again.
-            tried.truncate(1);
+            // Every candidate refused or none is selectable yet: wait, then try them all again,
+            // the node the socket left included: an ejection by passive errors (e.g. connect
+            // timeouts of a hop storm) ends when a probe succeeds, and selection skips it until then.
+            tried.clear();
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };

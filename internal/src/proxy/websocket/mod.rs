@@ -96,8 +96,9 @@ pub(crate) async fn proxy(
     let hs = Handshake {
         method: req.method().clone(),
         path_and_query,
-        headers: up_headers,
+        headers: owned(&up_headers),
     };
+    drop(up_headers);
     drop(req);
     let deadline = ctx.start + ctx.route.config.timeout;
     let mut tried: Vec<NodeId> = Vec::new();
@@ -168,7 +169,11 @@ pub(crate) async fn proxy(
         ));
     };
     let negotiated = Negotiated {
-        protocol: parts.headers.get(SEC_WEBSOCKET_PROTOCOL).cloned(),
+        // Copied, not shared: a shared value would pin the node connection's read buffer.
+        protocol: parts
+            .headers
+            .get(SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
         extensions: parts
             .headers
             .get_all(SEC_WEBSOCKET_EXTENSIONS)
@@ -201,6 +206,20 @@ pub(crate) async fn proxy(
         parts,
         super::respond::full(bytes::Bytes::new()),
     ))
+}
+
+/// A compact copy of `headers` whose values own their bytes. hyper hands out header values that
+/// share the connection's read buffer (8 to 16 KiB); a socket keeps its handshake for re-dials, and
+/// a shared value would keep that whole buffer alive for the socket's life (issue 7: memory per
+/// idle WebSocket).
+fn owned(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut v = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        v.set_sensitive(value.is_sensitive());
+        out.append(name.clone(), v);
+    }
+    out
 }
 
 /// Sends the handshake to `node` on a new connection; `hopped_from` adds `X-Hopped-From`.

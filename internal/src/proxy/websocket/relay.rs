@@ -195,15 +195,17 @@ async fn sleep_opt(at: Option<Instant>) {
 }
 
 impl Relay {
+    /// One event. The rare paths (closing, hop, hint) are boxed so the task's resting state,
+    /// kept for every idle socket, stays small (issue 7: memory per idle WebSocket).
     async fn step(&mut self) -> Flow {
         match self.next_event().await {
             Event::Client(r) => self.on_client(r).await,
             Event::Node(r) => self.on_node(r).await,
             Event::Signal => self.on_signal().await,
-            Event::Shutdown => self.close_client(1001, "gateway shutting down").await,
-            Event::Idle => self.close_client(1001, "idle timeout").await,
-            Event::DrainAct => self.node_gone("draining", true).await,
-            Event::DrainDeadline => self.close_client(1001, "node drained").await,
+            Event::Shutdown => Box::pin(self.close_client(1001, "gateway shutting down")).await,
+            Event::Idle => Box::pin(self.close_client(1001, "idle timeout")).await,
+            Event::DrainAct => Box::pin(self.node_gone("draining", true)).await,
+            Event::DrainDeadline => Box::pin(self.close_client(1001, "node drained")).await,
             Event::Grace => Flow::End,
         }
     }
@@ -248,8 +250,12 @@ impl Relay {
     async fn on_client(&mut self, r: Read) -> Flow {
         let (frame, wire) = match r {
             Ok(Some(f)) => f,
-            Err(FrameError::TooBig(_)) => return self.close_client(1009, "frame too big").await,
-            Err(FrameError::Protocol(what)) => return self.close_client(1002, what).await,
+            Err(FrameError::TooBig(_)) => {
+                return Box::pin(self.close_client(1009, "frame too big")).await
+            }
+            Err(FrameError::Protocol(what)) => {
+                return Box::pin(self.close_client(1002, what)).await
+            }
             Ok(None)
             | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
                 tracing::debug!("client left without a close handshake");
@@ -290,7 +296,13 @@ impl Relay {
                 leg.close_sent |= k == Kind::Close;
                 Flow::Continue
             }
-            Err(e) => self.node_lost(&e.to_string()).await,
+            Err(e) => {
+                // A write that failed did not reach a live node: keep the frame for the next node.
+                if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+                    tracing::debug!("held frame bound reached while the node leg failed");
+                }
+                Box::pin(self.node_lost(&e.to_string())).await
+            }
         }
     }
 
@@ -298,14 +310,14 @@ impl Relay {
         let (frame, _) = match r {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(_)) => {
-                return self.close_client(1009, "node sent a frame too big").await
+                return Box::pin(self.close_client(1009, "node sent a frame too big")).await
             }
             Ok(None) => {
                 return self
                     .node_lost("connection closed without a close frame")
                     .await
             }
-            Err(e) => return self.node_lost(&e.to_string()).await,
+            Err(e) => return Box::pin(self.node_lost(&e.to_string())).await,
         };
         if let Some(seen) = self.failure_seen.take() {
             let latency = seen.elapsed();
@@ -335,7 +347,7 @@ impl Relay {
                         leg.close_sent = true;
                     }
                 }
-                return self.node_gone("going_away", false).await;
+                return Box::pin(self.node_gone("going_away", false)).await;
             }
             Kind::Close if self.client_close.is_none() => {
                 self.node_closed = true;
@@ -373,7 +385,7 @@ impl Relay {
             );
             tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
         }
-        self.node_gone("node_lost", false).await
+        Box::pin(self.node_gone("node_lost", false)).await
     }
 
     async fn on_signal(&mut self) -> Flow {
@@ -407,7 +419,37 @@ impl Relay {
             }
             // Ejected while the socket still works: `close` keeps serving it.
             None if self.mode == WsMode::Close => Flow::Continue,
-            None => self.node_gone("ejected", true).await,
+            None => Box::pin(self.node_gone("ejected", true)).await,
+        }
+    }
+
+    /// Ends a leg whose node still works (drain, ejection) before the socket moves on: sends the
+    /// node Close 1001 and relays the data frames it still sends until its Close reply, so the
+    /// answers to messages it already received reach the client instead of being dropped with the
+    /// leg. Bounded by [`CLOSE_REPLY_WAIT`]; the node's pings, pongs and Close stay on the old leg
+    /// (the client's next peer is another node). Client frames wait in the client socket meanwhile.
+    async fn retire(&mut self, leg: &mut Leg) {
+        let sent = tokio::time::timeout(
+            CLOSE_REPLY_WAIT,
+            leg.io.write(&frame::close(1001, "going away")),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(_))) {
+            return;
+        }
+        leg.close_sent = true;
+        let deadline = Instant::now() + CLOSE_REPLY_WAIT;
+        while let Ok(Ok(Some((f, _)))) = tokio::time::timeout_at(deadline, leg.io.read()).await {
+            match frame::kind(&f) {
+                Kind::Close => return,
+                Kind::Ping | Kind::Pong => {}
+                Kind::Start { fin } | Kind::Continue { fin } => {
+                    self.node_in_message = !fin;
+                    if self.send_client(&f).await.is_err() {
+                        return;
+                    }
+                }
+            }
         }
     }
 
@@ -420,11 +462,15 @@ impl Relay {
             return self.close_client(1011, "node went away").await;
         };
         if alive && !leg.close_sent {
-            let _ = tokio::time::timeout(
-                CLOSE_REPLY_WAIT,
-                leg.io.write(&frame::close(1001, "going away")),
-            )
-            .await;
+            if self.mode == WsMode::Close {
+                let _ = tokio::time::timeout(
+                    CLOSE_REPLY_WAIT,
+                    leg.io.write(&frame::close(1001, "going away")),
+                )
+                .await;
+            } else {
+                self.retire(&mut leg).await;
+            }
         }
         let old = leg.node.clone();
         drop(leg);

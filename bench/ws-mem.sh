@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Quick RSS-per-idle-WebSocket measurement of the gateway alone (no nginx/HAProxy, no installs):
+# a mock-backend node, a gateway with the bench settings (`--workers 1 --access-log off`), and the
+# `wsload` client opening idle sockets in steps. Prints wsload's JSON (kib_per_conn per step).
+# GW_WRAP="heaptrack -o /tmp/gw.heaptrack" runs the gateway under a profiler.
+#
+#   cargo build --release --workspace && \
+#   cargo build --release -p integration-tests --features bench --example wsload
+#   bench/ws-mem.sh            # WS_MEM_STEPS=2000 by default; e.g. WS_MEM_STEPS=2000,5000
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$ROOT/target/release
+STEPS=${WS_MEM_STEPS:-2000}
+W=$(mktemp -d /tmp/hopgw-wsmem.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "$1 not up" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)"
+NODE_PORT=$(free_port); GW_PORT=$(free_port); GW_ADMIN=$(free_port)
+"$BIN/mock-backend" "$NODE_PORT" ws-node >"$W/node.log" 2>&1 & PIDS+=($!)
+wait_http "http://127.0.0.1:$NODE_PORT/health"
+mkdir -p "$W/conf"
+cat >"$W/conf/gw.toml" <<CONF
+[server]
+shutdown_timeout = "1s"
+[limits]
+upstream_idle_timeout = "600s"
+connect_timeout = "5s"
+[health]
+interval = "30s"
+timeout = "2s"
+[[clusters]]
+name = "bench"
+  [[clusters.nodes]]
+  id = "node-1"
+  addr = "127.0.0.1:$NODE_PORT"
+[[routes]]
+id = "all"
+match = { path_prefix = "/" }
+cluster = "bench"
+CONF
+${GW_WRAP:-} "$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" --admin-listen "127.0.0.1:$GW_ADMIN" \
+  --workers 1 --access-log off >"$W/gw.log" 2>&1 & GW=$!; PIDS+=("$GW")
+wait_http "http://127.0.0.1:$GW_ADMIN/readyz"
+"$BIN/examples/wsload" --url "ws://127.0.0.1:$GW_PORT/ws" --steps "$STEPS" --pid "$GW" \
+  --echo-secs 1 --echo-rate 500 --concurrency 128 --settle-ms 1500
