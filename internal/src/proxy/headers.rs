@@ -39,7 +39,7 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 /// Every name [`strip_hop_by_hop`] removes (or, for `TE`, rewrites) without looking at
 /// `Connection`: the always-hop-by-hop headers (RFC 9110 section 7.6.1, RFC 7230 section 6.1, and
 /// the de-facto `Proxy-Connection`, `Keep-Alive`), `TE`, and `HTTP2-Settings`. `Connection` first.
-const STRIPPED: [HeaderName; 10] = [
+static STRIPPED: [HeaderName; 10] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -52,6 +52,24 @@ const STRIPPED: [HeaderName; 10] = [
     HTTP2_SETTINGS,
 ];
 
+/// The index of `name` (lower case, as `HeaderName` stores it) in [`STRIPPED`]: a string match
+/// the compiler turns into a length switch, cheaper than comparing against each entry.
+fn stripped_index(name: &str) -> Option<usize> {
+    Some(match name {
+        "connection" => 0,
+        "keep-alive" => 1,
+        "proxy-connection" => 2,
+        "proxy-authenticate" => 3,
+        "proxy-authorization" => 4,
+        "trailer" => 5,
+        "transfer-encoding" => 6,
+        "upgrade" => 7,
+        "te" => 8,
+        "http2-settings" => 9,
+        _ => return None,
+    })
+}
+
 /// Removes hop-by-hop headers, and every header named in `Connection`, from `headers`.
 /// `TE` keeps only `trailers` when it was offered (CASE-08); `Expect` is left to the caller.
 ///
@@ -60,7 +78,7 @@ const STRIPPED: [HeaderName; 10] = [
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present: u16 = 0;
     for name in headers.keys() {
-        if let Some(i) = STRIPPED.iter().position(|s| s == name) {
+        if let Some(i) = stripped_index(name.as_str()) {
             present |= 1 << i;
         }
     }
@@ -69,7 +87,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
-    let te_at = STRIPPED.iter().position(|s| s == header::TE).unwrap_or(0);
+    let te_at = stripped_index("te").unwrap_or(0);
     let te_trailers = present & (1 << te_at) != 0
         && headers
             .get_all(header::TE)
@@ -247,6 +265,14 @@ mod tests {
         names.sort_unstable();
         assert_eq!(names, ["te", "x-keep"]);
         assert_eq!(h["te"], "trailers");
+    }
+
+    #[test]
+    fn stripped_index_matches_the_table() {
+        for (i, name) in STRIPPED.iter().enumerate() {
+            assert_eq!(stripped_index(name.as_str()), Some(i), "{name}");
+        }
+        assert_eq!(stripped_index("x-keep"), None);
     }
 
     #[test]
