@@ -13,13 +13,34 @@
 //! Flags: `--url ws://HOST:PORT/ws` (required), `--steps 2000,10000`, `--pid PID` (repeatable),
 //! `--concurrency 256` (handshakes in flight), `--echo-secs 3`, `--echo-rate 1000` (messages/s in total),
 //! `--settle-ms 1000` (wait after a step before reading RSS).
+//!
+//! Hop mode (`bench/ws-hop.sh`, issue 7: "the time to hop all of them after a kill"), selected by
+//! `--hop-kill PID`: opens the last `--steps` count of idle sockets through a gateway route in
+//! `websocket = "hop"` mode, counts those whose hello came from `--hop-node ID` (default `node-1`,
+//! the node whose process is PID), waits `--settle-ms`, sends SIGKILL to PID (`kill -9`; the clock
+//! starts when `kill` returns), and then waits up to `--hop-wait-secs` (default 60) for the next
+//! hello on each of those sockets whose `hopped_from` is that node (the new node's hello, SPEC
+//! section 9). Every socket, on the killed node or not, is watched for a close. Prints one JSON
+//! object:
+//!
+//! `{"url":..,"target":N,"conns":N,"failed":N,"first_error":..,"hop_node":..,"on_hop_node":N,
+//!   "hopped":N,"closed":N,"first_close":..,"waiting":N,"unexpected_messages":N,"hopped_to":{ID:N},
+//!   "hop_ms":{"first":F,"p50":F,"p99":F,"max":F},"all_hopped_ms":F|null,"wait_secs":F}`
+//!
+//! `hop_ms` is the time from the kill to each hop's hello as the client read it; `all_hopped_ms`
+//! is the last of them when every socket of the node hopped (null otherwise); `closed` counts
+//! sockets (on any node) that saw a Close or the end of the stream, and should be 0; `waiting`
+//! counts sockets of the node still without a hop at the deadline.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use futures_util::{stream, SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant, MissedTickBehavior};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -39,6 +60,12 @@ struct Args {
     echo_secs: f64,
     echo_rate: f64,
     settle: Duration,
+    /// Hop mode: the PID of the node process to kill.
+    hop_kill: Option<u32>,
+    /// Hop mode: the id of the node that PID runs (its hello's `node`).
+    hop_node: String,
+    /// Hop mode: how long after the kill to wait for every hop.
+    hop_wait: Duration,
 }
 
 fn parse_args() -> Result<Args> {
@@ -50,6 +77,9 @@ fn parse_args() -> Result<Args> {
         echo_secs: 3.0,
         echo_rate: 1000.0,
         settle: Duration::from_millis(1000),
+        hop_kill: None,
+        hop_node: "node-1".to_owned(),
+        hop_wait: Duration::from_secs(60),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -69,6 +99,11 @@ fn parse_args() -> Result<Args> {
             "--echo-rate" => a.echo_rate = value.parse().context("--echo-rate")?,
             "--settle-ms" => {
                 a.settle = Duration::from_millis(value.parse().context("--settle-ms")?)
+            }
+            "--hop-kill" => a.hop_kill = Some(value.parse().context("--hop-kill")?),
+            "--hop-node" => a.hop_node = value,
+            "--hop-wait-secs" => {
+                a.hop_wait = Duration::from_secs_f64(value.parse().context("--hop-wait-secs")?)
             }
             other => bail!("unknown flag {other}"),
         }
@@ -95,15 +130,19 @@ fn rss_kib(pids: &[u32]) -> u64 {
         .sum()
 }
 
-/// One connection: handshake, then the node's hello (any first data message).
-async fn open(url: String) -> Result<Ws> {
+/// One connection: handshake, then the node's hello (any first data message); returns the socket
+/// and the hello's text (lossy UTF-8 for a binary one).
+async fn open(url: String) -> Result<(Ws, String)> {
     timeout(IO_TIMEOUT, async move {
         let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
             .await
             .context("handshake")?;
         loop {
             match ws.next().await {
-                Some(Ok(Message::Text(_) | Message::Binary(_))) => return Ok(ws),
+                Some(Ok(Message::Text(t))) => return Ok((ws, t.as_str().to_owned())),
+                Some(Ok(Message::Binary(b))) => {
+                    return Ok((ws, String::from_utf8_lossy(&b).into_owned()))
+                }
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(e).context("hello"),
                 None => bail!("closed before the hello"),
@@ -133,6 +172,48 @@ async fn echo_once(ws: &mut Ws, seq: u64) -> Result<Duration> {
     })
     .await
     .context("echo timed out")?
+}
+
+/// The `p` quantile (0..=1, nearest rank) of the sorted `lat` in milliseconds, rounded to 1 µs;
+/// null when `lat` is empty.
+fn quantile_ms(lat: &[Duration], p: f64) -> Value {
+    if lat.is_empty() {
+        return Value::Null;
+    }
+    let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+    json!(ms(lat[i]))
+}
+
+/// `d` in milliseconds, rounded to 1 µs.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
+}
+
+/// Opens `want` sockets to `url` with `concurrency` handshakes in flight; returns the open ones
+/// (with their hellos), the number that failed and the first failure.
+async fn open_many(
+    url: &str,
+    want: usize,
+    concurrency: usize,
+) -> (Vec<(Ws, String)>, usize, Option<String>) {
+    let results: Vec<Result<(Ws, String)>> = stream::iter(0..want)
+        .map(|_| open(url.to_owned()))
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut open = Vec::with_capacity(want);
+    let mut failed = 0usize;
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(c) => open.push(c),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
+        }
+    }
+    (open, failed, first_error)
 }
 
 /// Echo round trips at `rate` messages/s in total for `secs`, over every connection in turn.
@@ -183,13 +264,7 @@ async fn echo_phase(conns: Vec<Ws>, rate: f64, secs: f64) -> (Vec<Ws>, Value) {
         }
     }
     lat.sort_unstable();
-    let q = |p: f64| -> Value {
-        if lat.is_empty() {
-            return Value::Null;
-        }
-        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
-        json!((lat[i].as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0)
-    };
+    let q = |p: f64| quantile_ms(&lat, p);
     let summary = json!({"count": lat.len(), "errors": errors, "p50_ms": q(0.50), "p99_ms": q(0.99), "p999_ms": q(0.999)});
     (conns, summary)
 }
@@ -197,6 +272,9 @@ async fn echo_phase(conns: Vec<Ws>, rate: f64, secs: f64) -> (Vec<Ws>, Value) {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
+    if let Some(pid) = args.hop_kill {
+        return hop_mode(&args, pid).await;
+    }
     // Let the proxy settle before the baseline (its idle memory after start-up and warm-up).
     tokio::time::sleep(args.settle).await;
     let base = rss_kib(&args.pids);
@@ -204,23 +282,8 @@ async fn main() -> Result<()> {
     let mut steps = Vec::new();
     for &target in &args.steps {
         let want = target.saturating_sub(conns.len());
-        let url = args.url.clone();
-        let results: Vec<Result<Ws>> = stream::iter(0..want)
-            .map(|_| open(url.clone()))
-            .buffer_unordered(args.concurrency.max(1))
-            .collect()
-            .await;
-        let mut failed = 0usize;
-        let mut first_error = None;
-        for r in results {
-            match r {
-                Ok(ws) => conns.push(ws),
-                Err(e) => {
-                    failed += 1;
-                    first_error.get_or_insert_with(|| format!("{e:#}"));
-                }
-            }
-        }
+        let (opened, failed, first_error) = open_many(&args.url, want, args.concurrency).await;
+        conns.extend(opened.into_iter().map(|(ws, _)| ws));
         tokio::time::sleep(args.settle).await;
         let rss = rss_kib(&args.pids);
         let per_conn = if conns.is_empty() || args.pids.is_empty() {
@@ -248,5 +311,153 @@ async fn main() -> Result<()> {
         let _ = timeout(Duration::from_secs(2), ws.close(None)).await;
     });
     let _ = timeout(Duration::from_secs(10), closing).await;
+    Ok(())
+}
+
+/// What one watched socket saw after the kill.
+enum Outcome {
+    /// A hello whose `hopped_from` is the killed node: when it was read and the new node's id.
+    Hopped(Instant, Option<String>),
+    /// A Close frame (code) or the end of the stream (error, if any).
+    Closed(String),
+    /// Neither before the watch stopped.
+    Waiting,
+}
+
+/// Reads `ws` until a hello with `hopped_from == from` (only when `expect_hop`), a close, or
+/// `stop`; also returns the number of other data messages read (none are expected on idle sockets).
+async fn watch_socket(
+    mut ws: Ws,
+    expect_hop: bool,
+    from: String,
+    mut stop: watch::Receiver<bool>,
+) -> (Outcome, u64) {
+    let mut unexpected = 0u64;
+    loop {
+        let msg = tokio::select! {
+            m = ws.next() => m,
+            _ = stop.wait_for(|s| *s) => return (Outcome::Waiting, unexpected),
+        };
+        let at = Instant::now();
+        let text = match msg {
+            Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
+            Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
+            Some(Ok(Message::Close(c))) => {
+                let what = c.map_or_else(
+                    || "close frame without a code".to_owned(),
+                    |c| format!("close {} {}", u16::from(c.code), c.reason),
+                );
+                return (Outcome::Closed(what), unexpected);
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return (Outcome::Closed(format!("error: {e}")), unexpected),
+            None => return (Outcome::Closed("end of stream".to_owned()), unexpected),
+        };
+        let hello: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if expect_hop && hello["hopped_from"].as_str() == Some(from.as_str()) {
+            let to = hello["node"].as_str().map(str::to_owned);
+            return (Outcome::Hopped(at, to), unexpected);
+        }
+        unexpected += 1;
+    }
+}
+
+/// Hop mode (see the module docs): opens the sockets, kills `pid`, times every hop off its node.
+async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
+    let target = *args.steps.last().context("--steps is empty")?;
+    let (conns, failed, first_error) = open_many(&args.url, target, args.concurrency).await;
+    let open_count = conns.len();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut on_node = JoinSet::new();
+    let mut others = JoinSet::new();
+    for (ws, hello) in conns {
+        let hello: Value = serde_json::from_str(&hello).unwrap_or(Value::Null);
+        let mine = hello["node"].as_str() == Some(args.hop_node.as_str());
+        let task = watch_socket(ws, mine, args.hop_node.clone(), stop_rx.clone());
+        if mine {
+            on_node.spawn(task);
+        } else {
+            others.spawn(task);
+        }
+    }
+    let on_hop_node = on_node.len();
+    // Let the handshakes' last bytes settle: the sockets are idle when the node dies.
+    tokio::time::sleep(args.settle).await;
+    let status = tokio::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .await
+        .context("running kill")?;
+    let t0 = Instant::now();
+    if !status.success() {
+        bail!("kill -9 {pid} failed: {status}");
+    }
+    let deadline = t0 + args.hop_wait;
+
+    let mut hops: Vec<Duration> = Vec::with_capacity(on_hop_node);
+    let mut hopped_to: BTreeMap<String, u64> = BTreeMap::new();
+    let mut closed = 0usize;
+    let mut first_close: Option<String> = None;
+    let mut waiting = 0usize;
+    let mut unexpected = 0u64;
+    // `mine`: the socket was on the killed node (only there is a missing hop counted as waiting).
+    let mut tally = |r: Result<(Outcome, u64), tokio::task::JoinError>, mine: bool| match r {
+        Ok((outcome, extra)) => {
+            unexpected += extra;
+            match outcome {
+                Outcome::Hopped(at, to) => {
+                    hops.push(at.saturating_duration_since(t0));
+                    *hopped_to
+                        .entry(to.unwrap_or_else(|| "?".to_owned()))
+                        .or_default() += 1;
+                }
+                Outcome::Closed(what) => {
+                    closed += 1;
+                    first_close.get_or_insert(what);
+                }
+                Outcome::Waiting if mine => waiting += 1,
+                Outcome::Waiting => {}
+            }
+        }
+        Err(e) => {
+            closed += 1;
+            first_close.get_or_insert_with(|| format!("watch task failed: {e}"));
+        }
+    };
+    // The killed node's sockets end when they hop or close; the deadline stops the rest.
+    while let Ok(Some(r)) = tokio::time::timeout_at(deadline, on_node.join_next()).await {
+        tally(r, true);
+    }
+    let _ = stop_tx.send(true);
+    while let Some(r) = on_node.join_next().await {
+        tally(r, true);
+    }
+    // Sockets on the other nodes: only a close counts (a hop is not expected there).
+    while let Some(r) = others.join_next().await {
+        tally(r, false);
+    }
+    drop(tally);
+    hops.sort_unstable();
+    let hopped = hops.len();
+    let all = if hopped == on_hop_node && hopped > 0 {
+        json!(ms(hops[hopped - 1]))
+    } else {
+        Value::Null
+    };
+    println!(
+        "{}",
+        json!({
+            "url": args.url, "target": target, "conns": open_count, "failed": failed,
+            "first_error": first_error, "hop_node": args.hop_node, "on_hop_node": on_hop_node,
+            "hopped": hopped, "closed": closed, "first_close": first_close, "waiting": waiting,
+            "unexpected_messages": unexpected, "hopped_to": hopped_to,
+            "hop_ms": {
+                "first": hops.first().map_or(Value::Null, |d| json!(ms(*d))),
+                "p50": quantile_ms(&hops, 0.50), "p99": quantile_ms(&hops, 0.99),
+                "max": hops.last().map_or(Value::Null, |d| json!(ms(*d))),
+            },
+            "all_hopped_ms": all, "wait_secs": args.hop_wait.as_secs_f64(),
+        })
+    );
     Ok(())
 }

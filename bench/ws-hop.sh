@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Hop of every idle WebSocket after a kill (issue 7): two mock-backend nodes (node-1, node-2), the
+# gateway with the bench settings (`--workers 1 --access-log off`) and a route in
+# `websocket = "hop"` mode, and the `wsload` client in hop mode: it opens WS_HOP_CONNS idle sockets
+# (about half land on node-1), sends `kill -9` to node-1's process, and times each socket's hop
+# (the next hello, from node-2, with `hopped_from: node-1`) from the kill. Prints wsload's JSON:
+# sockets on node-1, hopped, closed (should be 0), hop_ms p50/p99/max, all_hopped_ms.
+#
+#   cargo build --release --workspace && \
+#   cargo build --release -p integration-tests --features bench --example wsload
+#   bench/ws-hop.sh            # WS_HOP_CONNS=10000 by default (capped by the open-files limit)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$ROOT/target/release
+W=$(mktemp -d /tmp/hopgw-wshop.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "$1 not up" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)"
+# The gateway holds two sockets per WebSocket (the client holds one, each node its share).
+NOFILE=$(ulimit -n); [ "$NOFILE" = unlimited ] && NOFILE=1048576
+CONNS=${WS_HOP_CONNS:-10000}
+CAP=$(((NOFILE - 200) / 2))
+[ "$CONNS" -gt "$CAP" ] && CONNS=$CAP
+N1_PORT=$(free_port); N2_PORT=$(free_port); GW_PORT=$(free_port); GW_ADMIN=$(free_port)
+"$BIN/mock-backend" "$N1_PORT" node-1 >"$W/node-1.log" 2>&1 & N1=$!; PIDS+=("$N1"); disown "$N1"  # no "Killed" job notice
+"$BIN/mock-backend" "$N2_PORT" node-2 >"$W/node-2.log" 2>&1 & PIDS+=($!)
+wait_http "http://127.0.0.1:$N1_PORT/health"
+wait_http "http://127.0.0.1:$N2_PORT/health"
+mkdir -p "$W/conf"
+cat >"$W/conf/gw.toml" <<CONF
+[server]
+shutdown_timeout = "1s"
+[limits]
+upstream_idle_timeout = "600s"
+connect_timeout = "5s"
+[health]
+interval = "30s"
+timeout = "2s"
+[[clusters]]
+name = "bench"
+  [[clusters.nodes]]
+  id = "node-1"
+  addr = "127.0.0.1:$N1_PORT"
+  [[clusters.nodes]]
+  id = "node-2"
+  addr = "127.0.0.1:$N2_PORT"
+[[routes]]
+id = "all"
+match = { path_prefix = "/" }
+cluster = "bench"
+websocket = "hop"
+CONF
+"$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" --admin-listen "127.0.0.1:$GW_ADMIN" \
+  --workers 1 --access-log off >"$W/gw.log" 2>&1 & PIDS+=($!)
+wait_http "http://127.0.0.1:$GW_ADMIN/readyz"
+"$BIN/examples/wsload" --url "ws://127.0.0.1:$GW_PORT/ws" --steps "$CONNS" \
+  --hop-kill "$N1" --hop-node node-1 --hop-wait-secs "${WS_HOP_WAIT_SECS:-60}" \
+  --concurrency 128 --settle-ms 1500
+# The gateway's own view (stderr): hops counted and `hopping_latency_seconds` (failure seen ->
+# served again), and how many sockets fell back to a reconnect hint.
+curl -fsS "http://127.0.0.1:$GW_ADMIN/metrics" | grep -E '^hopping_(count_total|latency_seconds_(bucket|sum|count))' >&2 || true
+echo "gateway log lines \"hop deadline\" (hint fallbacks): $(grep -c 'hop deadline' "$W/gw.log" || true)" >&2
