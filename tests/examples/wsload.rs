@@ -25,12 +25,15 @@
 //!
 //! `{"url":..,"target":N,"conns":N,"failed":N,"first_error":..,"hop_node":..,"on_hop_node":N,
 //!   "hopped":N,"closed":N,"first_close":..,"waiting":N,"unexpected_messages":N,"hopped_to":{ID:N},
-//!   "hop_ms":{"first":F,"p50":F,"p99":F,"max":F},"all_hopped_ms":F|null,"wait_secs":F}`
+//!   "hop_ms":{"first":F,"p50":F,"p99":F,"max":F},"all_hopped_ms":F|null,"wait_secs":F,
+//!   "pids":[PID],"cpu_ms_during_hops":[N|null]}`
 //!
 //! `hop_ms` is the time from the kill to each hop's hello as the client read it; `all_hopped_ms`
 //! is the last of them when every socket of the node hopped (null otherwise); `closed` counts
 //! sockets (on any node) that saw a Close or the end of the stream, and should be 0; `waiting`
-//! counts sockets of the node still without a hop at the deadline.
+//! counts sockets of the node still without a hop at the deadline. With `--pid PID` (repeatable),
+//! `cpu_ms_during_hops` gives each process's CPU time (user + system) from the kill until the
+//! last hop or the deadline, in the order of `pids`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -115,6 +118,18 @@ fn parse_args() -> Result<Args> {
         bail!("--steps must not decrease");
     }
     Ok(a)
+}
+
+/// CPU time (user + system, all threads) of `pid` so far in milliseconds, from `/proc/<pid>/stat`
+/// (fields 14 and 15, in clock ticks of 10 ms: `CLK_TCK` is 100 on Linux); None when unreadable.
+fn cpu_ms(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after it follow its closing ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) * 10)
 }
 
 /// Sum of VmRSS (KiB) over `pids`; 0 when none given.
@@ -389,6 +404,7 @@ async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
         .await
         .context("running kill")?;
     let t0 = Instant::now();
+    let cpu_before: Vec<Option<u64>> = args.pids.iter().map(|&p| cpu_ms(p)).collect();
     if !status.success() {
         bail!("kill -9 {pid} failed: {status}");
     }
@@ -428,6 +444,15 @@ async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
     while let Ok(Some(r)) = tokio::time::timeout_at(deadline, on_node.join_next()).await {
         tally(r, true);
     }
+    let cpu_after: Vec<Option<u64>> = args.pids.iter().map(|&p| cpu_ms(p)).collect();
+    let cpu: Vec<Value> = cpu_before
+        .iter()
+        .zip(&cpu_after)
+        .map(|(b, a)| match (b, a) {
+            (Some(b), Some(a)) => json!(a.saturating_sub(*b)),
+            _ => Value::Null,
+        })
+        .collect();
     let _ = stop_tx.send(true);
     while let Some(r) = on_node.join_next().await {
         tally(r, true);
@@ -436,7 +461,6 @@ async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
     while let Some(r) = others.join_next().await {
         tally(r, false);
     }
-    drop(tally);
     hops.sort_unstable();
     let hopped = hops.len();
     let all = if hopped == on_hop_node && hopped > 0 {
@@ -457,6 +481,7 @@ async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
                 "max": hops.last().map_or(Value::Null, |d| json!(ms(*d))),
             },
             "all_hopped_ms": all, "wait_secs": args.hop_wait.as_secs_f64(),
+            "pids": args.pids, "cpu_ms_during_hops": cpu,
         })
     );
     Ok(())
