@@ -385,6 +385,9 @@ impl Proxy {
             start,
         };
         if is_ws {
+            // The socket may live for days: its log context must not keep hyper's read buffer
+            // (which the parsed target shares) alive, so the target is copied.
+            log.uri = log.uri.to_string().parse().unwrap_or_default();
             let upgrade = hyper::upgrade::on(&mut req);
             return websocket::proxy(
                 self.clone(),
