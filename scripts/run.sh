@@ -31,13 +31,15 @@ Try, in another terminal:
   curl -s 127.0.0.1:9901/admin/nodes                          # node states and effective weights
 
 Watch a hop: kill the node demo-1 is bound to, then ask again:
-  pkill -f 'mock-backend 8081 node-1'                         # (or 8082 node-2)
+  pkill -9 -f 'mock-backend 8081 node-1'                      # (or 8082 node-2)
   curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # served by the other node; the log says
                                                               # "Hopping triggered for conn demo-1 from ... to ..."
   curl -s 127.0.0.1:9901/metrics | grep hopping_count
 
 "Alive but useless": curl -s -XPOST 'localhost:8082/control/health?state=down'  (ejected after 3 probes, 6 s)
-Drain a node:       curl -s -XPOST '127.0.0.1:9901/admin/nodes/node-2/drain?period=10s'
+  and back:          curl -s -XPOST 'localhost:8082/control/health?state=up'    (probed healthy, then slow start)
+Drain a node:        curl -s -XPOST '127.0.0.1:9901/admin/nodes/node-2/drain?period=10s'
+  and back:          curl -s -XPOST '127.0.0.1:9901/admin/nodes/node-2/undrain'
 
 Ctrl-C stops all three.
 TXT

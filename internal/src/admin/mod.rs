@@ -277,7 +277,7 @@ fn routes_json(t: &RouteTable, rollback_available: bool) -> Value {
             json!({
                 "name": &*c.name,
                 "protocol": match c.protocol { crate::config::Protocol::Http1 => "http1", crate::config::Protocol::H2c => "h2c" },
-                "lb": format!("{:?}", c.lb),
+                "lb": c.lb.as_str(),
                 "nodes": c.nodes.iter().map(|n| json!({
                     "id": &*n.id, "addr": n.addr, "weight": n.weight,
                     "state": t.node_state(n, now).as_str(), "warmup_percent": t.node_warmup_percent(&n.id, now),

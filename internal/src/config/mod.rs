@@ -304,6 +304,19 @@ pub enum Picker {
     LeastRequest,
 }
 
+impl Picker {
+    /// The config spelling (`lb` key, SPEC section 3): `round_robin`, `random`, `weighted`,
+    /// `least_request`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Picker::RoundRobin => "round_robin",
+            Picker::Random => "random",
+            Picker::Weighted => "weighted",
+            Picker::LeastRequest => "least_request",
+        }
+    }
+}
+
 /// One cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
