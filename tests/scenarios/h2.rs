@@ -435,7 +435,7 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     .await
     .expect("goaway knob");
     assert_eq!(r.status, 200);
-    let health = "[health]\ninterval = \"200ms\"\ntimeout = \"500ms\"\ndegrade_after = 1\neject_after = 1\nrecover_after = 1\nslow_start = \"0s\"\n";
+    let health = "[health]\ninterval = \"200ms\"\ntimeout = \"2s\"\ndegrade_after = 1\neject_after = 1\nrecover_after = 1\nslow_start = \"0s\"\n";
     let gw = Gateway::start(&config(
         health,
         &[("node-a", a.addr())],

@@ -147,6 +147,8 @@ pin_project_lite::pin_project! {
     pub struct DeadlineBody<B> {
         #[pin]
         inner: B,
+        // The node's signal until the deadline future is armed (see `arm`).
+        signal: Option<watch::Receiver<NodeSignal>>,
         deadline: Option<Deadline>,
         node: Arc<str>,
         grpc: bool,
@@ -168,7 +170,8 @@ impl<B> DeadlineBody<B> {
     ) -> Self {
         DeadlineBody {
             inner,
-            deadline: Some(Box::pin(drain_deadline(signal))),
+            signal: Some(signal),
+            deadline: None,
             node,
             grpc,
             status,
@@ -306,6 +309,17 @@ fn unavailable_trailers() -> HeaderMap {
 /// Frames relayed between two polls of the drain deadline while the node keeps sending.
 const DEADLINE_CHECK_EVERY: u32 = 32;
 
+/// Creates the drain-deadline future from the node's signal, once. It is armed only when the
+/// body waits on the node or the node is draining: a response relayed without waiting (most
+/// small ones) never allocates it or registers with the node's signal.
+fn arm(deadline: &mut Option<Deadline>, signal: &mut Option<watch::Receiver<NodeSignal>>) {
+    if deadline.is_none() {
+        if let Some(rx) = signal.take() {
+            *deadline = Some(Box::pin(drain_deadline(rx)));
+        }
+    }
+}
+
 /// Polls the drain deadline; true (once) when it passed.
 fn deadline_passed(deadline: &mut Option<Deadline>, cx: &mut Context<'_>) -> bool {
     let passed = deadline
@@ -347,12 +361,22 @@ where
         // The deadline future is polled when the node has nothing to relay (before returning
         // Pending, so its waker is registered) and every DEADLINE_CHECK_EVERY frames, not on every
         // frame: polling it takes the node signal's lock, shared by all of the node's responses.
-        if this.polls.is_multiple_of(DEADLINE_CHECK_EVERY) && deadline_passed(this.deadline, cx) {
-            return Poll::Ready(Some(cut(&mut this)));
+        if this.polls.is_multiple_of(DEADLINE_CHECK_EVERY) {
+            if this
+                .signal
+                .as_ref()
+                .is_some_and(|rx| rx.borrow().drain_deadline.is_some())
+            {
+                arm(this.deadline, this.signal);
+            }
+            if deadline_passed(this.deadline, cx) {
+                return Poll::Ready(Some(cut(&mut this)));
+            }
         }
         *this.polls = this.polls.wrapping_add(1);
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => {
+                arm(this.deadline, this.signal);
                 if deadline_passed(this.deadline, cx) {
                     return Poll::Ready(Some(cut(&mut this)));
                 }
@@ -360,6 +384,7 @@ where
             }
             Poll::Ready(None) => {
                 *this.deadline = None;
+                *this.signal = None;
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
