@@ -16,7 +16,7 @@ use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use integration_tests::{cluster_toml, get, request, Gateway, Mock, Redis, Resp};
+use integration_tests::{cluster_toml, find, get, read_head, request, Gateway, Mock, Redis, Resp};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -192,10 +192,6 @@ impl Head {
 struct Raw {
     s: TcpStream,
     buf: Vec<u8>,
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 impl Raw {
@@ -826,15 +822,8 @@ async fn silent_expect_node() -> (
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let head_end = loop {
-                    if let Some(p) = find(&buf, b"\r\n\r\n") {
-                        break p + 4;
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return, // a TCP probe
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                let Some(head_end) = read_head(&mut s, &mut buf).await else {
+                    return; // a TCP probe, or the gateway gave up
                 };
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
                 let expect = head.contains("\r\nexpect: 100-continue\r\n");
@@ -2481,15 +2470,8 @@ async fn body_watching_node() -> (
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let head_end = loop {
-                    if let Some(p) = find(&buf, b"\r\n\r\n") {
-                        break p + 4;
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return, // a TCP probe
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                let Some(head_end) = read_head(&mut s, &mut buf).await else {
+                    return; // a TCP probe, or the gateway gave up
                 };
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
                 let declared: usize = head

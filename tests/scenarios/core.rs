@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{
+    cluster_toml, find, get, read_head, request, wait_until, Gateway, Mock, FAST_HEALTH,
+};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -121,10 +123,6 @@ async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, need: usize) {
         );
         buf.extend_from_slice(&chunk[..n]);
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Writes `req` as is to `port` and reads one response (Content-Length, chunked, or until EOF).
@@ -820,15 +818,8 @@ async fn closes_on_reuse_node() -> (u16, Arc<AtomicU64>, tokio::task::JoinHandle
             let count = count.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let head_end = loop {
-                    if let Some(p) = find(&buf, b"\r\n\r\n") {
-                        break p + 4;
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                let Some(head_end) = read_head(&mut s, &mut buf).await else {
+                    return; // a TCP probe, or the gateway gave up
                 };
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
                 let cl: usize = head
