@@ -11,15 +11,9 @@
 #   cargo build --release -p integration-tests --features bench --example wsload
 #   bench/ws-hop.sh            # WS_HOP_CONNS=10000 by default (capped by the open-files limit)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=$ROOT/target/release
-W=$(mktemp -d /tmp/hopgw-wshop.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "$1 not up" >&2; exit 1; }
-ulimit -n "$(ulimit -Hn)"
+W_PREFIX=hopgw-wshop
+# shellcheck source=bench/ws-common.sh
+. "$(dirname "$0")/ws-common.sh"
 # The gateway holds two sockets per WebSocket (the client holds one, each node its share).
 NOFILE=$(ulimit -n); [ "$NOFILE" = unlimited ] && NOFILE=1048576
 CONNS=${WS_HOP_CONNS:-10000}

@@ -8,16 +8,10 @@
 #   cargo build --release -p integration-tests --features bench --example wsload
 #   bench/ws-mem.sh            # WS_MEM_STEPS=2000 by default; e.g. WS_MEM_STEPS=2000,5000
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=$ROOT/target/release
 STEPS=${WS_MEM_STEPS:-2000}
-W=$(mktemp -d /tmp/hopgw-wsmem.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "$1 not up" >&2; exit 1; }
-ulimit -n "$(ulimit -Hn)"
+W_PREFIX=hopgw-wsmem
+# shellcheck source=bench/ws-common.sh
+. "$(dirname "$0")/ws-common.sh"
 NODE_PORT=$(free_port); GW_PORT=$(free_port); GW_ADMIN=$(free_port)
 "$BIN/mock-backend" "$NODE_PORT" ws-node >"$W/node.log" 2>&1 & PIDS+=($!)
 wait_http "http://127.0.0.1:$NODE_PORT/health"
