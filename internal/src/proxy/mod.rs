@@ -502,7 +502,7 @@ fn strip_port(h: &str) -> &str {
 /// own target is reused without copying when nothing changes.
 fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> PathAndQuery {
     let raw = req.uri().path();
-    let dotted = raw.contains("/.") || contains_ignore_ascii_case(raw.as_bytes(), b"%2e");
+    let dotted = raw.contains("/.") || path::contains_ignore_ascii_case(raw.as_bytes(), b"%2e");
     let base = if dotted { norm } else { raw };
     let stripped = strip.filter(|s| base.starts_with(*s));
     if !dotted && stripped.is_none() {
@@ -527,10 +527,4 @@ fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> PathAn
     }
     PathAndQuery::from_maybe_shared(Bytes::from(p))
         .unwrap_or_else(|_| PathAndQuery::from_static("/"))
-}
-
-/// True if `hay` contains `needle`, ASCII case-insensitively.
-fn contains_ignore_ascii_case(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
 }

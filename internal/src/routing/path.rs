@@ -39,10 +39,8 @@ fn normalize_slow(path: &str) -> String {
 /// those (then every reading equals [`normalize`]). Always starts with `/`.
 pub fn node_reading(path: &str) -> Option<String> {
     let b = path.as_bytes();
-    let encoded_slash = b.windows(3).any(|w| {
-        w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f')
-            || w[0] == b'%' && w[1] == b'5' && w[2].eq_ignore_ascii_case(&b'c')
-    });
+    let encoded_slash =
+        contains_ignore_ascii_case(b, b"%2f") || contains_ignore_ascii_case(b, b"%5c");
     if !(encoded_slash || path.contains('\\') || path.contains("//")) {
         return None;
     }
@@ -58,6 +56,12 @@ pub fn node_reading(path: &str) -> Option<String> {
     }
     let out = remove_dot_segments(&merged);
     Some(if out.is_empty() { "/".to_string() } else { out })
+}
+
+/// True if `hay` contains `needle`, ASCII case-insensitively (no allocation).
+pub fn contains_ignore_ascii_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 fn decode_unreserved(p: &str) -> String {
