@@ -21,7 +21,7 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -39,6 +39,25 @@ use crate::routing::reload::Routing;
 /// The part of `shutdown_timeout` (at most a tenth of it) kept at its end for closing open streams
 /// cleanly: enough for trailers to be written on a loopback or LAN connection.
 const SHUTDOWN_CLOSE_GRACE: Duration = Duration::from_millis(500);
+/// Accept queue length of the listeners (capped by the kernel's `net.core.somaxconn`). Rust's
+/// default of 128 drops the SYNs of a burst of clients (e.g. a fleet reconnecting after a gateway
+/// restart), each dropped SYN costing the client a 1 s retransmit; 1024 is Envoy's default.
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds a listener on `addr` with `SO_REUSEADDR` and [`LISTEN_BACKLOG`].
+///
+/// # Errors
+/// The socket, bind or listen call's I/O error (e.g. the address is in use).
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -84,18 +103,14 @@ impl std::fmt::Debug for Options {
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let cfg = opts.config.clone();
-    let data = TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: cfg.server.listen,
-            source,
-        })?;
-    let admin_l = TcpListener::bind(cfg.server.admin_listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: cfg.server.admin_listen,
-            source,
-        })?;
+    let data = listen(cfg.server.listen).map_err(|source| ServerError::Bind {
+        addr: cfg.server.listen,
+        source,
+    })?;
+    let admin_l = listen(cfg.server.admin_listen).map_err(|source| ServerError::Bind {
+        addr: cfg.server.admin_listen,
+        source,
+    })?;
     let metrics = Arc::new(Metrics::new());
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = match &cfg.affinity.store {

@@ -88,6 +88,19 @@ pub struct BoundMock {
     state: Arc<State>,
 }
 
+/// Binds `addr` with an accept queue of 1024 (Rust's default of 128 drops SYNs when a fleet of
+/// WebSockets hops onto this node at once; real backends, e.g. Go's, use the kernel's maximum).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
 /// Takes a config and binds its listeners; returns the bound node, ready for [`BoundMock::serve`].
 ///
 /// # Errors
@@ -105,14 +118,12 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
     let version_header = label("version", &config.version)?;
     let zone_header = label("zone", &config.zone)?;
 
-    let http = TcpListener::bind((config.listen_host, config.port))
-        .await
+    let http = listen((config.listen_host, config.port).into())
         .with_context(|| format!("binding {}:{}", config.listen_host, config.port))?;
     let http_addr = http.local_addr().context("reading the bound address")?;
     let grpc = match config.grpc_port {
         Some(port) => Some(
-            TcpListener::bind((config.listen_host, port))
-                .await
+            listen((config.listen_host, port).into())
                 .with_context(|| format!("binding gRPC {}:{port}", config.listen_host))?,
         ),
         None => None,

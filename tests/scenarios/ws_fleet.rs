@@ -492,7 +492,9 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
                 &json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
                 &json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
             ],
-            "{id}"
+            "{id}; gateway log: {:#?}; node states: {:#?}",
+            gw.logs.matching(&[id.as_str()]),
+            gw.logs.matching(&["node state changed"]),
         );
         // Every echo after node-2's hello came from node-2; none from node-1 arrived after it.
         let hello2 = log.hello_at(1).expect("second hello");

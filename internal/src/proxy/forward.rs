@@ -150,6 +150,7 @@ pub(crate) async fn forward(
     loop {
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
+        let mark = node.runtime.passive_mark();
         let mut upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
         if let Some(g) = &gate {
             g.watch(&mut upstream_req);
@@ -205,7 +206,7 @@ pub(crate) async fn forward(
         match err {
             SendError::Connect(_, back) | SendError::NotSent(_, back) => {
                 node.runtime
-                    .record_passive_error(&health(&node), &detail, now);
+                    .record_connect_error(&health(&node), &detail, mark, now);
                 tried.push(node.id.clone());
                 let Some(next) = another(&p, &ctx, &tried) else {
                     return Err(ProxyError::Connect {

@@ -150,6 +150,8 @@ pub struct NodeRuntime {
     ramp_started_ms: AtomicU64,
     consecutive_failures: AtomicU32,
     inflight: AtomicU64,
+    /// Good answers from real traffic so far (see [`NodeRuntime::passive_mark`]).
+    passive_successes: AtomicU64,
     counters: Mutex<Counters>,
     signal: watch::Sender<NodeSignal>,
     epoch: Instant,
@@ -220,6 +222,7 @@ impl NodeRuntime {
             ramp_started_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             inflight: AtomicU64::new(0),
+            passive_successes: AtomicU64::new(0),
             counters: Mutex::new(Counters::default()),
             signal,
             epoch: Instant::now(),

@@ -6,9 +6,17 @@
 //! `max(interval, 1 s x 2^k)` capped at [`MAX_PASSIVE_BACKOFF`], where `k` counts its passive
 //! ejections since its last stable recovery (healthy for [`STABLE_RECOVERY`]). So a node that keeps
 //! failing real traffic while passing its probes is tried again ever more rarely, not every
-//! `recover_after` intervals. Spawns nothing; state lives in [`NodeRuntime`].
+//! `recover_after` intervals.
+//!
+//! A connect error is evidence about the moment the connect began, not the moment it failed: a
+//! connect that times out after 1 s says the node did not accept at its start. When the node
+//! answered real traffic after that start, the error is outdated and not counted
+//! ([`NodeRuntime::record_connect_error`]). Without this rule a burst of connects (a hop storm of
+//! re-dialled WebSockets overflowing a node's accept queue) ejects a node that is serving the rest of
+//! the burst. Spawns nothing; state lives in [`NodeRuntime`].
 
 use std::num::NonZeroU32;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -32,6 +40,11 @@ pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
     exp.min(MAX_PASSIVE_BACKOFF).max(interval)
 }
 
+/// How many good answers a node had given when a connect to it began
+/// ([`NodeRuntime::passive_mark`]); compared when the connect fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassiveMark(u64);
+
 impl NodeRuntime {
     /// Records an error seen on real traffic (connect error, reset, 5xx, timeout; `detail` says
     /// which). Ejects at once after `passive_consecutive_errors` in a row (SPEC section 3) and starts
@@ -48,7 +61,7 @@ impl NodeRuntime {
             .lock()
             .expect("counters mutex is never poisoned: no panics while held");
         c.passive_errors = c.passive_errors.saturating_add(1);
-        let before = self.health.load(std::sync::atomic::Ordering::Acquire);
+        let before = self.health.load(Ordering::Acquire);
         if c.passive_errors < limit || before == HEALTH_EJECTED {
             return None;
         }
@@ -66,7 +79,7 @@ impl NodeRuntime {
         c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
         c.timeout_streak = false;
         self.consecutive_failures
-            .store(c.consecutive_failures, std::sync::atomic::Ordering::Relaxed);
+            .store(c.consecutive_failures, Ordering::Relaxed);
         let detail = format!("{detail} ({limit} passive errors in a row; backoff {backoff:?})");
         // Under the counters lock, as every transition (see `NodeRuntime::apply`).
         let changed = self.apply(before, HEALTH_EJECTED, ChangeReason::Passive, &detail, now);
@@ -74,13 +87,39 @@ impl NodeRuntime {
         changed
     }
 
-    /// Clears the passive error streak after a good answer from real traffic.
+    /// Clears the passive error streak after a good answer from real traffic (a response below
+    /// 500, a WebSocket 101).
     pub fn record_passive_success(&self) {
         let mut c = self
             .counters
             .lock()
             .expect("counters mutex is never poisoned: no panics while held");
         c.passive_errors = 0;
+        self.passive_successes.fetch_add(1, Ordering::Release);
+    }
+
+    /// Marks the start of a connect to this node; hand the mark to [`Self::record_connect_error`]
+    /// if the connect fails.
+    pub fn passive_mark(&self) -> PassiveMark {
+        PassiveMark(self.passive_successes.load(Ordering::Acquire))
+    }
+
+    /// Records a connect error (refused, timed out, the handshake failed before anything was
+    /// sent) of a connect that began at `mark`, like [`Self::record_passive_error`], unless the
+    /// node answered real traffic since `mark`: then the error is outdated (module docs) and is
+    /// not counted. Returns the new state if it changed.
+    pub fn record_connect_error(
+        &self,
+        h: &HealthConfig,
+        detail: &str,
+        mark: PassiveMark,
+        now: Instant,
+    ) -> Option<NodeState> {
+        if self.passive_mark() != mark {
+            tracing::debug!(node = %self.id, detail, "connect error not counted: the node answered since the connect began");
+            return None;
+        }
+        self.record_passive_error(h, detail, now)
     }
 
     /// When a passively ejected node may recover at the earliest; `None` when no backoff is running.

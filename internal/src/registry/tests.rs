@@ -236,6 +236,37 @@ fn passive_errors_eject_at_the_limit() {
 }
 
 #[test]
+fn connect_errors_of_connects_begun_before_a_success_are_not_counted() {
+    let mut h = health(2, 3, 2);
+    h.passive_consecutive_errors = NonZeroU32::new(2);
+    let rt = runtime();
+    let now = Instant::now();
+    // A burst: three connects begin together; one succeeds, then the other two time out.
+    let burst = rt.passive_mark();
+    rt.record_passive_success();
+    assert_eq!(
+        rt.record_connect_error(&h, "connect timed out", burst, now),
+        None
+    );
+    assert_eq!(
+        rt.record_connect_error(&h, "connect timed out", burst, now),
+        None
+    );
+    assert_eq!(
+        rt.state(),
+        NodeState::Healthy,
+        "outdated errors are not counted"
+    );
+    // Connects begun after the node's last success count as usual.
+    let later = rt.passive_mark();
+    assert_eq!(rt.record_connect_error(&h, "refused", later, now), None);
+    assert_eq!(
+        rt.record_connect_error(&h, "refused", later, now),
+        Some(NodeState::Ejected)
+    );
+}
+
+#[test]
 fn passive_backoff_doubles_and_caps() {
     // (prior passive ejections, interval, backoff)
     let cases = [

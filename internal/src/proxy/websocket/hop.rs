@@ -163,16 +163,21 @@ async fn redial(
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
+        let mark = node.runtime.passive_mark();
         match tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from))
             .await
         {
             Err(_) => return None,
-            Ok(Ok(io)) => return Some((node, io)),
+            Ok(Ok(io)) => {
+                node.runtime.record_passive_success();
+                return Some((node, io));
+            }
             Ok(Err(e)) => {
                 if matches!(e, DialError::Connect(_)) {
-                    node.runtime.record_passive_error(
+                    node.runtime.record_connect_error(
                         &node.settings.health,
                         &e.to_string(),
+                        mark,
                         Instant::now(),
                     );
                 }

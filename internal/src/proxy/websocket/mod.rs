@@ -104,6 +104,7 @@ pub(crate) async fn proxy(
     let mut tried: Vec<NodeId> = Vec::new();
     let mut resp = loop {
         log.node = Some(node.id.clone());
+        let mark = node.runtime.passive_mark();
         let err = match tokio::time::timeout_at(deadline, dial(&p, &node, &hs, None)).await {
             Err(_) => {
                 return Err(ProxyError::Timeout {
@@ -114,22 +115,23 @@ pub(crate) async fn proxy(
             Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => e,
         };
-        node.runtime
-            .record_passive_error(&node.settings.health, &err.to_string(), Instant::now());
+        let (h, detail, now) = (&node.settings.health, err.to_string(), Instant::now());
         let DialError::Connect(_) = err else {
+            node.runtime.record_passive_error(h, &detail, now);
             return Err(ProxyError::Upstream {
                 node: node.id.to_string(),
-                detail: err.to_string(),
+                detail,
             });
         };
+        node.runtime.record_connect_error(h, &detail, mark, now);
         tried.push(node.id.clone());
         let Some(next) = pick_other(&p, &ctx, &tried) else {
             return Err(ProxyError::Connect {
                 node: node.id.to_string(),
-                detail: err.to_string(),
+                detail,
             });
         };
-        tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail = %err, "websocket handshake: retrying on another node");
+        tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail, "websocket handshake: retrying on another node");
         if let Some(conn) = &ctx.conn_id {
             p.hopper.moved(conn, &node.id, &next, "connect_error").await;
             log.hops += 1;
@@ -137,6 +139,9 @@ pub(crate) async fn proxy(
         node = next;
     };
     let upgraded = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    if upgraded {
+        node.runtime.record_passive_success();
+    }
     let upstream_upgrade = upgraded.then(|| hyper::upgrade::on(&mut resp));
     let (mut parts, up_body) = resp.into_parts();
     if upgraded {
