@@ -10,13 +10,6 @@ use internal::config::{self, Config, StoreKind};
 use internal::logging::{self, LogFormat};
 use internal::server::{self, Options};
 
-/// mimalloc instead of glibc's malloc (bench/README "Where the CPU goes"): glibc's `malloc`,
-/// `free` and `memmove` took about an eighth of the gateway's CPU per request in `perf`; with
-/// mimalloc, whose arenas get transparent huge pages where the kernel offers them (`madvise`
-/// mode), user CPU per proxied request fell from about 9.5 µs to 7.8 µs on the bench machine.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
     Text,
