@@ -109,7 +109,15 @@ async fn serve_http(
         tracker: Arc::clone(&tracker),
     });
     let shutdown = state.shutdown.subscribe();
-    let idle = idle_close(Arc::clone(&tracker), state.idle_ms.subscribe());
+    let idle = {
+        let (tracker, state) = (Arc::clone(&tracker), Arc::clone(&state));
+        async move {
+            idle_close(Arc::clone(&tracker), state.idle_ms.subscribe()).await;
+            if state.idle_reset.load(Ordering::Relaxed) {
+                tracker.reset_on_close();
+            }
+        }
+    };
     let service = {
         let tracker = Arc::clone(&tracker);
         service_fn(move |req| crate::http::handle(Arc::clone(&state), Arc::clone(&tracker), req))
@@ -208,6 +216,8 @@ pub(crate) struct ConnTracker {
     streams: AtomicU64,
     /// Signalled when the connection should send a graceful GOAWAY.
     goaway: Notify,
+    /// End the connection with RST (`SO_LINGER` 0, no FIN) when its socket is closed.
+    reset: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -232,6 +242,7 @@ impl ConnTracker {
             exempt: AtomicBool::new(false),
             streams: AtomicU64::new(0),
             goaway: Notify::new(),
+            reset: AtomicBool::new(false),
         }
     }
 
@@ -264,6 +275,11 @@ impl ConnTracker {
     /// Marks the connection as never idle-closed (it is being upgraded).
     pub(crate) fn exempt(&self) {
         self.exempt.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the connection end with RST instead of FIN when its socket is closed.
+    pub(crate) fn reset_on_close(&self) {
+        self.reset.store(true, Ordering::Relaxed);
     }
 
     /// Returns when the connection became idle, or `None` while it is busy.
@@ -380,6 +396,20 @@ impl AsyncWrite for CountingIo {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.tracker.reset.load(Ordering::Relaxed) {
+            // No FIN: the close in `drop` sends the RST.
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Drop for CountingIo {
+    fn drop(&mut self) {
+        if self.tracker.reset.load(Ordering::Relaxed) {
+            if let Err(err) = self.inner.set_zero_linger() {
+                eprintln!("mock-backend: SO_LINGER 0 failed: {err}");
+            }
+        }
     }
 }

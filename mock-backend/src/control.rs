@@ -162,11 +162,13 @@ fn set_keepalive(state: &State, query: Option<&str>) -> Response<RespBody> {
         query_param(query, "advertise").as_deref(),
         Some("1" | "true")
     );
+    let reset = matches!(query_param(query, "reset").as_deref(), Some("1" | "true"));
     state
         .advertise_keepalive
         .store(advertise, Ordering::Relaxed);
+    state.idle_reset.store(reset, Ordering::Relaxed);
     state.idle_ms.send_replace(ms);
-    let body = json!({"node": state.id, "idle_ms": ms, "advertise": advertise});
+    let body = json!({"node": state.id, "idle_ms": ms, "advertise": advertise, "reset": reset});
     json_response(StatusCode::OK, &body)
 }
 

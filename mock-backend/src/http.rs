@@ -88,7 +88,7 @@ pub(crate) fn add_node_headers(state: &State, headers: &mut hyper::HeaderMap) {
 
 async fn route(
     state: &Arc<State>,
-    tracker: &ConnTracker,
+    tracker: &Arc<ConnTracker>,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Abort> {
     let path = req.uri().path().to_owned();

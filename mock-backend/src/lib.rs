@@ -6,7 +6,7 @@
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
 //! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`, `POST delay?ms=N`,
 //!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
-//!   `POST keepalive?idle_ms=N[&advertise=1]`, `POST goaway?after=N`,
+//!   `POST keepalive?idle_ms=N[&advertise=1][&reset=1]` (idle close by RST with `reset=1`), `POST goaway?after=N`,
 //!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
 //! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo` plus `GET /health`).
 //!
@@ -146,6 +146,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         hang: watch::Sender::new(false),
         idle_ms: watch::Sender::new(0),
         advertise_keepalive: AtomicBool::new(false),
+        idle_reset: AtomicBool::new(false),
         goaway_after: AtomicU64::new(0),
         abort_all: AtomicBool::new(false),
         abort_after: AtomicU64::new(u64::MAX),
@@ -251,6 +252,8 @@ struct State {
     idle_ms: watch::Sender<u64>,
     /// Whether HTTP/1.1 responses advertise `Keep-Alive: timeout=<idle>` while `idle_ms` is set.
     advertise_keepalive: AtomicBool,
+    /// `/control/keepalive?reset=1`: idle connections are ended by RST instead of FIN.
+    idle_reset: AtomicBool,
     /// h2 connections get a graceful GOAWAY after this many streams; 0 = never.
     goaway_after: AtomicU64,
     /// While `true`, every non-control request behaves as `/abort` (`POST /control/abort-all`).

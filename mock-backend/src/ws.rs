@@ -9,7 +9,8 @@
 //! Query knobs: `protocol=X` (select X; empty selects none), `tick_ms=N` (text `tick <id> <seq>`
 //! every N ms), `ping_every_ms=N` (Ping frames), `close_after_ms=N&close_code=C&close_reason=R`
 //! (send Close after N ms; code default 1000), `drop_after_ms=N` (drop the TCP connection after
-//! N ms without a Close frame), `echo_headers=1` (the hello also carries `headers`: the handshake
+//! N ms without a Close frame: the peer sees FIN), `reset_after_ms=N` (the same with RST instead
+//! of FIN), `echo_headers=1` (the hello also carries `headers`: the handshake
 //! headers as `[name, value]` pairs in received order, names lower-case), `report_pings=1` (each
 //! Ping received is also answered by a text message `ping <payload>`, so a test can tell the node
 //! saw it).
@@ -49,7 +50,7 @@ const SHUTDOWN_CLOSE_CODE: u16 = 1001;
 /// upgrade completes), or a JSON error when the request is not a valid WebSocket upgrade.
 pub(crate) fn upgrade(
     state: &Arc<State>,
-    tracker: &ConnTracker,
+    tracker: &Arc<ConnTracker>,
     mut req: Request<Incoming>,
 ) -> Response<RespBody> {
     let headers = req.headers();
@@ -129,10 +130,11 @@ pub(crate) fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut req);
     let id: Arc<str> = Arc::from(state.id.as_str());
     let shutdown = state.shutdown.subscribe();
+    let tracker = Arc::clone(tracker);
     state.tasks.spawn(async move {
         // The upgrade fails only when the client left before the 101 went out: nothing to serve.
         if let Ok(upgraded) = on_upgrade.await {
-            session(upgraded, knobs, hello, id, shutdown).await;
+            session(upgraded, knobs, hello, id, shutdown, tracker).await;
         }
     });
 
@@ -186,6 +188,8 @@ struct Knobs {
     close_code: u16,
     close_reason: String,
     drop_after: Option<Duration>,
+    /// Ends the connection with RST (after `drop_after` the peer sees FIN).
+    reset_after: Option<Duration>,
     report_pings: bool,
 }
 
@@ -207,6 +211,7 @@ impl Knobs {
                 .unwrap_or(1000),
             close_reason: query_param(query, "close_reason").unwrap_or_default(),
             drop_after: ms("drop_after_ms"),
+            reset_after: ms("reset_after_ms"),
             report_pings: query_param(query, "report_pings").as_deref() == Some("1"),
         }
     }
@@ -219,6 +224,7 @@ async fn session(
     hello: String,
     id: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
+    tracker: Arc<ConnTracker>,
 ) {
     let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
     if ws.send(Message::text(hello)).await.is_err() {
@@ -229,6 +235,7 @@ async fn session(
     let mut pings = knobs.ping_every.map(every);
     let close_at = knobs.close_after.map(|after| start + after);
     let drop_at = knobs.drop_after.map(|after| start + after);
+    let reset_at = knobs.reset_after.map(|after| start + after);
     let mut seq: u64 = 0;
     // Set once we have sent Close: from then on we only wait for the peer's Close.
     let mut closing_until: Option<Instant> = None;
@@ -263,6 +270,11 @@ async fn session(
             }
             // Dropping the socket without a Close frame: the peer sees a bare FIN.
             () = sleep_until_opt(drop_at) => return,
+            // The same with RST: the socket closes with SO_LINGER 0 when the session drops it.
+            () = sleep_until_opt(reset_at) => {
+                tracker.reset_on_close();
+                return;
+            }
             () = sleep_until_opt(closing_until) => return,
         };
         let written = match outgoing {

@@ -378,3 +378,53 @@ async fn grpc_status_in_separate_trailers() {
     assert_eq!(trailers["grpc-status"], "7");
     assert_eq!(trailers["grpc-message"], "denied");
 }
+
+/// Reads from `tcp` until the peer ends the connection; returns the error kind of that end
+/// (`None` for a FIN, i.e. a read of 0 bytes).
+async fn read_to_end(tcp: &mut TcpStream) -> Option<std::io::ErrorKind> {
+    let mut buf = vec![0_u8; 4096];
+    loop {
+        match timeout(WAIT, tcp.read(&mut buf))
+            .await
+            .expect("ended in time")
+        {
+            Ok(0) => return None,
+            Ok(_) => continue,
+            Err(e) => return Some(e.kind()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn websocket_reset_knob_ends_the_socket_with_rst_and_drop_knob_with_fin() {
+    let (addr, _) = start().await;
+    for (knob, expected) in [
+        (
+            "reset_after_ms=200",
+            Some(std::io::ErrorKind::ConnectionReset),
+        ),
+        ("drop_after_ms=200", None),
+    ] {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let head = format!("GET /ws?{knob} HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+        tcp.write_all(head.as_bytes()).await.expect("write");
+        assert_eq!(read_to_end(&mut tcp).await, expected, "{knob}");
+    }
+}
+
+#[tokio::test]
+async fn idle_keepalive_close_by_rst_with_reset_1() {
+    let (addr, _) = start().await;
+    assert_eq!(
+        post(addr, "/control/keepalive?idle_ms=200&reset=1").await,
+        StatusCode::OK
+    );
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .expect("write");
+    assert_eq!(
+        read_to_end(&mut tcp).await,
+        Some(std::io::ErrorKind::ConnectionReset)
+    );
+}

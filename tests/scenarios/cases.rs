@@ -1256,6 +1256,22 @@ async fn case21_gets_after_the_nodes_idle_close_never_502() {
     }
 }
 
+/// CASE-21, RST variant: the node ends idle keep-alive connections with RST instead of FIN
+/// (`SO_LINGER` 0); a GET on such a pooled socket is still never a 502 and is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case21_gets_after_the_nodes_idle_reset_never_502() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config("", TCP_HEALTH, &[&a], "")).await;
+    knob(&a, "keepalive?idle_ms=300&reset=1").await;
+    let seen = idle_rounds(&gw, 4, 25, false).await;
+    assert_eq!(
+        seen,
+        HashMap::from([(200, 200)]),
+        "100 rounds of GET, idle, GET"
+    );
+    assert_eq!(a.requests().await, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case21_advertised_keepalive_and_small_posts_are_never_sent_twice() {
     let a = Mock::start("node-a").await;

@@ -364,8 +364,8 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
 }
 
 /// CASE-05 (`websocket = "close"`): node-a's own Close 1001 "going away" is relayed as is, a FIN
-/// without a Close becomes 1011 (never 1005/1006), each within ~1 s, then TCP closes and the
-/// active-connection gauge returns to its baseline.
+/// or an RST without a Close becomes 1011 (never 1005/1006), each within ~1 s, then TCP closes and
+/// the active-connection gauge returns to its baseline.
 #[tokio::test]
 async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let a = Mock::start("node-a").await;
@@ -404,6 +404,53 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     assert!(t0.elapsed() < Duration::from_millis(1300));
     expect_end(&mut ws, Duration::from_secs(2)).await;
     wait_gauge(&gw, baseline).await;
+
+    // RST without a Close frame (the mock closes with SO_LINGER 0): 1011 as well.
+    let mut ws = connect(
+        &gw,
+        "/ws?tick_ms=100&reset_after_ms=300",
+        &[("X-Conn-Id", "c-2005")],
+    )
+    .await;
+    hello(&mut ws, Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
+    assert_eq!(code, 1011);
+    assert!(t0.elapsed() < Duration::from_millis(1300));
+    expect_end(&mut ws, Duration::from_secs(2)).await;
+    wait_gauge(&gw, baseline).await;
+}
+
+/// CASE-05 (`websocket = "hop"`), FIN and RST variants: node-a ends the TCP connection without a
+/// Close frame while the process lives on; the client's socket stays open, the next hello comes
+/// from a node with `hopped_from` set, and messages keep being echoed.
+#[tokio::test]
+async fn ws_hop_mode_survives_a_node_ending_the_socket_by_fin_or_rst() {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    for (knob, id) in [
+        ("drop_after_ms=300", "c-fin-1"),
+        ("reset_after_ms=300", "c-rst-1"),
+    ] {
+        let mut ws = connect(&gw, &format!("/ws?{knob}"), &[("X-Conn-Id", id)]).await;
+        let first = hello(&mut ws, Duration::from_secs(2)).await;
+        let first_node = first["node"].as_str().expect("node").to_string();
+        // The hop replays the handshake (knob included), so the next leg ends the same way: every
+        // leg is served about 300 ms and every hello names the node left.
+        let next = hello(&mut ws, Duration::from_secs(3)).await;
+        assert_eq!(next["conn_id"], id, "{knob}");
+        assert_eq!(next["hopped_from"], first_node.as_str(), "{knob}");
+        ws.send(Message::text("after-the-hop"))
+            .await
+            .expect("client send");
+        assert_eq!(
+            next_text(&mut ws, Duration::from_secs(2)).await,
+            "after-the-hop",
+            "{knob}"
+        );
+        ws.close(None).await.expect("close");
+    }
 }
 
 /// CASE-05 (`websocket = "close"`): node-a killed (kill -9: the kernel ends its sockets) gives the
