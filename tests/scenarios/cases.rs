@@ -1257,7 +1257,9 @@ async fn case21_gets_after_the_nodes_idle_close_never_502() {
 }
 
 /// CASE-21, RST variant: the node ends idle keep-alive connections with RST instead of FIN
-/// (`SO_LINGER` 0); a GET on such a pooled socket is still never a 502 and is delivered once.
+/// (`SO_LINGER` 0); a GET on such a pooled socket is still never a 502. Delivered once, except
+/// in the race where the node answers a request just as it resets the idle socket: the RST may
+/// discard that answer, and the GET (idempotent) is retried, so the node may count one more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case21_gets_after_the_nodes_idle_reset_never_502() {
     let a = Mock::start("node-a").await;
@@ -1269,7 +1271,8 @@ async fn case21_gets_after_the_nodes_idle_reset_never_502() {
         HashMap::from([(200, 200)]),
         "100 rounds of GET, idle, GET"
     );
-    assert_eq!(a.requests().await, 200);
+    let delivered = a.requests().await;
+    assert!((200..=202).contains(&delivered), "{delivered} deliveries");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
