@@ -15,10 +15,26 @@ trap cleanup EXIT INT TERM
 "$BIN/mock-backend" 8082 node-2 & pids+=($!)
 "$BIN/hopping-gateway" & pids+=($!)
 
-for _ in $(seq 1 50); do
-  curl -fs http://127.0.0.1:9901/readyz >/dev/null 2>&1 && break
+# A process that cannot bind (e.g. an earlier `make run` still holds the port) exits at once.
+# Checked after /readyz answers too: that answer may come from the earlier instance.
+all_alive() {
+  local p
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
+}
+fail() {
+  echo >&2
+  echo "make run: $1 (ports 8000, 9901, 8081 and 8082 must be free; see the error above)" >&2
+  exit 1
+}
+ready=0
+for _ in $(seq 1 100); do
+  all_alive || fail "a process exited during start-up"
+  if curl -fs http://127.0.0.1:9901/readyz >/dev/null 2>&1; then ready=1; break; fi
   sleep 0.1
 done
+sleep 0.3
+all_alive || fail "a process exited during start-up"
+[ "$ready" = 1 ] || fail "the gateway did not become ready within 10 s"
 
 cat <<'TXT'
 
