@@ -40,8 +40,9 @@ use crate::routing::reload::Routing;
 /// cleanly: enough for trailers to be written on a loopback or LAN connection.
 const SHUTDOWN_CLOSE_GRACE: Duration = Duration::from_millis(500);
 /// Accept queue length of the listeners (capped by the kernel's `net.core.somaxconn`). Rust's
-/// default of 128 drops the SYNs of a burst of clients (e.g. a fleet reconnecting after a gateway
-/// restart), each dropped SYN costing the client a 1 s retransmit; 1024 is Envoy's default.
+/// default of 128 drops the SYNs of a burst of clients (e.g. a fleet of WebSockets reconnecting
+/// after a gateway restart), each dropped SYN costing the client a 1 s retransmit (RFC 6298
+/// section 2: initial RTO of 1 s).
 pub const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds a listener on `addr` with `SO_REUSEADDR` and [`LISTEN_BACKLOG`].
