@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 BIN=target/release
 pids=()
 cleanup() {
+  trap - EXIT INT TERM # once, whichever signal or exit came first
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   echo; echo "stopped mock backends and gateway"
@@ -51,6 +52,8 @@ Watch a hop: kill the node demo-1 is bound to, then ask again:
   curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # served by the other node; the log says
                                                               # "Hopping triggered for conn demo-1 from ... to ..."
   curl -s 127.0.0.1:9901/metrics | grep hopping_count
+Bring the killed node back before the next steps (from the project root, in that terminal; Ctrl-C there stops it):
+  target/release/mock-backend 8081 node-1                     # (or 8082 node-2); probed healthy, then slow start
 
 "Alive but useless": curl -s -XPOST 'localhost:8082/control/health?state=down'  (ejected after 3 probes, 6 s)
   and back:          curl -s -XPOST 'localhost:8082/control/health?state=up'    (probed healthy, then slow start)

@@ -1054,6 +1054,18 @@ async fn no_route_is_404_json_and_admin_conns_lifecycle() {
         r.json(),
         serde_json::json!({"code": -1, "message": "no route matches GET /other"})
     );
+    // The access log counts the gateway's own answer's body.
+    gw.logs
+        .wait_for(
+            &[
+                "access",
+                "path=/other",
+                "status=404",
+                &format!("bytes_out={}", r.body.len()),
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
 
     let r = get(&gw.admin("/admin/conns/nope"), &[])
         .await

@@ -167,7 +167,11 @@ impl Proxy {
                 if err.is_node_fault() {
                     tracing::warn!(error = %err, route = log.route.as_deref().unwrap_or("-"), "request failed");
                 }
-                self.finish(&log, status, start, 0, 0);
+                // The gateway's own answers are whole in memory: their length is known.
+                let bytes_out = hyper::body::Body::size_hint(resp.body())
+                    .exact()
+                    .unwrap_or(0);
+                self.finish(&log, status, start, 0, bytes_out);
                 resp
             }
         };
