@@ -62,8 +62,32 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// A free loopback port (bound then released).
+/// A free loopback port for a child process to listen on (bound then released).
+///
+/// Picked at random below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, from
+/// 11000 up): a port from that range (what binding port 0 gives) can be taken as the source port of
+/// another test's outgoing connection between its release here and the child's bind, which then
+/// fails with "Address already in use". Falls back to port 0 when the range leaves no room.
 pub fn free_port() -> u16 {
+    use std::hash::BuildHasher;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    const LOWEST: u16 = 11000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if let Some(span) = ephemeral_low.checked_sub(LOWEST).filter(|s| *s >= 1000) {
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed =
+            std::collections::hash_map::RandomState::new().hash_one((std::process::id(), call));
+        for i in 0..64u64 {
+            let port =
+                LOWEST + ((seed.wrapping_add(i.wrapping_mul(7919))) % u64::from(span)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind :0")
         .local_addr()
