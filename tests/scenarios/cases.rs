@@ -1383,24 +1383,18 @@ async fn case22_silent_body_and_trickled_heads_are_closed_while_gets_keep_answer
     eprintln!("FIGURE case22 silent body 408 after {silent_took:?}; 20 trickled heads closed by {latest:?}; {n} normal GETs, slowest {slowest:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_passes() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config(SHORT_LIMITS, TCP_HEALTH, &[&a], "")).await;
-    let (stop, probe) = prober(&gw);
-
-    // (c) 1,000,000 bytes announced, one byte every 200 ms: never idle for 1 s, but far below 1 KiB/s.
+/// Announces a 1,000,000-byte body to `path` and trickles one byte every 200 ms (CASE-22 (c));
+/// returns what the gateway sent before it closed the connection (within 8 s) and how long after
+/// the connect that was.
+async fn trickled_upload(gw: &Gateway, path: &str) -> (Vec<u8>, Duration) {
     let s = TcpStream::connect(("127.0.0.1", gw.port))
         .await
         .expect("connect");
     let (mut rd, mut wr) = s.into_split();
     let t0 = Instant::now();
+    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
     let writer = tokio::spawn(async move {
-        if wr
-            .write_all(b"POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
-            .await
-            .is_err()
-        {
+        if wr.write_all(head.as_bytes()).await.is_err() {
             return;
         }
         for _ in 0..50 {
@@ -1414,8 +1408,19 @@ async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_pas
     let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
         .await
         .expect("cut and closed within 8 s");
-    let cut_after = t0.elapsed();
+    let took = t0.elapsed();
     writer.abort();
+    (raw, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_passes() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(SHORT_LIMITS, TCP_HEALTH, &[&a], "")).await;
+    let (stop, probe) = prober(&gw);
+
+    // (c) 1,000,000 bytes announced, one byte every 200 ms: never idle for 1 s, but far below 1 KiB/s.
+    let (raw, cut_after) = trickled_upload(&gw, "/echo/upload").await;
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
     let msg = json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]);
@@ -2565,31 +2570,8 @@ async fn case22_silent_and_trickled_bodies_never_complete_at_the_node_and_upstre
     );
 
     // (c) 1,000,000 bytes announced, one byte every 200 ms.
-    let s = TcpStream::connect(("127.0.0.1", gw.port))
-        .await
-        .expect("connect");
-    let (mut rd, mut wr) = s.into_split();
-    let writer = tokio::spawn(async move {
-        if wr
-            .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return;
-        }
-        for _ in 0..50 {
-            if wr.write_all(b"x").await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
-        .await
-        .expect("cut and closed within 8 s");
+    let (raw, _) = trickled_upload(&gw, "/upload").await;
     let answered = Instant::now();
-    writer.abort();
     assert!(
         raw.starts_with(b"HTTP/1.1 408 "),
         "{}",

@@ -390,35 +390,21 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     expect_end(&mut ws, Duration::from_secs(2)).await;
     wait_gauge(&gw, baseline).await;
 
-    // FIN without a Close frame: 1011, never 1005/1006.
-    let mut ws = connect(
-        &gw,
-        "/ws?tick_ms=100&drop_after_ms=300",
-        &[("X-Conn-Id", "c-2003")],
-    )
-    .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
-    let t0 = Instant::now();
-    let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
-    assert_eq!(code, 1011);
-    assert!(t0.elapsed() < Duration::from_millis(1300));
-    expect_end(&mut ws, Duration::from_secs(2)).await;
-    wait_gauge(&gw, baseline).await;
-
-    // RST without a Close frame (the mock closes with SO_LINGER 0): 1011 as well.
-    let mut ws = connect(
-        &gw,
-        "/ws?tick_ms=100&reset_after_ms=300",
-        &[("X-Conn-Id", "c-2005")],
-    )
-    .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
-    let t0 = Instant::now();
-    let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
-    assert_eq!(code, 1011);
-    assert!(t0.elapsed() < Duration::from_millis(1300));
-    expect_end(&mut ws, Duration::from_secs(2)).await;
-    wait_gauge(&gw, baseline).await;
+    // FIN, then RST (the mock closes with SO_LINGER 0), without a Close frame: 1011, never 1005/1006.
+    for (knob, id) in [
+        ("drop_after_ms=300", "c-2003"),
+        ("reset_after_ms=300", "c-2005"),
+    ] {
+        let path = format!("/ws?tick_ms=100&{knob}");
+        let mut ws = connect(&gw, &path, &[("X-Conn-Id", id)]).await;
+        hello(&mut ws, Duration::from_secs(2)).await;
+        let t0 = Instant::now();
+        let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
+        assert_eq!(code, 1011, "{knob}");
+        assert!(t0.elapsed() < Duration::from_millis(1300), "{knob}");
+        expect_end(&mut ws, Duration::from_secs(2)).await;
+        wait_gauge(&gw, baseline).await;
+    }
 }
 
 /// CASE-05 (`websocket = "hop"`), FIN and RST variants: node-a ends the TCP connection without a
