@@ -489,6 +489,30 @@ async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected(
     );
 }
 
+/// Node-b's share of `GET url` answers between `t0 + from` and `t0 + to`, from 4 concurrent
+/// keep-alive loops; returns (share 0..=1, requests). Every answer must be 200.
+async fn node_b_share(url: String, t0: Instant, from: Duration, to: Duration) -> (f64, u32) {
+    tokio::time::sleep_until(t0 + from).await;
+    let tasks = (0..4).map(|_| {
+        let url = url.clone();
+        async move {
+            let (mut new, mut all) = (0u32, 0u32);
+            while Instant::now() < t0 + to {
+                let r = get(&url, &[]).await.expect("request");
+                assert_eq!(r.status, 200);
+                all += 1;
+                new += u32::from(r.header("x-node-id").as_deref() == Some("node-b"));
+            }
+            (new, all)
+        }
+    });
+    let (new, all) = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+    (f64::from(new) / f64::from(all.max(1)), all)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_ramps_a_new_route_from_its_initial_share() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
@@ -514,30 +538,7 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
     assert_eq!(routes["routes"][0]["warming"], true);
 
     // Share of node-b (the new route) per window, from 4 concurrent keep-alive loops.
-    let share = |from: Duration, to: Duration| {
-        let url = gw.url("/api/echo/n");
-        async move {
-            tokio::time::sleep_until(t0 + from).await;
-            let tasks = (0..4).map(|_| {
-                let url = url.clone();
-                async move {
-                    let (mut new, mut all) = (0u32, 0u32);
-                    while Instant::now() < t0 + to {
-                        let r = get(&url, &[]).await.expect("request");
-                        assert_eq!(r.status, 200);
-                        all += 1;
-                        new += u32::from(r.header("x-node-id").as_deref() == Some("node-b"));
-                    }
-                    (new, all)
-                }
-            });
-            let (new, all) = futures_util::future::join_all(tasks)
-                .await
-                .into_iter()
-                .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
-            (f64::from(new) / f64::from(all), all)
-        }
-    };
+    let share = |from: Duration, to: Duration| node_b_share(gw.url("/api/echo/n"), t0, from, to);
     let (first, n1) = share(Duration::ZERO, Duration::from_millis(1000)).await;
     let (late, n2) = share(Duration::from_millis(2000), Duration::from_millis(2900)).await;
     let (after, n3) = share(Duration::from_millis(3100), Duration::from_millis(3600)).await;
@@ -1178,30 +1179,7 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
     );
     assert_eq!(gw.node("node-a").await["state"], "healthy");
 
-    let share = |from: Duration, to: Duration| {
-        let url = gw.url("/api/echo/n");
-        async move {
-            tokio::time::sleep_until(t0 + from).await;
-            let tasks = (0..4).map(|_| {
-                let url = url.clone();
-                async move {
-                    let (mut new, mut all) = (0u32, 0u32);
-                    while Instant::now() < t0 + to {
-                        let r = get(&url, &[]).await.expect("request");
-                        assert_eq!(r.status, 200);
-                        all += 1;
-                        new += u32::from(r.header("x-node-id").as_deref() == Some("node-b"));
-                    }
-                    (new, all)
-                }
-            });
-            let (new, all) = futures_util::future::join_all(tasks)
-                .await
-                .into_iter()
-                .fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
-            (f64::from(new) / f64::from(all.max(1)), all)
-        }
-    };
+    let share = |from: Duration, to: Duration| node_b_share(gw.url("/api/echo/n"), t0, from, to);
     let (first, n1) = share(Duration::ZERO, Duration::from_millis(800)).await;
     let (late, n2) = share(Duration::from_millis(2_000), Duration::from_millis(2_900)).await;
     let (after, n3) = share(Duration::from_millis(3_300), Duration::from_millis(4_000)).await;
