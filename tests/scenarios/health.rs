@@ -58,13 +58,22 @@ async fn time_to_state(
 
 /// Sends `n` `GET /data` with `concurrency` tasks; returns requests served per node id.
 async fn spread(gw: &Gateway, n: usize, concurrency: usize) -> HashMap<String, usize> {
+    load(gw, concurrency, |served| served < n / concurrency).await
+}
+
+/// `GET /data` from `concurrency` keep-alive loops, each going on while `more(requests it has
+/// served)` holds; requests served per node id. Every answer must be 200.
+async fn load(
+    gw: &Gateway,
+    concurrency: usize,
+    more: impl Fn(usize) -> bool + Copy,
+) -> HashMap<String, usize> {
     let url = gw.url("/data");
-    let per_task = n / concurrency;
     let tasks = (0..concurrency).map(|_| {
         let url = url.clone();
         async move {
-            let mut seen = Vec::with_capacity(per_task);
-            for _ in 0..per_task {
+            let mut seen = Vec::new();
+            while more(seen.len()) {
                 let r = get(&url, &[]).await.expect("request");
                 assert_eq!(r.status, 200, "{}", r.text());
                 seen.push(r.header("x-node-id").expect("x-node-id"));
@@ -477,28 +486,7 @@ fn state_runs(samples: &[(String, f64)]) -> Vec<String> {
 
 /// `GET /data` from `concurrency` keep-alive loops until `until`; requests served per node id.
 async fn load_until(gw: &Gateway, concurrency: usize, until: Instant) -> HashMap<String, usize> {
-    let url = gw.url("/data");
-    let tasks = (0..concurrency).map(|_| {
-        let url = url.clone();
-        async move {
-            let mut seen = Vec::new();
-            while Instant::now() < until {
-                let r = get(&url, &[]).await.expect("request");
-                assert_eq!(r.status, 200, "{}", r.text());
-                seen.push(r.header("x-node-id").expect("x-node-id"));
-            }
-            seen
-        }
-    });
-    let mut counts = HashMap::new();
-    for id in futures_util::future::join_all(tasks)
-        .await
-        .into_iter()
-        .flatten()
-    {
-        *counts.entry(id).or_insert(0) += 1;
-    }
-    counts
+    load(gw, concurrency, |_| Instant::now() < until).await
 }
 
 /// Share of node `id` in `counts` (0 when nothing was served).
