@@ -19,38 +19,12 @@ NOFILE=$(ulimit -n); [ "$NOFILE" = unlimited ] && NOFILE=1048576
 CONNS=${WS_HOP_CONNS:-10000}
 CAP=$(((NOFILE - 200) / 2))
 [ "$CONNS" -gt "$CAP" ] && CONNS=$CAP
-N1_PORT=$(free_port); N2_PORT=$(free_port); GW_PORT=$(free_port); GW_ADMIN=$(free_port)
+N1_PORT=$(free_port); N2_PORT=$(free_port)
 "$BIN/mock-backend" "$N1_PORT" node-1 >"$W/node-1.log" 2>&1 & N1=$!; PIDS+=("$N1"); disown "$N1"  # no "Killed" job notice
 "$BIN/mock-backend" "$N2_PORT" node-2 >"$W/node-2.log" 2>&1 & N2=$!; PIDS+=("$N2")
 wait_http "http://127.0.0.1:$N1_PORT/health"
 wait_http "http://127.0.0.1:$N2_PORT/health"
-mkdir -p "$W/conf"
-cat >"$W/conf/gw.toml" <<CONF
-[server]
-shutdown_timeout = "1s"
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-[health]
-interval = "30s"
-timeout = "2s"
-[[clusters]]
-name = "bench"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$N1_PORT"
-  [[clusters.nodes]]
-  id = "node-2"
-  addr = "127.0.0.1:$N2_PORT"
-[[routes]]
-id = "all"
-match = { path_prefix = "/" }
-cluster = "bench"
-websocket = "hop"
-CONF
-"$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" --admin-listen "127.0.0.1:$GW_ADMIN" \
-  --workers 1 --access-log off >"$W/gw.log" 2>&1 & GW=$!; PIDS+=("$GW")
-wait_http "http://127.0.0.1:$GW_ADMIN/readyz"
+start_gateway "node-1=$N1_PORT node-2=$N2_PORT" 'websocket = "hop"'
 "$BIN/examples/wsload" --url "ws://127.0.0.1:$GW_PORT/ws" --steps "$CONNS" \
   --hop-kill "$N1" --hop-node node-1 --hop-wait-secs "${WS_HOP_WAIT_SECS:-60}" \
   --pid "$GW" --pid "$N2" --concurrency 128 --settle-ms 1500

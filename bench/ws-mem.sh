@@ -12,31 +12,9 @@ STEPS=${WS_MEM_STEPS:-2000}
 W_PREFIX=hopgw-wsmem
 # shellcheck source=bench/ws-common.sh
 . "$(dirname "$0")/ws-common.sh"
-NODE_PORT=$(free_port); GW_PORT=$(free_port); GW_ADMIN=$(free_port)
+NODE_PORT=$(free_port)
 "$BIN/mock-backend" "$NODE_PORT" ws-node >"$W/node.log" 2>&1 & PIDS+=($!)
 wait_http "http://127.0.0.1:$NODE_PORT/health"
-mkdir -p "$W/conf"
-cat >"$W/conf/gw.toml" <<CONF
-[server]
-shutdown_timeout = "1s"
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-[health]
-interval = "30s"
-timeout = "2s"
-[[clusters]]
-name = "bench"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$NODE_PORT"
-[[routes]]
-id = "all"
-match = { path_prefix = "/" }
-cluster = "bench"
-CONF
-${GW_WRAP:-} "$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" --admin-listen "127.0.0.1:$GW_ADMIN" \
-  --workers 1 --access-log off >"$W/gw.log" 2>&1 & GW=$!; PIDS+=("$GW")
-wait_http "http://127.0.0.1:$GW_ADMIN/readyz"
+start_gateway "node-1=$NODE_PORT"
 "$BIN/examples/wsload" --url "ws://127.0.0.1:$GW_PORT/ws" --steps "$STEPS" --pid "$GW" \
   --echo-secs 1 --echo-rate 500 --concurrency 128 --settle-ms 1500
