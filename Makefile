@@ -12,6 +12,7 @@ run: build
 
 ## The whole suite: unit tests, mock-backend tests and the integration scenarios (real processes).
 test:
+	./scripts/test-deps.sh
 	$(CARGO) build --release --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		HOPGW_PREBUILT=1 $(CARGO) nextest run --release --workspace --profile ci; \
