@@ -19,8 +19,10 @@
 pub mod admin;
 pub mod config;
 pub mod drain;
+pub mod events;
 pub mod hopper;
 pub mod logging;
+pub mod notify;
 pub mod metrics;
 pub mod proxy;
 pub mod registry;

@@ -2,7 +2,8 @@
 //!
 //! Label sets are bounded: routes, clusters and nodes come from the config, codes from HTTP, reasons
 //! and results from fixed enums; never a conn id. Node gauges are refreshed from the live route
-//! table at scrape time so removed nodes disappear. A leaf module: depends on nothing in the crate.
+//! table at scrape time so removed nodes disappear. A leaf module: depends only on the leaf
+//! [`crate::events`], whose hub it carries so that every component that counts can also report.
 
 use std::sync::Arc;
 
@@ -100,10 +101,20 @@ pub struct RetryLabels {
     pub reason: &'static str,
 }
 
+/// `{version}` of `gateway_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    /// The crate version (`hopping-gateway --version`).
+    pub version: &'static str,
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The operator event feed (SPEC section 11 `GET /admin/events`); not a metric, carried here
+    /// because every publisher already holds the metrics.
+    pub events: crate::events::Events,
     /// `hopping_count_total{reason}`.
     pub hops: Family<ReasonLabel, Counter>,
     /// `hopping_latency_seconds`: failure seen -> connection served again.
@@ -229,7 +240,19 @@ impl Metrics {
             "Node health state changes by the state entered",
             health_transitions.clone(),
         );
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "gateway_build_info",
+            "Always 1; the label carries the gateway's version",
+            build_info,
+        );
         Metrics {
+            events: crate::events::Events::new(),
             registry,
             hops,
             hop_latency,

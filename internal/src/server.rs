@@ -1,8 +1,11 @@
 //! Listeners, connection limits, task wiring, signals, and [`run`] (the Go original's `cmd/server/main.go` wiring).
 //!
 //! Spawns: the data-plane accept loop (one task per connection, bounded by a semaphore), the admin
-//! accept loop, the reload triggers (file watch, SIGHUP) and, through [`Routing`], the health
-//! checks. On the shutdown future: readiness goes false, accepting stops, every connection is
+//! accept loop (and the optional `health_listen` one), the node watcher of the event feed, the
+//! reload triggers (file watch, SIGHUP) and, through [`Routing`], the health checks. systemd is
+//! told `READY=1` once the listeners accept and `STOPPING=1` on shutdown ([`crate::notify`]).
+//! On the shutdown future: readiness goes false (the admin and health listeners keep answering
+//! until `run` returns, so `/readyz` says 503 meanwhile), data accepting stops, every connection is
 //! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets),
 //! and in-flight work gets up to `shutdown_timeout`. Streams still open near its end are closed as
 //! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
@@ -14,7 +17,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +26,9 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
+use crate::admin::status::Readiness;
 use crate::admin::Admin;
 use crate::config::{Config, IdMode, StoreKind};
 use crate::drain;
@@ -112,6 +116,10 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         addr: cfg.server.admin_listen,
         source,
     })?;
+    let health_l = match cfg.server.health_listen {
+        Some(addr) => Some(listen(addr).map_err(|source| ServerError::Bind { addr, source })?),
+        None => None,
+    };
     let metrics = Arc::new(Metrics::new());
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = match &cfg.affinity.store {
@@ -161,29 +169,44 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         },
         shutdown: watch.clone(),
     });
-    let ready = Arc::new(AtomicBool::new(true));
+    let readiness = Arc::new(Readiness::new());
     let admin = Arc::new(Admin {
         routing: routing.clone(),
         hopper: hopper.clone(),
         metrics: metrics.clone(),
         token: cfg.server.admin_token.clone(),
-        ready: ready.clone(),
+        readiness: readiness.clone(),
     });
     tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
     tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
-    tasks.spawn(accept_admin(admin_l, admin, watch.clone()));
+    // The admin and health listeners outlive the drain: they stop only when `run` returns.
+    let stop_admin = CancellationToken::new();
+    let mut admin_tasks = JoinSet::new();
+    admin_tasks.spawn(accept_admin(admin_l, admin.clone(), stop_admin.clone(), false));
+    if let Some(l) = health_l {
+        admin_tasks.spawn(accept_admin(l, admin, stop_admin.clone(), true));
+    }
+    tasks.spawn(crate::admin::status::watch_nodes(
+        routing.clone(),
+        metrics.clone(),
+        watch.clone(),
+    ));
     tasks.spawn(crate::routing::reload::watch_triggers(
         routing.clone(),
         opts.file,
         watch.clone(),
     ));
     drop(watch);
+    // The sockets listen since bind: connections queue and are accepted by the loops just spawned.
+    readiness.set_listening();
+    crate::notify::ready();
 
     shutdown.await;
+    crate::notify::stopping();
     tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
-    ready.store(false, Ordering::Release);
+    readiness.set_stopping();
     signal.fire();
     drop(proxy);
     // The last part of shutdown_timeout is kept for closing streams still open at its end
@@ -214,6 +237,8 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     }
     routing.shutdown().await;
     hopper.store().shutdown().await;
+    stop_admin.cancel();
+    while admin_tasks.join_next().await.is_some() {}
     tracing::info!("hopping-gateway stopped");
     Ok(())
 }
@@ -377,11 +402,17 @@ async fn serve_data(
     }
 }
 
-async fn accept_admin(listener: TcpListener, admin: Arc<Admin>, mut watch: drain::Watch) {
+/// Serves the admin listener (`health_only` = false) or the `health_listen` one until `stop`.
+async fn accept_admin(
+    listener: TcpListener,
+    admin: Arc<Admin>,
+    stop: CancellationToken,
+    health_only: bool,
+) {
     let mut conns = JoinSet::new();
     loop {
         let (tcp, _) = tokio::select! {
-            _ = watch.signaled() => break,
+            _ = stop.cancelled() => break,
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -393,7 +424,16 @@ async fn accept_admin(listener: TcpListener, admin: Arc<Admin>, mut watch: drain
         };
         let a = admin.clone();
         conns.spawn(async move {
-            let svc = service_fn(move |req| a.clone().handle(req));
+            let svc = service_fn(move |req| {
+                let a = a.clone();
+                async move {
+                    if health_only {
+                        a.handle_health(req).await
+                    } else {
+                        a.handle(req).await
+                    }
+                }
+            });
             let b = hyper::server::conn::http1::Builder::new();
             if let Err(e) = b.serve_connection(TokioIo::new(tcp), svc).await {
                 tracing::debug!(error = %e, "admin connection ended with error");

@@ -1,15 +1,24 @@
-//! The admin listener (SPEC section 8): nodes, drain/undrain, routes, reload/rollback, bindings,
-//! metrics, liveness and readiness. Loopback by default; a bearer token when `admin_token` is set
-//! (compared in constant time) for every call but `GET /healthz` and `GET /readyz`. Never served on
-//! the data port.
+//! The admin listener (SPEC sections 8 and 11): nodes, drain/undrain, routes, reload/rollback,
+//! bindings, metrics, liveness and readiness, the status page (`GET /`, [`status`]) and its event
+//! feed (`GET /admin/events`, [`sse`]). Loopback by default; a bearer token when `admin_token` is
+//! set (compared in constant time) for every call but `GET /healthz`, `GET /readyz` and the page
+//! itself (which carries no node data and asks for the token). Never served on the data port; the
+//! optional `health_listen` listener serves only the two probes ([`Admin::handle_health`]).
+
+pub mod sse;
+pub mod status;
+
+/// The event hub's module, also reachable here (publishers: `metrics.events.publish(..)`).
+pub use crate::events;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -37,14 +46,23 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     /// Bearer token.
     pub token: Option<String>,
-    /// False once shutdown started (readiness).
-    pub ready: Arc<AtomicBool>,
+    /// Readiness (SPEC section 11).
+    pub readiness: Arc<status::Readiness>,
 }
 
-type AdminBody = Full<Bytes>;
+/// The status page: one self-contained document (style and script inline, nothing fetched from
+/// elsewhere) that reads `GET /admin/status` and `GET /admin/events` with the token it asks for.
+pub const STATUS_PAGE: &str = include_str!("page.html");
+
+/// Body of every admin answer: a full buffer, or the event stream.
+pub type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
+
+fn full(b: impl Into<Bytes>) -> AdminBody {
+    Full::new(b.into()).boxed_unsync()
+}
 
 fn json_resp(status: StatusCode, v: &Value) -> Response<AdminBody> {
-    let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
+    let mut r = Response::new(full(v.to_string()));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -62,11 +80,12 @@ impl Admin {
     pub async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
-    ) -> Result<Response<AdminBody>, std::convert::Infallible> {
+    ) -> Result<Response<AdminBody>, Infallible> {
         // Liveness and readiness stay open: orchestrator probes carry no token (as Envoy's /ready).
-        let probe =
-            req.method() == Method::GET && matches!(req.uri().path(), "/healthz" | "/readyz");
-        if let Some(token) = self.token.as_ref().filter(|_| !probe) {
+        // So does the page: a browser cannot send a token when navigating (SPEC section 11).
+        let open =
+            req.method() == Method::GET && matches!(req.uri().path(), "/healthz" | "/readyz" | "/");
+        if let Some(token) = self.token.as_ref().filter(|_| !open) {
             let given = req
                 .headers()
                 .get(header::AUTHORIZATION)
@@ -89,23 +108,38 @@ impl Admin {
             .await;
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         let resp = match (&method, segs.as_slice()) {
-            (&Method::GET, ["healthz"]) => json_resp(StatusCode::OK, &json!({"status": "ok"})),
-            (&Method::GET, ["readyz"]) => {
-                if self.ready.load(Ordering::Acquire) {
-                    json_resp(
-                        StatusCode::OK,
-                        &json!({"status": "ready", "generation": self.routing.table().generation}),
-                    )
-                } else {
-                    json_resp(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &json!({"status": "shutting down"}),
-                    )
-                }
+            (&Method::GET, ["healthz"] | ["readyz"]) => self.probe_resp(segs[0]),
+            (&Method::GET, [""]) => {
+                let mut r = Response::new(full(STATUS_PAGE));
+                let h = r.headers_mut();
+                h.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                r
+            }
+            (&Method::GET, ["admin", "status"]) => {
+                let table = self.routing.table();
+                let ready = self.readiness.check(&table).is_ok();
+                json_resp(
+                    StatusCode::OK,
+                    &status::status_json(&table, &self.hopper, &self.metrics, ready),
+                )
+            }
+            (&Method::GET, ["admin", "events"]) => {
+                let mut r = Response::new(sse::subscribe(&self.metrics.events).boxed_unsync());
+                let h = r.headers_mut();
+                h.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                r
             }
             (&Method::GET, ["metrics"]) => {
                 self.refresh_node_metrics(&self.routing.table());
-                let mut r = Response::new(Full::new(Bytes::from(self.metrics.encode())));
+                let mut r = Response::new(full(self.metrics.encode()));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -133,7 +167,7 @@ impl Admin {
             },
             (&Method::DELETE, ["admin", "conns", id]) => {
                 if self.hopper.store().remove(id).await {
-                    let mut r = Response::new(Full::new(Bytes::new()));
+                    let mut r = Response::new(full(Bytes::new()));
                     *r.status_mut() = StatusCode::NO_CONTENT;
                     r
                 } else {
@@ -146,6 +180,42 @@ impl Admin {
             ),
         };
         Ok(resp)
+    }
+
+    /// Serves the `health_listen` listener (SPEC section 11): `GET /healthz` and `GET /readyz`
+    /// only, no token; every other request is 404.
+    pub async fn handle_health(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<AdminBody>, Infallible> {
+        let path = req.uri().path();
+        Ok(match (req.method(), path) {
+            (&Method::GET, "/healthz") => self.probe_resp("healthz"),
+            (&Method::GET, "/readyz") => self.probe_resp("readyz"),
+            _ => error(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "the health listener serves only GET /healthz and GET /readyz, not {} {path}",
+                    req.method()
+                ),
+            ),
+        })
+    }
+
+    /// `healthz`: 200 while the process serves. `readyz`: 200 when [`status::Readiness`] says
+    /// ready, else 503 with the reason.
+    fn probe_resp(&self, which: &str) -> Response<AdminBody> {
+        if which == "healthz" {
+            return json_resp(StatusCode::OK, &json!({"status": "ok"}));
+        }
+        let table = self.routing.table();
+        match self.readiness.check(&table) {
+            Ok(()) => json_resp(
+                StatusCode::OK,
+                &json!({"status": "ready", "generation": table.generation}),
+            ),
+            Err(why) => json_resp(StatusCode::SERVICE_UNAVAILABLE, &json!({"status": why})),
+        }
     }
 
     fn nodes(&self) -> Value {

@@ -43,6 +43,8 @@ pub struct ServerFile {
     pub shutdown_timeout: Option<String>,
     /// Access log on or off.
     pub access_log: Option<bool>,
+    /// Probe-only listener (`/healthz`, `/readyz`), `host:port`; empty = none.
+    pub health_listen: Option<String>,
 }
 
 /// `[affinity]` as written.

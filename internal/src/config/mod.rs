@@ -153,6 +153,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Access log on/off.
     pub access_log: bool,
+    /// Probe-only listener for orchestrators (SPEC section 11); `None` = not opened.
+    pub health_listen: Option<SocketAddr>,
 }
 
 /// How conn ids are accepted (SPEC section 3 `ids`).

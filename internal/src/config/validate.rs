@@ -194,6 +194,17 @@ fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             DEFAULT_SHUTDOWN_TIMEOUT,
         ),
         access_log: s.access_log.unwrap_or(true),
+        health_listen: s
+            .health_listen
+            .as_ref()
+            .filter(|a| !a.is_empty())
+            .and_then(|a| match a.parse() {
+                Ok(addr) => Some(addr),
+                Err(e) => {
+                    c.err("server.health_listen", format!("invalid socket address {a:?}: {e}"));
+                    None
+                }
+            }),
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::events::{unix_ms, Event};
 use crate::metrics::Metrics;
 use crate::registry::{Node, NodeState};
 use crate::routing::{Cluster, RouteTable};
@@ -164,18 +165,29 @@ impl Hopper {
         // Only the request whose compare-and-set changed the binding counts and logs the hop; the
         // others of a racing burst follow it (CASE-17: the binding moves once).
         if swapped && winner == node.id {
-            self.metrics.hop(reason);
-            tracing::info!(conn_id = conn, from = old, to = %node.id, reason, "Hopping triggered for conn {} from {} to {}", conn, old, node.id);
+            self.counted(conn, old, &node.id, reason);
         }
         node
+    }
+
+    /// Counts, logs and publishes (SPEC section 11 `hop` event) one hop.
+    fn counted(&self, conn: &str, old: &str, to: &Arc<str>, reason: &'static str) {
+        self.metrics.hop(reason);
+        tracing::info!(conn_id = conn, from = old, to = %to, reason, "Hopping triggered for conn {} from {} to {}", conn, old, to);
+        self.metrics.events.publish(Event::Hop {
+            conn: conn.to_string(),
+            from: Arc::from(old),
+            to: to.clone(),
+            reason,
+            at_ms: unix_ms(),
+        });
     }
 
     /// Records that `conn` now lives on `node` after a retry moved it away from `old`.
     pub async fn moved(&self, conn: &str, old: &str, node: &Arc<Node>, reason: &'static str) {
         let (winner, swapped) = self.store.hop_cas(conn, old, &node.id).await;
         if swapped && winner == node.id {
-            self.metrics.hop(reason);
-            tracing::info!(conn_id = conn, from = old, to = %node.id, reason, "Hopping triggered for conn {} from {} to {}", conn, old, node.id);
+            self.counted(conn, old, &node.id, reason);
         }
     }
 }

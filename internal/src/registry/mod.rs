@@ -150,6 +150,8 @@ pub struct NodeRuntime {
     ramp_started_ms: AtomicU64,
     consecutive_failures: AtomicU32,
     inflight: AtomicU64,
+    /// Set by the first active probe result (readiness waits for the first round, SPEC section 11).
+    probed: AtomicBool,
     /// Good answers from real traffic so far (see [`NodeRuntime::passive_mark`]).
     passive_successes: AtomicU64,
     counters: Mutex<Counters>,
@@ -222,6 +224,7 @@ impl NodeRuntime {
             ramp_started_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             inflight: AtomicU64::new(0),
+            probed: AtomicBool::new(false),
             passive_successes: AtomicU64::new(0),
             counters: Mutex::new(Counters::default()),
             signal,
@@ -282,6 +285,11 @@ impl NodeRuntime {
     /// Consecutive failed probes (or passive errors that ejected it).
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures.load(Ordering::Relaxed)
+    }
+
+    /// True once an active probe of this node has finished (passed or failed).
+    pub fn probed(&self) -> bool {
+        self.probed.load(Ordering::Acquire)
     }
 
     /// Requests and streams in flight on this node.
@@ -354,6 +362,7 @@ impl NodeRuntime {
             .counters
             .lock()
             .expect("counters mutex is never poisoned: no panics while held");
+        self.probed.store(true, Ordering::Release);
         let before = self.health.load(Ordering::Acquire);
         let mut after = before;
         let mut held = false;
@@ -460,6 +469,12 @@ impl NodeRuntime {
             s.drain_deadline = Some(deadline);
         });
         tracing::info!(node = %self.id, "node draining");
+        if let Some(m) = &self.metrics {
+            m.events.publish(crate::events::Event::Drain {
+                id: self.id.clone(),
+                deadline_ms: crate::events::unix_ms_at(deadline),
+            });
+        }
     }
 
     /// Ends a drain: the node takes work again if healthy.

@@ -36,6 +36,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::config::{self, Config, ConfigError, ConfigIssue};
+use crate::events::Event;
 use crate::metrics::Metrics;
 use crate::registry::health::HealthChecker;
 use crate::registry::probe::connect_probe;
@@ -242,7 +243,23 @@ impl Routing {
         }
         // Every ticket issued so far was issued before the file is read below: this reload covers it.
         let covered = self.tickets.load(Ordering::Acquire);
+        let before = self.live.load().generation;
+        crate::notify::reloading();
         let result = self.reload_locked(trigger).await;
+        let generation = self.live.load().generation;
+        self.metrics.events.publish(Event::Reload {
+            generation,
+            result: match &result {
+                Ok(g) if *g == before => "unchanged",
+                Ok(_) => "ok",
+                Err(ReloadError::Invalid(_)) => "invalid",
+                Err(ReloadError::ProbeFailed { .. }) => "probe_failed",
+                Err(ReloadError::NoFile) => "no_file",
+                Err(ReloadError::NoPrevious) => "no_previous",
+            },
+        });
+        // Whatever the result, the gateway serves again (the old table stays on a refusal).
+        crate::notify::ready();
         *self
             .last_reload
             .lock()
@@ -343,6 +360,10 @@ impl Routing {
         // The live table no longer matches the file: SIGHUP or the admin call may re-apply it.
         self.seen.lock().expect("seen mutex is never poisoned").live = None;
         self.metrics.reload(result);
+        self.metrics.events.publish(Event::Reload {
+            generation: g,
+            result,
+        });
         tracing::warn!(
             generation = g,
             from_generation = live.generation,

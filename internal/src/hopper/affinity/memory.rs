@@ -1,6 +1,7 @@
 //! The bounded in-memory affinity store: an LRU capped at `max_entries` with a sliding TTL
 //! (SPEC section 7). A flood of random ids evicts the least recently used bindings; memory stays bounded.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ pub struct MemoryStore {
     /// Grows with the bindings held: a table preallocated for `max_entries` has its pages touched
     /// at random by the first inserts, costing kilobytes of RSS per binding (issue 7).
     map: Mutex<LruCache<Box<str>, Entry>>,
+    /// Entries per node (expired ones included until touched), kept in step with `map` under its
+    /// lock, for the status page's bindings column.
+    per_node: Mutex<HashMap<Arc<str>, usize>>,
     cap: usize,
     ttl: Duration,
 }
@@ -30,6 +34,7 @@ impl MemoryStore {
     pub fn new(max_entries: usize, ttl: Duration) -> Self {
         MemoryStore {
             map: Mutex::new(LruCache::unbounded()),
+            per_node: Mutex::new(HashMap::new()),
             cap: max_entries.max(1),
             ttl,
         }
@@ -37,10 +42,34 @@ impl MemoryStore {
 
     /// Inserts or replaces `conn`, evicting the least recently used binding past the cap.
     fn insert(&self, map: &mut LruCache<Box<str>, Entry>, conn: &str, entry: Entry) {
-        map.put(conn.into(), entry);
-        while map.len() > self.cap {
-            map.pop_lru();
+        let mut counts = self.counts();
+        *counts.entry(entry.node.clone()).or_insert(0) += 1;
+        if let Some(old) = map.put(conn.into(), entry) {
+            forget(&mut counts, &old.node);
         }
+        while map.len() > self.cap {
+            if let Some((_, old)) = map.pop_lru() {
+                forget(&mut counts, &old.node);
+            }
+        }
+    }
+
+    /// Removes `conn` from `map`, keeping the per-node counts in step.
+    fn pop(&self, map: &mut LruCache<Box<str>, Entry>, conn: &str) -> Option<Entry> {
+        let e = map.pop(conn)?;
+        forget(&mut self.counts(), &e.node);
+        Some(e)
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        self.per_node
+            .lock()
+            .expect("per-node count mutex is never poisoned: no panics while held")
+    }
+
+    /// Bindings held per node id (expired ones included until touched or evicted).
+    pub fn per_node(&self) -> HashMap<Arc<str>, usize> {
+        self.counts().clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Entry>> {
@@ -59,7 +88,7 @@ impl MemoryStore {
                 Some(e.node.clone())
             }
             Some(_) => {
-                map.pop(conn);
+                self.pop(&mut map, conn);
                 None
             }
             None => None,
@@ -130,7 +159,8 @@ impl MemoryStore {
     /// See [`super::AffinityStore::remove`].
     pub fn remove(&self, conn: &str) -> bool {
         let now = Instant::now();
-        self.lock().pop(conn).is_some_and(|e| e.expires > now)
+        let mut map = self.lock();
+        self.pop(&mut map, conn).is_some_and(|e| e.expires > now)
     }
 
     /// See [`super::AffinityStore::lookup`].
@@ -145,7 +175,9 @@ impl MemoryStore {
 
     /// Drops every entry (a replica that missed invalidations).
     pub fn clear(&self) {
-        self.lock().clear();
+        let mut map = self.lock();
+        map.clear();
+        self.counts().clear();
     }
 
     /// Number of entries, expired ones included until touched.
@@ -156,6 +188,15 @@ impl MemoryStore {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+fn forget(counts: &mut HashMap<Arc<str>, usize>, node: &Arc<str>) {
+    if let Some(n) = counts.get_mut(node) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(node);
+        }
     }
 }
 
@@ -171,6 +212,12 @@ mod tests {
             s.bind(&format!("id-{i}"), &n);
         }
         assert_eq!(s.len(), 1000);
+        assert_eq!(s.per_node().get("a"), Some(&1000));
+        let b: Arc<str> = Arc::from("b");
+        s.hop("id-99999", "a", &b);
+        s.remove("id-99998");
+        assert_eq!(s.per_node().get("a"), Some(&998));
+        assert_eq!(s.per_node().get("b"), Some(&1));
         assert!(s.lookup("id-0").is_none());
         assert!(s.lookup("id-99999").is_some());
     }

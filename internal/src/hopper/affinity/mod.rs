@@ -84,6 +84,15 @@ impl AffinityStore {
         }
     }
 
+    /// Bindings held per node id: the memory store's entries, or the Redis store's local cache
+    /// (this replica's view). Expired bindings count until touched or evicted.
+    pub fn bindings_per_node(&self) -> std::collections::HashMap<Arc<str>, usize> {
+        match self {
+            AffinityStore::Memory(m) => m.per_node(),
+            AffinityStore::Redis(r) => r.cached_per_node(),
+        }
+    }
+
     /// Stops background tasks (Redis subscriber, write-back) and waits for them.
     pub async fn shutdown(&self) {
         match self {

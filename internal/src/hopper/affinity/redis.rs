@@ -314,6 +314,11 @@ impl RedisStore {
         s.cache.lookup(conn)
     }
 
+    /// Bindings per node in the local cache (this replica's view; the status page's column).
+    pub fn cached_per_node(&self) -> std::collections::HashMap<Arc<str>, usize> {
+        self.shared.cache.per_node()
+    }
+
     /// True while Redis is believed unreachable (answers come from the local cache).
     pub fn is_down(&self) -> bool {
         self.shared.is_down()

@@ -1,0 +1,297 @@
+//! The event feed of the operator surface (SPEC section 11): `hop`, `node`, `reload` and `drain`
+//! events, published with one call ([`Events::publish`]) from wherever they happen, fanned out to
+//! the `GET /admin/events` subscribers and kept in small bounded rings for the status page.
+//!
+//! - **Fan-out** is a `tokio::sync::broadcast` channel of [`BROADCAST_CAPACITY`] events: a
+//!   subscriber that falls that far behind is dropped by its reader (admin), never buffered.
+//! - **History** for the status page: the last [`RECENT_HOPS`] hops, the last [`RECENT_RELOADS`]
+//!   reloads, and hops per second over the last [`HOP_HISTORY_SECS`] seconds (one bucket a second).
+//!
+//! A leaf module like [`crate::metrics`] (it rides on [`crate::metrics::Metrics`] so every
+//! component that counts can also report); spawns nothing; publishing never awaits.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+/// Events a subscriber may lag behind before it is dropped: a page rendering a hop storm keeps
+/// up with this many (about two seconds of a 500 hops/s storm), and each one is a shared `Arc`.
+pub const BROADCAST_CAPACITY: usize = 1024;
+/// Hops kept for the status page's "recent hops" list.
+pub const RECENT_HOPS: usize = 50;
+/// Reloads kept for the status page's "recent reloads" list.
+pub const RECENT_RELOADS: usize = 20;
+/// Length of the hops-per-second history (SPEC section 11: the last 15 minutes).
+pub const HOP_HISTORY_SECS: usize = 15 * 60;
+
+/// One operator event (SPEC section 11 `GET /admin/events`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A conn id was rebound from one node to another.
+    Hop {
+        /// Conn id.
+        conn: String,
+        /// Old node id.
+        from: Arc<str>,
+        /// New node id.
+        to: Arc<str>,
+        /// Hop reason (as `hopping_count_total{reason}`).
+        reason: &'static str,
+        /// Unix time of the hop, milliseconds.
+        at_ms: u64,
+    },
+    /// A node's state or effective weight changed.
+    Node {
+        /// Node id.
+        id: Arc<str>,
+        /// Cluster name.
+        cluster: Arc<str>,
+        /// `healthy`, `degraded`, `ejected`, `draining` or `warming`.
+        state: &'static str,
+        /// Effective weight (as `GET /admin/nodes`: configured x health % x warm-up %).
+        weight: f64,
+    },
+    /// A reload (or rollback) ended.
+    Reload {
+        /// The live generation afterwards.
+        generation: u64,
+        /// `ok`, `unchanged`, `invalid`, `probe_failed`, `no_file`, `rollback`, `rolled_back`.
+        result: &'static str,
+    },
+    /// A node started draining.
+    Drain {
+        /// Node id.
+        id: Arc<str>,
+        /// Unix time of the drain deadline, milliseconds.
+        deadline_ms: u64,
+    },
+}
+
+impl Event {
+    /// The SSE `event:` name: `hop`, `node`, `reload` or `drain`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Hop { .. } => "hop",
+            Event::Node { .. } => "node",
+            Event::Reload { .. } => "reload",
+            Event::Drain { .. } => "drain",
+        }
+    }
+
+    /// The SSE `data:` object, with exactly the SPEC's fields.
+    pub fn data(&self) -> Value {
+        match self {
+            Event::Hop {
+                conn,
+                from,
+                to,
+                reason,
+                at_ms,
+            } => json!({"conn": conn, "from": &**from, "to": &**to, "reason": reason, "at_ms": at_ms}),
+            Event::Node {
+                id,
+                cluster,
+                state,
+                weight,
+            } => json!({"id": &**id, "cluster": &**cluster, "state": state, "weight": weight}),
+            Event::Reload { generation, result } => {
+                json!({"generation": generation, "result": result})
+            }
+            Event::Drain { id, deadline_ms } => json!({"id": &**id, "deadline_ms": deadline_ms}),
+        }
+    }
+
+    /// The event as one SSE message (`event:` and `data:` lines and the blank line).
+    pub fn to_sse(&self) -> String {
+        format!("event: {}\ndata: {}\n\n", self.kind(), self.data())
+    }
+}
+
+/// Unix time now in milliseconds.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Unix time in milliseconds of `at`, a tokio instant (future or past).
+pub fn unix_ms_at(at: tokio::time::Instant) -> u64 {
+    let now = tokio::time::Instant::now();
+    let ms = unix_ms();
+    if at >= now {
+        ms + (at - now).as_millis() as u64
+    } else {
+        ms.saturating_sub((now - at).as_millis() as u64)
+    }
+}
+
+#[derive(Debug)]
+struct History {
+    hops: VecDeque<Value>,
+    reloads: VecDeque<Value>,
+    /// `(unix second, hops in it)`, indexed by second modulo [`HOP_HISTORY_SECS`].
+    per_second: Vec<(u64, u32)>,
+}
+
+/// The event hub: broadcast plus the status page's bounded history. Cheap to share.
+#[derive(Debug)]
+pub struct Events {
+    tx: broadcast::Sender<Arc<Event>>,
+    history: Mutex<History>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Events {
+    /// A hub with no subscribers and empty history.
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Events {
+            tx,
+            history: Mutex::new(History {
+                hops: VecDeque::with_capacity(RECENT_HOPS),
+                reloads: VecDeque::with_capacity(RECENT_RELOADS),
+                per_second: vec![(0, 0); HOP_HISTORY_SECS],
+            }),
+        }
+    }
+
+    /// Publishes `event` to every subscriber and records hops and reloads in the history.
+    /// Never blocks on a subscriber: a slow one lags and is dropped by its reader.
+    pub fn publish(&self, event: Event) {
+        {
+            let mut h = self.lock();
+            match &event {
+                Event::Hop { at_ms, .. } => {
+                    push_bounded(&mut h.hops, event.data(), RECENT_HOPS);
+                    let sec = at_ms / 1000;
+                    let slot = &mut h.per_second[(sec as usize) % HOP_HISTORY_SECS];
+                    if slot.0 != sec {
+                        *slot = (sec, 0);
+                    }
+                    slot.1 = slot.1.saturating_add(1);
+                }
+                Event::Reload { .. } => {
+                    let mut v = event.data();
+                    v["at_ms"] = json!(unix_ms());
+                    push_bounded(&mut h.reloads, v, RECENT_RELOADS);
+                }
+                Event::Node { .. } | Event::Drain { .. } => {}
+            }
+        }
+        // No subscriber is not an error: the event is only in the history then.
+        let _ = self.tx.send(Arc::new(event));
+    }
+
+    /// A new subscriber, seeing every event published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
+    /// Subscribers currently connected.
+    pub fn subscribers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Recent hops, newest first (the SPEC's `hop` objects).
+    pub fn recent_hops(&self) -> Vec<Value> {
+        self.lock().hops.iter().rev().cloned().collect()
+    }
+
+    /// Recent reloads, newest first (`generation`, `result`, `at_ms`).
+    pub fn recent_reloads(&self) -> Vec<Value> {
+        self.lock().reloads.iter().rev().cloned().collect()
+    }
+
+    /// Hops in each of the last [`HOP_HISTORY_SECS`] whole seconds, oldest first, ending with the
+    /// second before `now_ms` (the current second is still counting).
+    pub fn hops_per_second(&self, now_ms: u64) -> Vec<u32> {
+        let h = self.lock();
+        let now = now_ms / 1000;
+        (1..=HOP_HISTORY_SECS as u64)
+            .rev()
+            .map(|back| {
+                let sec = now.saturating_sub(back);
+                let slot = h.per_second[(sec as usize) % HOP_HISTORY_SECS];
+                if slot.0 == sec && sec > 0 {
+                    slot.1
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, History> {
+        self.history
+            .lock()
+            .expect("events history mutex is never poisoned: no panics while held")
+    }
+}
+
+fn push_bounded(q: &mut VecDeque<Value>, v: Value, cap: usize) {
+    if q.len() == cap {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(at_ms: u64) -> Event {
+        Event::Hop {
+            conn: "c".into(),
+            from: Arc::from("a"),
+            to: Arc::from("b"),
+            reason: "ejected",
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn sse_shape_has_the_spec_fields() {
+        let e = hop(5);
+        assert_eq!(
+            e.to_sse(),
+            "event: hop\ndata: {\"at_ms\":5,\"conn\":\"c\",\"from\":\"a\",\"reason\":\"ejected\",\"to\":\"b\"}\n\n"
+        );
+        let d = Event::Drain {
+            id: Arc::from("n"),
+            deadline_ms: 9,
+        };
+        assert_eq!(d.data(), json!({"id": "n", "deadline_ms": 9}));
+    }
+
+    #[test]
+    fn history_is_bounded_and_buckets_by_second() {
+        let ev = Events::new();
+        let base = 1_700_000_000_000u64;
+        for i in 0..200 {
+            ev.publish(hop(base + i * 10)); // 200 hops over 2 seconds
+        }
+        assert_eq!(ev.recent_hops().len(), RECENT_HOPS);
+        let per = ev.hops_per_second(base + 3_000);
+        assert_eq!(per.len(), HOP_HISTORY_SECS);
+        assert_eq!(&per[HOP_HISTORY_SECS - 3..], &[100, 100, 0]);
+        // A bucket 15 minutes old is not counted again when its slot comes round.
+        let later = base + (HOP_HISTORY_SECS as u64) * 1000;
+        assert_eq!(ev.hops_per_second(later + 3_000).iter().sum::<u32>(), 0);
+        for i in 0..30 {
+            ev.publish(Event::Reload {
+                generation: i,
+                result: "ok",
+            });
+        }
+        assert_eq!(ev.recent_reloads().len(), RECENT_RELOADS);
+        assert_eq!(ev.recent_reloads()[0]["generation"], 29);
+    }
+}

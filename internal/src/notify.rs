@@ -1,0 +1,28 @@
+//! systemd readiness notifications (SPEC section 11, `Type=notify`): `READY=1` once the listeners
+//! accept, `RELOADING=1` then `READY=1` around every reload, `STOPPING=1` on shutdown. Each is
+//! one datagram to `$NOTIFY_SOCKET` via the sd-notify crate; without that variable (not started by
+//! systemd) every call does nothing. A leaf module; spawns nothing.
+
+use sd_notify::NotifyState;
+
+fn send(state: NotifyState<'_>) {
+    // The variable stays set: every reload notifies again (sd_notify(3) `unset_environment`).
+    if let Err(e) = sd_notify::notify(false, &[state]) {
+        tracing::warn!(error = %e, "cannot notify systemd");
+    }
+}
+
+/// `READY=1`: start-up finished, or a reload ended (whatever its result).
+pub fn ready() {
+    send(NotifyState::Ready);
+}
+
+/// `RELOADING=1`: a reload started; [`ready`] follows when it ends.
+pub fn reloading() {
+    send(NotifyState::Reloading);
+}
+
+/// `STOPPING=1`: shutdown started.
+pub fn stopping() {
+    send(NotifyState::Stopping);
+}
