@@ -27,16 +27,17 @@ enum OnOff {
 #[command(name = "hopping-gateway", version)]
 struct Cli {
     /// TOML config file (SPEC section 3); without it the Go-compatible defaults apply.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "HOPGW_CONFIG")]
     config: Option<PathBuf>,
-    /// Validate FILE, print every error with line and column, and exit (0 valid, 2 invalid).
-    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    /// Validate FILE, print every error with line and column, and exit (0 valid, 2 invalid);
+    /// `--config` (or `HOPGW_CONFIG`) is ignored then.
+    #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
     /// Data-plane listen address (overrides [server] listen).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "HOPGW_LISTEN")]
     listen: Option<SocketAddr>,
     /// Admin listen address (overrides [server] admin_listen).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "HOPGW_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
     /// Replace the first cluster's nodes; repeatable.
     #[arg(long = "node", value_name = "ID=HOST:PORT")]

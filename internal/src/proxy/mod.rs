@@ -6,6 +6,7 @@
 //! ([`forward`]). Long-lived upgrades go to [`websocket`]. Every failure becomes a response in
 //! [`respond`] and nowhere else. Streams both ways; bodies are never buffered whole.
 
+pub mod access;
 pub mod body;
 pub mod client_body;
 pub mod expect;
@@ -130,6 +131,14 @@ pub struct LogCtx {
     /// The route table snapshot that served the request: [`Proxy::finish`] counts the outcome on
     /// its warm-ups (SPEC section 6 automatic rollback).
     pub table: Option<Arc<RouteTable>>,
+    /// Client address.
+    pub client: Option<std::net::SocketAddr>,
+    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`access::protocol`]).
+    pub protocol: &'static str,
+    /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
+    pub trace_id: Option<String>,
+    /// Set when the gateway made the answer itself: [`ProxyError::reason`].
+    pub reason: Option<&'static str>,
 }
 
 impl Proxy {
@@ -140,12 +149,15 @@ impl Proxy {
         dc: Arc<DownstreamConn>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
+        let grpc_req = grpc::is_grpc(req.headers());
         let mut log = LogCtx {
             method: req.method().clone(),
             uri: req.uri().clone(),
+            client: Some(dc.peer),
+            protocol: access::protocol(&req, grpc_req),
+            trace_id: access::trace_id(req.headers()),
             ..LogCtx::default()
         };
-        let grpc_req = grpc::is_grpc(req.headers());
         // An HTTP/1.1 upgrade that is not accepted ends the connection: the framing watch stopped
         // following it at the upgrade head (CASE-13).
         let h1_upgrade =
@@ -160,6 +172,7 @@ impl Proxy {
                 }
                 // Metrics and the access log keep the HTTP status of the failure.
                 let status = resp.status().as_u16();
+                log.reason = Some(err.reason());
                 if grpc_req {
                     // gRPC clients read grpc-status, not HTTP bodies (STYLE section 4).
                     resp = grpc::error_response(resp, &err.to_string(), &mut log.grpc_status);
@@ -203,8 +216,20 @@ impl Proxy {
             .inc();
         if self.settings.access_log {
             let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+            let upstream = log
+                .node
+                .as_deref()
+                .zip(log.table.as_ref())
+                .and_then(|(id, t)| t.node(id).map(|n| n.addr.clone()));
+            // A node's answer has an upstream status; the gateway's own answers a reason instead.
+            let upstream_status = match log.reason {
+                None if upstream.is_some() => Some(status),
+                _ => None,
+            };
             tracing::info!(
                 target: "access",
+                client = %log.client.map_or_else(|| "-".to_string(), |a| a.to_string()),
+                protocol = log.protocol,
                 method = %log.method,
                 path = %log.uri.path(),
                 status,
@@ -216,6 +241,10 @@ impl Proxy {
                 bytes_out,
                 hops = log.hops,
                 grpc_status = log.grpc_status.get(),
+                upstream = upstream.as_deref().unwrap_or("-"),
+                upstream_status = %upstream_status.map_or_else(|| "-".to_string(), |s| s.to_string()),
+                reason = log.reason.unwrap_or("-"),
+                trace_id = log.trace_id.as_deref(),
             );
         }
     }

@@ -102,6 +102,25 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// The access log's `reason` code for this gateway-made answer (SPEC section 8, issue 17).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProxyError::BadConnId { .. } => "bad_conn_id",
+            ProxyError::BadRequest(_) => "bad_request",
+            ProxyError::NoRoute { .. } => "no_route",
+            ProxyError::NoHealthyNode { .. } => "no_healthy_node",
+            ProxyError::VersionRejected { .. } => "version_rejected",
+            ProxyError::BodyTooLarge { .. } => "body_too_large",
+            ProxyError::Connect { .. } => "connect_failed",
+            ProxyError::Upstream { .. } => "upstream_failed",
+            ProxyError::Timeout { .. } => "upstream_timeout",
+            ProxyError::UriTooLong { .. } => "uri_too_long",
+            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
+            ProxyError::ShuttingDown => "shutting_down",
+            ProxyError::ClientBody(_) => "client_body",
+        }
+    }
+
     /// True if the node is at fault (for passive health).
     pub fn is_node_fault(&self) -> bool {
         matches!(
