@@ -90,7 +90,9 @@ impl Event {
                 to,
                 reason,
                 at_ms,
-            } => json!({"conn": conn, "from": &**from, "to": &**to, "reason": reason, "at_ms": at_ms}),
+            } => {
+                json!({"conn": conn, "from": &**from, "to": &**to, "reason": reason, "at_ms": at_ms})
+            }
             Event::Node {
                 id,
                 cluster,
@@ -210,12 +212,12 @@ impl Events {
         self.lock().reloads.iter().rev().cloned().collect()
     }
 
-    /// Hops in each of the last [`HOP_HISTORY_SECS`] whole seconds, oldest first, ending with the
-    /// second before `now_ms` (the current second is still counting).
+    /// Hops in each of the last [`HOP_HISTORY_SECS`] seconds, oldest first, ending with the
+    /// second of `now_ms` (still counting).
     pub fn hops_per_second(&self, now_ms: u64) -> Vec<u32> {
         let h = self.lock();
         let now = now_ms / 1000;
-        (1..=HOP_HISTORY_SECS as u64)
+        (0..HOP_HISTORY_SECS as u64)
             .rev()
             .map(|back| {
                 let sec = now.saturating_sub(back);
@@ -279,12 +281,13 @@ mod tests {
             ev.publish(hop(base + i * 10)); // 200 hops over 2 seconds
         }
         assert_eq!(ev.recent_hops().len(), RECENT_HOPS);
-        let per = ev.hops_per_second(base + 3_000);
+        let per = ev.hops_per_second(base + 2_000);
         assert_eq!(per.len(), HOP_HISTORY_SECS);
         assert_eq!(&per[HOP_HISTORY_SECS - 3..], &[100, 100, 0]);
+        assert_eq!(ev.hops_per_second(base + 1_500)[HOP_HISTORY_SECS - 1], 100);
         // A bucket 15 minutes old is not counted again when its slot comes round.
         let later = base + (HOP_HISTORY_SECS as u64) * 1000;
-        assert_eq!(ev.hops_per_second(later + 3_000).iter().sum::<u32>(), 0);
+        assert_eq!(ev.hops_per_second(later + 2_000).iter().sum::<u32>(), 0);
         for i in 0..30 {
             ev.publish(Event::Reload {
                 generation: i,

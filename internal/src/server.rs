@@ -184,7 +184,12 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     // The admin and health listeners outlive the drain: they stop only when `run` returns.
     let stop_admin = CancellationToken::new();
     let mut admin_tasks = JoinSet::new();
-    admin_tasks.spawn(accept_admin(admin_l, admin.clone(), stop_admin.clone(), false));
+    admin_tasks.spawn(accept_admin(
+        admin_l,
+        admin.clone(),
+        stop_admin.clone(),
+        false,
+    ));
     if let Some(l) = health_l {
         admin_tasks.spawn(accept_admin(l, admin, stop_admin.clone(), true));
     }

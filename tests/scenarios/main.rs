@@ -6,10 +6,13 @@
 mod canary;
 mod cases;
 mod core;
+mod deploy;
 mod drain;
 mod h2;
 mod health;
+mod operator;
 mod redis;
 mod reload;
+mod status_page;
 mod websocket;
 mod ws_fleet;

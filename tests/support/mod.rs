@@ -6,6 +6,7 @@
 
 pub mod h2c;
 pub mod http;
+pub mod webdriver;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -126,7 +127,8 @@ async fn wait_port(port: u16, timeout: Duration) {
 pub struct Logs(Arc<Mutex<Vec<String>>>);
 
 impl Logs {
-    fn capture(&self, child: &mut Child) {
+    /// Collects the stdout and stderr lines of `child`.
+    pub fn capture(&self, child: &mut Child) {
         for stream in [
             child
                 .stdout

@@ -34,9 +34,11 @@ pub fn subscribe(events: &Events) -> StreamBody<futures_util::stream::BoxStream<
     // Ends on its own: when the reader goes (the body and its receiver drop) or falls behind.
     tokio::spawn(forward(rx, tx));
     let first = futures_util::stream::once(async { Bytes::from_static(b": subscribed\n\n") });
-    let rest = futures_util::stream::unfold(out, |mut out| async move {
-        out.recv().await.map(|b| (b, out))
-    });
+    let rest =
+        futures_util::stream::unfold(
+            out,
+            |mut out| async move { out.recv().await.map(|b| (b, out)) },
+        );
     use futures_util::StreamExt;
     StreamBody::new(first.chain(rest).map(|b| Ok(Frame::data(b))).boxed())
 }

@@ -201,7 +201,10 @@ fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             .and_then(|a| match a.parse() {
                 Ok(addr) => Some(addr),
                 Err(e) => {
-                    c.err("server.health_listen", format!("invalid socket address {a:?}: {e}"));
+                    c.err(
+                        "server.health_listen",
+                        format!("invalid socket address {a:?}: {e}"),
+                    );
                     None
                 }
             }),

@@ -36,9 +36,12 @@ pub fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
 pub fn trace_id(headers: &HeaderMap) -> Option<String> {
     let v = headers.get("traceparent")?.to_str().ok()?.trim();
     let mut parts = v.split('-');
-    let (version, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     // Version 00 has exactly four fields; later versions may append more (section 3.2.4).
     let ok = hex(version, 2)
@@ -59,13 +62,34 @@ mod tests {
     #[test]
     fn traceparent_table() {
         let cases = [
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Some("4bf92f3577b34da6a3ce929d0e0e4736")),
-            ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", None),
-            ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", None),
-            ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", None),
-            ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", Some("4bf92f3577b34da6a3ce929d0e0e4736")),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                None,
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                None,
+            ),
+            (
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                None,
+            ),
+            (
+                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                None,
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+                None,
+            ),
+            (
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+                Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+            ),
             ("garbage", None),
         ];
         for (v, want) in cases {
