@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use integration_tests::http::{get, request};
 use integration_tests::{bin, cluster_toml, find, free_port, wait_until, Gateway, Logs, Mock};

@@ -1,7 +1,8 @@
 //! The status page (`GET /` on the admin listener, SPEC section 11, issue 17) in a real browser:
 //! Debian's headless chromium over chromedriver, against a gateway with two mock nodes.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use integration_tests::http::{get, request};
 use integration_tests::webdriver::Browser;
