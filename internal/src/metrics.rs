@@ -132,6 +132,8 @@ pub struct Metrics {
     pub fail_open: Family<ClusterLabel, Counter>,
     /// `gateway_health_transitions_total{cluster,node,to}`: health state changes (probe, passive, reload).
     pub health_transitions: Family<TransitionLabels, Counter>,
+    /// `gateway_discovery_errors_total{cluster}`: failed or empty DNS resolutions (SPEC section 12).
+    pub discovery_errors: Family<ClusterLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -229,6 +231,12 @@ impl Metrics {
             "Node health state changes by the state entered",
             health_transitions.clone(),
         );
+        let discovery_errors = Family::<ClusterLabel, Counter>::default();
+        registry.register(
+            "gateway_discovery_errors",
+            "Failed or empty DNS discovery resolutions; the last good node set stays",
+            discovery_errors.clone(),
+        );
         Metrics {
             registry,
             hops,
@@ -245,6 +253,7 @@ impl Metrics {
             retries,
             fail_open,
             health_transitions,
+            discovery_errors,
         }
     }
 

@@ -6,7 +6,9 @@
 mod canary;
 mod cases;
 mod core;
+mod discovery;
 mod drain;
+mod grpc_health;
 mod h2;
 mod health;
 mod redis;
