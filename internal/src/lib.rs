@@ -8,7 +8,7 @@
 //! Every failure becomes a response in [`proxy::respond`].
 //!
 //! Background tasks: per-node health probes ([`registry::health`]), reload triggers
-//! ([`routing::reload`]), the admin listener ([`admin`]), connection tasks. All of them watch the
+//! ([`routing::reload`]), DNS discovery ([`discovery`]), the admin listener ([`admin`]), connection tasks. All of them watch the
 //! [`drain`] signal and are joined on shutdown.
 //!
 //! State owners: [`routing::reload::Routing`] owns the table (`ArcSwap`, swapped whole);
@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod discovery;
 pub mod drain;
 pub mod events;
 pub mod hopper;

@@ -143,6 +143,8 @@ pub struct Metrics {
     pub fail_open: Family<ClusterLabel, Counter>,
     /// `gateway_health_transitions_total{cluster,node,to}`: health state changes (probe, passive, reload).
     pub health_transitions: Family<TransitionLabels, Counter>,
+    /// `gateway_discovery_errors_total{cluster}`: failed or empty DNS resolutions (SPEC section 12).
+    pub discovery_errors: Family<ClusterLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -250,6 +252,11 @@ impl Metrics {
             "gateway_build_info",
             "Always 1; the label carries the gateway's version",
             build_info,
+        let discovery_errors = Family::<ClusterLabel, Counter>::default();
+        registry.register(
+            "gateway_discovery_errors",
+            "Failed or empty DNS discovery resolutions; the last good node set stays",
+            discovery_errors.clone(),
         );
         Metrics {
             events: crate::events::Events::new(),
@@ -268,6 +275,7 @@ impl Metrics {
             retries,
             fail_open,
             health_transitions,
+            discovery_errors,
         }
     }
 

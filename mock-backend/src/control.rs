@@ -1,6 +1,7 @@
 //! `/control/*`: the knobs tests turn on a running node.
 //!
-//! Owns the request-side view of the shared `State`: health switch (or flapping pattern), delay, hang, idle
+//! Owns the request-side view of the shared `State`: health switch (or flapping pattern), the
+//! gRPC-only health switch, delay, hang, idle
 //! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
 //! behaves as `/abort`), and request stats.
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
@@ -19,6 +20,7 @@ use crate::{Flap, State};
 #[derive(Debug, Clone, Copy)]
 enum Action {
     Health,
+    GrpcHealth,
     Delay,
     Hang,
     Unhang,
@@ -33,6 +35,7 @@ impl Action {
     fn parse(action: &str) -> Option<Self> {
         Some(match action {
             "health" => Self::Health,
+            "grpc-health" => Self::GrpcHealth,
             "delay" => Self::Delay,
             "hang" => Self::Hang,
             "unhang" => Self::Unhang,
@@ -49,6 +52,7 @@ impl Action {
         match self {
             Self::Stats => Method::GET,
             Self::Health
+            | Self::GrpcHealth
             | Self::Delay
             | Self::Hang
             | Self::Unhang
@@ -78,6 +82,7 @@ pub(crate) fn handle(
     }
     match parsed {
         Action::Health => set_health(state, query),
+        Action::GrpcHealth => set_grpc_health(state, query),
         Action::Delay => set_delay(state, query),
         Action::Hang | Action::Unhang => {
             let hang = matches!(parsed, Action::Hang);
@@ -136,6 +141,22 @@ fn set_health(state: &State, query: Option<&str>) -> Response<RespBody> {
     drop(flap);
     let label = if down { "down" } else { "up" };
     json_response(StatusCode::OK, &json!({"node": state.id, "state": label}))
+}
+
+/// `grpc-health?state=down|up`: a test knob that flips only the gRPC `Health/Check` answer
+/// (NOT_SERVING while down), leaving `GET /health` as it is: the "alive but useless" gRPC node.
+fn set_grpc_health(state: &State, query: Option<&str>) -> Response<RespBody> {
+    let down = match query_param(query, "state").as_deref() {
+        Some("down") => true,
+        Some("up") => false,
+        _ => return error_response(state, StatusCode::BAD_REQUEST, "state=down|up is required"),
+    };
+    state.grpc_down.store(down, Ordering::Relaxed);
+    let label = if down { "down" } else { "up" };
+    json_response(
+        StatusCode::OK,
+        &json!({"node": state.id, "grpc_health": label}),
+    )
 }
 
 fn set_delay(state: &State, query: Option<&str>) -> Response<RespBody> {

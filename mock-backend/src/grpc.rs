@@ -1,4 +1,6 @@
-//! The gRPC port: service `hopping.test.v1.Echo` (proto/echo.proto) over h2c, plus `GET /health`.
+//! The gRPC port: service `hopping.test.v1.Echo` (proto/echo.proto) over h2c, plus `GET /health` and
+//! `grpc.health.v1.Health/Check` (SERVING; NOT_SERVING while set down with `/control/health` or,
+//! for gRPC health alone, the test knob `/control/grpc-health?state=down`).
 //!
 //! Owns the hand-written prost messages ([`proto`]), gRPC length-prefixed framing
 //! ([`encode_frame`], [`split_frame`], public so test clients can reuse them) and the handlers.
@@ -30,6 +32,8 @@ use crate::State;
 pub const WHO_PATH: &str = "/hopping.test.v1.Echo/Who";
 /// Path of the server-streaming `Ticks` method.
 pub const TICKS_PATH: &str = "/hopping.test.v1.Echo/Ticks";
+/// Path of the standard health method (grpc/grpc `doc/health-checking.md`).
+pub const HEALTH_CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
 
 /// Gap between two `Ticks` messages.
 const TICK_EVERY: Duration = Duration::from_millis(100);
@@ -62,6 +66,22 @@ pub mod proto {
         /// Number of ticks (0 = unbounded).
         #[prost(uint32, tag = "1")]
         pub count: u32,
+    }
+
+    /// `grpc.health.v1.HealthCheckRequest`: the service asked about (any name is answered).
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct HealthCheckRequest {
+        /// Service name; empty = the whole server.
+        #[prost(string, tag = "1")]
+        pub service: String,
+    }
+
+    /// `grpc.health.v1.HealthCheckResponse`: `status` 1 = SERVING, 2 = NOT_SERVING.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct HealthCheckResponse {
+        /// `ServingStatus` value.
+        #[prost(int32, tag = "1")]
+        pub status: i32,
     }
 
     /// One streamed tick.
@@ -113,6 +133,7 @@ pub(crate) async fn handle(
     state.admit(&path).await;
     let mut resp = match (path.as_str(), forced_status(req.headers())) {
         ("/health", _) => health(&state),
+        (HEALTH_CHECK_PATH, _) => health_check(&state, req).await,
         (WHO_PATH | TICKS_PATH, Some(forced)) => forced.response(),
         (WHO_PATH, None) => who(&state, req).await,
         (TICKS_PATH, None) => ticks(&state, req).await,
@@ -158,6 +179,21 @@ async fn who(state: &State, req: Request<Incoming>) -> Response<RespBody> {
     }
     let reply = encode_frame(&proto::WhoReply {
         node: state.id.clone(),
+    });
+    let trailers = status_trailers(CODE_OK, None);
+    let frames = [Ok(Frame::data(reply)), Ok(Frame::trailers(trailers))];
+    grpc_response(StreamBody::new(stream::iter(frames)).boxed_unsync())
+}
+
+/// `Health/Check`: SERVING (1), or NOT_SERVING (2) while the node is set down (main health
+/// switch or the gRPC-only knob); answered for any service name.
+async fn health_check(state: &State, req: Request<Incoming>) -> Response<RespBody> {
+    if let Err(message) = read_request::<proto::HealthCheckRequest>(req).await {
+        return trailers_only(CODE_INVALID_ARGUMENT, Some(&message));
+    }
+    let down = state.health_is_down() || state.grpc_down.load(Ordering::Relaxed);
+    let reply = encode_frame(&proto::HealthCheckResponse {
+        status: if down { 2 } else { 1 },
     });
     let trailers = status_trailers(CODE_OK, None);
     let frames = [Ok(Frame::data(reply)), Ok(Frame::trailers(trailers))];

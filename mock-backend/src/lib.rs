@@ -4,11 +4,13 @@
 //! - the main port serves HTTP/1.1 and h2c prior knowledge: `GET /health`,
 //!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws`, `GET /sse`,
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
-//! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`, `POST delay?ms=N`,
+//! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`,
+//!   `POST grpc-health?state=down|up` (gRPC `Health/Check` only), `POST delay?ms=N`,
 //!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
 //!   `POST keepalive?idle_ms=N[&advertise=1][&reset=1]` (idle close by RST with `reset=1`), `POST goaway?after=N`,
 //!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
-//! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo` plus `GET /health`).
+//! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo`, `GET /health` and
+//!   `grpc.health.v1.Health/Check`).
 //!
 //! Every response carries `x-node-id`. The knobs live in one shared `State` of atomics and watch
 //! channels, so every connection sees a change at once. Every connection and WebSocket task is
@@ -141,6 +143,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         version_header,
         zone_header,
         down: AtomicBool::new(false),
+        grpc_down: AtomicBool::new(false),
         flap: Mutex::new(None),
         delay_ms: AtomicU64::new(0),
         hang: watch::Sender::new(false),
@@ -242,6 +245,8 @@ struct State {
     zone_header: Option<HeaderValue>,
     /// Business health switch: `true` while set down.
     down: AtomicBool,
+    /// gRPC health alone set down (`/control/grpc-health`): HTTP health stays as `down` says.
+    grpc_down: AtomicBool,
     /// While set, health answers follow a repeating down/up pattern instead of `down`.
     flap: Mutex<Option<Flap>>,
     /// Latency added before every non-control response.

@@ -4,6 +4,7 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+pub mod dns;
 pub mod h2c;
 pub mod http;
 pub mod webdriver;

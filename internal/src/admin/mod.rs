@@ -29,6 +29,7 @@ use crate::hopper::Hopper;
 use crate::metrics::{Metrics, NodeLabels, NodeStateLabels};
 use crate::registry::weight;
 use crate::registry::NodeState;
+use crate::routing::discovered::NodeSource;
 use crate::routing::reload::{ReloadError, Routing};
 use crate::routing::RouteTable;
 
@@ -225,6 +226,7 @@ impl Admin {
             .nodes()
             .iter()
             .map(|n| {
+                let source = self.routing.node_source(&n.cluster, &n.id);
                 json!({
                     "cluster": &*n.cluster,
                     "id": &*n.id,
@@ -237,6 +239,14 @@ impl Admin {
                     "consecutive_failures": n.runtime.consecutive_failures(),
                     "inflight": n.runtime.inflight(),
                     "metadata": n.metadata.iter().collect::<BTreeMap<_, _>>(),
+                    "source": match &source {
+                        NodeSource::Static => "static".to_string(),
+                        NodeSource::Dns { name, .. } => format!("dns:{name}"),
+                    },
+                    "last_resolved_ms": match source {
+                        NodeSource::Static => None,
+                        NodeSource::Dns { resolved_ms, .. } => Some(resolved_ms),
+                    },
                 })
             })
             .collect();

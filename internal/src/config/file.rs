@@ -45,6 +45,8 @@ pub struct ServerFile {
     pub access_log: Option<bool>,
     /// Probe-only listener (`/healthz`, `/readyz`), `host:port`; empty = none.
     pub health_listen: Option<String>,
+    /// DNS server `ip:port` for service discovery; absent = the system resolver.
+    pub resolver: Option<String>,
 }
 
 /// `[affinity]` as written.
@@ -77,8 +79,10 @@ pub struct AffinityFile {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthFile {
-    /// `"http"` or `"tcp"`.
+    /// `"http"`, `"tcp"` or `"grpc"`.
     pub kind: Option<String>,
+    /// `kind = "grpc"`: the service asked about; `""` = the whole server.
+    pub grpc_service: Option<String>,
     /// Probe path for http probes.
     pub path: Option<String>,
     /// Probe interval, humantime.
@@ -155,6 +159,28 @@ pub struct ClusterFile {
     pub lb: Option<String>,
     /// Nodes.
     pub nodes: Vec<NodeFile>,
+    /// Nodes from DNS instead of `nodes` (SPEC section 12).
+    pub discovery: Option<DiscoveryFile>,
+}
+
+/// `discovery = { kind = "dns", name, port, interval, .. }` of a cluster (SPEC section 12).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryFile {
+    /// `"dns"`.
+    pub kind: Option<String>,
+    /// DNS name whose A/AAAA records are the nodes.
+    pub name: String,
+    /// Port of every discovered node.
+    pub port: Option<u32>,
+    /// Re-resolution interval, humantime.
+    pub interval: Option<String>,
+    /// Configured weight of every discovered node.
+    pub weight: Option<u32>,
+    /// Metadata of every discovered node.
+    pub metadata: BTreeMap<String, String>,
+    /// Drain period of a node whose record disappeared, humantime.
+    pub drain_period: Option<String>,
 }
 
 /// One `[[clusters.nodes]]` entry.

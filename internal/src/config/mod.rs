@@ -5,6 +5,7 @@
 //! [`load_str`] parses and validates in one go and reports **every** problem with its dotted key,
 //! line and column. This module spawns nothing and never touches the network.
 
+mod discovery;
 pub mod file;
 mod spans;
 mod validate;
@@ -82,6 +83,17 @@ pub const DEFAULT_BODY_MIN_RATE: u64 = 500;
 /// being grace, so a client pausing a few seconds (a mobile handover) is not cut.
 pub const DEFAULT_BODY_RATE_WINDOW: Duration = Duration::from_secs(10);
 
+/// SPEC section 3's example interval for DNS discovery: new pods are seen within seconds, and a
+/// cluster of hundreds of records costs the DNS server one query per cluster every 5 s.
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(5);
+/// SPEC section 12: a name is never re-resolved more often than once a second, whatever its TTL.
+pub const MIN_DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
+/// A node whose record disappeared drains as long as a node a reload removed (30 s, Kubernetes'
+/// default termination grace period), so its WebSockets hop spread over that time.
+pub const DEFAULT_DISCOVERY_DRAIN: Duration = Duration::from_secs(30);
+/// Weight of a discovered node when `discovery.weight` is absent: the same as a static node's.
+pub const DEFAULT_DISCOVERED_WEIGHT: u32 = 100;
+
 /// A config problem: dotted key (`-` for syntax errors), 1-based line and column, and message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigIssue {
@@ -155,6 +167,8 @@ pub struct ServerConfig {
     pub access_log: bool,
     /// Probe-only listener for orchestrators (SPEC section 11); `None` = not opened.
     pub health_listen: Option<SocketAddr>,
+    /// DNS server for service discovery (`server.resolver`); `None` = the system resolver.
+    pub resolver: Option<SocketAddr>,
 }
 
 /// How conn ids are accepted (SPEC section 3 `ids`).
@@ -244,6 +258,8 @@ pub enum ProbeKind {
     Http,
     /// TCP connect only.
     Tcp,
+    /// `grpc.health.v1.Health/Check` over the cluster's HTTP/2 protocol; `SERVING` passes.
+    Grpc,
 }
 
 /// JSON body check: the value at `pointer` must equal `equals`.
@@ -260,6 +276,8 @@ pub struct ExpectJson {
 pub struct HealthConfig {
     /// Probe kind.
     pub kind: ProbeKind,
+    /// `kind = Grpc`: the service name asked about; empty = the whole server.
+    pub grpc_service: String,
     /// Probe path.
     pub path: String,
     /// Probe interval.
@@ -330,8 +348,27 @@ pub struct ClusterConfig {
     pub health: HealthConfig,
     /// Picker.
     pub lb: Picker,
-    /// Nodes.
+    /// Nodes: the static list, or (with `discovery`) the last good DNS answer filled in by routing.
     pub nodes: Vec<NodeConfig>,
+    /// DNS discovery of the nodes (SPEC section 12); `None` = the static `nodes`.
+    pub discovery: Option<DiscoveryConfig>,
+}
+
+/// `clusters[].discovery`: the cluster's nodes are the A/AAAA records of `name` (SPEC section 12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryConfig {
+    /// DNS name to resolve.
+    pub name: String,
+    /// Port of every node (`<ip>:<port>` is also its id).
+    pub port: u16,
+    /// Re-resolution interval (at least [`MIN_DISCOVERY_INTERVAL`]; a shorter record TTL wins).
+    pub interval: Duration,
+    /// Configured weight of every discovered node (0-10000).
+    pub weight: u32,
+    /// Metadata of every discovered node.
+    pub metadata: BTreeMap<String, String>,
+    /// Drain period of a node whose record disappeared.
+    pub drain_period: Duration,
 }
 
 /// One node.
@@ -556,6 +593,8 @@ cluster = "default"
             return Err("--node: the config has no cluster to put nodes in".into());
         };
         first.nodes = parsed;
+        // Nodes given on the command line replace discovery too (a cluster has one or the other).
+        first.discovery = None;
         Ok(())
     }
 }

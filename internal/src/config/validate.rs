@@ -10,16 +10,21 @@ use super::spans::SpanIndex;
 use super::*;
 
 /// Collects issues by key; spans are resolved once at the end.
-struct Check {
+pub(super) struct Check {
     issues: Vec<(String, String)>,
 }
 
 impl Check {
-    fn err(&mut self, key: impl Into<String>, msg: impl Into<String>) {
+    pub(super) fn err(&mut self, key: impl Into<String>, msg: impl Into<String>) {
         self.issues.push((key.into(), msg.into()));
     }
 
-    fn duration(&mut self, key: &str, v: Option<&String>, default: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        key: &str,
+        v: Option<&String>,
+        default: Duration,
+    ) -> Duration {
         match v {
             None => default,
             Some(s) => match humantime::parse_duration(s) {
@@ -208,6 +213,18 @@ fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
                     None
                 }
             }),
+        resolver: s.resolver.as_ref().filter(|r| !r.is_empty()).and_then(|r| {
+            match r.parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    c.err(
+                        "server.resolver",
+                        format!("invalid DNS server {r:?}: {e} (expected IP:PORT, e.g. \"127.0.0.1:53\")"),
+                    );
+                    None
+                }
+            }
+        }),
     }
 }
 
@@ -374,6 +391,7 @@ fn merge_health(base: &HealthFile, over: Option<&HealthFile>) -> HealthFile {
     let Some(o) = over else { return base.clone() };
     HealthFile {
         kind: o.kind.clone().or_else(|| base.kind.clone()),
+        grpc_service: o.grpc_service.clone().or_else(|| base.grpc_service.clone()),
         path: o.path.clone().or_else(|| base.path.clone()),
         interval: o.interval.clone().or_else(|| base.interval.clone()),
         timeout: o.timeout.clone().or_else(|| base.timeout.clone()),
@@ -398,10 +416,11 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
     let kind = match h.kind.as_deref() {
         None | Some("http") => ProbeKind::Http,
         Some("tcp") => ProbeKind::Tcp,
+        Some("grpc") => ProbeKind::Grpc,
         Some(o) => {
             c.err(
                 format!("{key}.kind"),
-                format!("unknown value {o:?}, expected one of \"http\", \"tcp\""),
+                format!("unknown value {o:?}, expected one of \"http\", \"tcp\", \"grpc\""),
             );
             ProbeKind::Http
         }
@@ -476,6 +495,7 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
     }
     HealthConfig {
         kind,
+        grpc_service: h.grpc_service.clone().unwrap_or_default(),
         path,
         interval,
         timeout,
@@ -537,7 +557,22 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         if global_errors > 0 && cl.health.is_none() {
             c.issues.truncate(before);
         }
-        if cl.nodes.is_empty() {
+        if health.kind == ProbeKind::Grpc && protocol == Protocol::Http1 {
+            c.err(
+                format!("{key}.protocol"),
+                "health.kind = \"grpc\" needs an HTTP/2 protocol (\"h2c\"): gRPC runs over HTTP/2",
+            );
+        }
+        let discovery = cl
+            .discovery
+            .as_ref()
+            .map(|d| super::discovery::discovery(c, &format!("{key}.discovery"), d));
+        if discovery.is_some() && !cl.nodes.is_empty() {
+            c.err(
+                format!("{key}.nodes"),
+                "a cluster takes static nodes or discovery, not both",
+            );
+        } else if discovery.is_none() && cl.nodes.is_empty() {
             c.err(format!("{key}.nodes"), "a cluster needs at least one node");
         }
         let mut nodes = Vec::new();
@@ -578,6 +613,7 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
             health,
             lb,
             nodes,
+            discovery,
         });
     }
     out

@@ -5,6 +5,7 @@
 //! state carry over a reload. Hot-path reads are atomics; transitions take a short mutex with no
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
+pub mod grpc_probe;
 pub mod health;
 pub mod passive;
 pub mod probe;

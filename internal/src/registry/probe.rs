@@ -1,7 +1,8 @@
-//! One probe of one node: a TCP connect, or `GET <path>` over HTTP/1.1 or h2c with status-range and
-//! optional JSON-pointer checks (SPEC section 3 `[health]`). Never retries a real failure; an h2
-//! stream refused because the node is going away (GOAWAY) is retried once on a new connection,
-//! since that says nothing about the node's health (CASE-18).
+//! One probe of one node: a TCP connect, `GET <path>` over HTTP/1.1 or h2c with status-range and
+//! optional JSON-pointer checks, or a gRPC health call ([`super::grpc_probe`]) (SPEC section 3
+//! `[health]`). Never retries a real failure; an h2 stream refused because the node is going away
+//! (GOAWAY) is retried once on a new connection, since that says nothing about the node's health
+//! (CASE-18).
 
 use std::time::Duration;
 
@@ -57,11 +58,15 @@ pub async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()>
 }
 
 async fn probe_inner(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
-    if h.kind == ProbeKind::Tcp {
-        return match TcpStream::connect(addr).await {
-            Ok(_) => ProbeOutcome::Pass,
-            Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
-        };
+    match h.kind {
+        ProbeKind::Tcp => {
+            return match TcpStream::connect(addr).await {
+                Ok(_) => ProbeOutcome::Pass,
+                Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
+            };
+        }
+        ProbeKind::Grpc => return super::grpc_probe::probe(addr, protocol, h).await,
+        ProbeKind::Http => {}
     }
     match http_probe(addr, protocol, h).await {
         Ok(outcome) => outcome,
@@ -73,7 +78,8 @@ async fn probe_inner(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeO
     }
 }
 
-fn is_goaway_refusal(e: &hyper::Error) -> bool {
+/// True if `e` is a stream refused because the node is going away (GOAWAY, REFUSED_STREAM).
+pub(super) fn is_goaway_refusal(e: &hyper::Error) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = src {
         if let Some(h2e) = err.downcast_ref::<h2::Error>() {

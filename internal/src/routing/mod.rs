@@ -5,6 +5,7 @@
 //! sees the whole old table or the whole new one (SPEC section 6). Writers build and validate a new
 //! table beside the live one and `store` it in one step; there is never an empty or half table.
 
+pub mod discovered;
 pub mod path;
 pub mod reload;
 pub mod table;

@@ -22,8 +22,12 @@
 //! - **Warm-up watch.** [`watch_triggers`] also runs the warm-up watcher
 //!   ([`super::triggers::watch_warmup`]): it rolls the live table back when a warm-up's error rate
 //!   passes its `max_error_rate` (logged, counted as `gateway_reloads_total{result="rolled_back"}`).
-//! - **Removed nodes** drain ([`DEFAULT_REMOVED_DRAIN`]): in-flight requests finish, long-lived
-//!   connections hop; their runtimes are forgotten after the drain once nothing is in flight.
+//! - **Removed nodes** drain ([`DEFAULT_REMOVED_DRAIN`], or the cluster's `discovery.drain_period`
+//!   for discovered nodes): in-flight requests finish, long-lived connections hop; their runtimes
+//!   are forgotten after the drain once nothing is in flight.
+//! - **Discovered nodes** ([`super::discovered`]) are filled into every table built here, and a
+//!   changed DNS answer swaps in a table of its own. Every swap is announced on
+//!   [`Routing::subscribe_swaps`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -42,6 +46,7 @@ use crate::registry::health::HealthChecker;
 use crate::registry::probe::connect_probe;
 use crate::registry::{NodeId, Registry};
 
+use super::discovered::{Discovered, NodeSource};
 use super::table::RouteTable;
 
 pub use super::triggers::watch_triggers;
@@ -126,13 +131,13 @@ pub struct Routing {
     live: ArcSwap<RouteTable>,
     /// The config of the table the live one replaced (rollback target).
     previous: Mutex<Option<Arc<Config>>>,
-    registry: Arc<Registry>,
+    pub(super) registry: Arc<Registry>,
     health: HealthChecker,
     metrics: Arc<Metrics>,
     file: Option<PathBuf>,
     overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
-    /// Serialises reloads, applies and rollbacks. Never held by request handling.
-    lock: tokio::sync::Mutex<()>,
+    /// Serialises reloads, applies, rollbacks and discovery changes. Never held by request handling.
+    pub(super) lock: tokio::sync::Mutex<()>,
     /// Reload tickets issued (one per trigger).
     tickets: AtomicU64,
     /// The last reload: the highest ticket it covered and its result.
@@ -143,6 +148,10 @@ pub struct Routing {
     seen: Mutex<FileSeen>,
     /// File watch and SIGHUP, set up at construction; taken by [`watch_triggers`].
     trigger_sources: Mutex<Option<TriggerSources>>,
+    /// Last good DNS answers of the discovery clusters.
+    pub(super) discovered: Discovered,
+    /// The live generation, sent on every swap.
+    swapped: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Routing {
@@ -165,6 +174,9 @@ impl Routing {
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let discovered = Discovered::default();
+        let mut config = config;
+        discovered.fill(&mut config);
         let table = RouteTable::build(Arc::new(config), &registry, 1, None);
         let health = HealthChecker::new();
         health.reconcile(&table.nodes());
@@ -184,7 +196,21 @@ impl Routing {
             removed_by_reload: Mutex::new(HashMap::new()),
             seen: Mutex::new(FileSeen::default()),
             trigger_sources: Mutex::new(Some(sources)),
+            discovered,
+            swapped: tokio::sync::watch::Sender::new(1),
         }
+    }
+
+    /// A receiver of the live generation, changed on every table swap (reload, rollback,
+    /// discovery change).
+    pub fn subscribe_swaps(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.swapped.subscribe()
+    }
+
+    /// Where node `id` of `cluster` in the live table comes from (static or DNS, with the time
+    /// of its last resolution).
+    pub fn node_source(&self, cluster: &str, id: &str) -> NodeSource {
+        self.discovered.source(&self.table().config, cluster, id)
     }
 
     /// The reload trigger sources set up by [`Self::new`]; `None` once taken.
@@ -354,8 +380,11 @@ impl Routing {
             return Err(ReloadError::NoPrevious);
         };
         let live = self.live.load_full();
+        // Discovered nodes are today's, not those of the day the previous table was live.
+        let mut prev = (*prev).clone();
+        self.discovered.fill(&mut prev);
         // No warm-up for a rollback: it restores a table that was already serving.
-        let table = RouteTable::build(prev, &self.registry, live.generation + 1, None);
+        let table = RouteTable::build(Arc::new(prev), &self.registry, live.generation + 1, None);
         let g = self.commit(table, &live);
         // The live table no longer matches the file: SIGHUP or the admin call may re-apply it.
         self.seen.lock().expect("seen mutex is never poisoned").live = None;
@@ -373,7 +402,8 @@ impl Routing {
         Ok(g)
     }
 
-    async fn apply_locked(&self, cfg: Config) -> Result<u64, ReloadError> {
+    async fn apply_locked(&self, mut cfg: Config) -> Result<u64, ReloadError> {
+        self.discovered.fill(&mut cfg);
         let live = self.live.load_full();
         let to_probe = nodes_to_probe(&live, &cfg);
         let total = to_probe.len();
@@ -434,6 +464,20 @@ impl Routing {
     /// Publishes `table` in place of `live`, keeps `live`'s config as the rollback target, drains
     /// nodes no longer in the table and undrains nodes back in it. Returns the new generation.
     fn commit(&self, table: RouteTable, live: &RouteTable) -> u64 {
+        *self
+            .previous
+            .lock()
+            .expect("previous mutex is never poisoned") = Some(live.config.clone());
+        self.commit_inner(table, live)
+    }
+
+    /// As [`Self::commit`] for a discovery change: the rollback target stays (a rollback undoes
+    /// a config change, never a DNS answer).
+    pub(super) fn commit_discovered(&self, table: RouteTable, live: &RouteTable) -> u64 {
+        self.commit_inner(table, live)
+    }
+
+    fn commit_inner(&self, table: RouteTable, live: &RouteTable) -> u64 {
         let generation = table.generation;
         let new_ids: HashSet<NodeId> = table.nodes().iter().map(|n| n.id.clone()).collect();
         let now = Instant::now();
@@ -452,10 +496,7 @@ impl Routing {
         self.health.reconcile(&table.nodes());
         let table = Arc::new(table);
         self.live.store(table.clone());
-        *self
-            .previous
-            .lock()
-            .expect("previous mutex is never poisoned") = Some(live.config.clone());
+        self.swapped.send_replace(generation);
         self.metrics
             .generation
             .set(i64::try_from(generation).unwrap_or(i64::MAX));
@@ -466,11 +507,12 @@ impl Routing {
             "route table swapped"
         );
         // Removed nodes drain like an operator drain (SPEC section 5).
-        let deadline = now + DEFAULT_REMOVED_DRAIN;
         for n in live.nodes() {
             if !new_ids.contains(&n.id) && !removed.contains_key(&n.id) {
+                let period = removed_drain_period(live, &n.cluster);
+                let deadline = now + period;
                 removed.insert(n.id.clone(), deadline);
-                tracing::info!(node = %n.id, drain_ms = DEFAULT_REMOVED_DRAIN.as_millis() as u64, "node removed by reload; draining");
+                tracing::info!(node = %n.id, drain_ms = period.as_millis() as u64, "node removed by reload; draining");
                 n.runtime.start_drain(deadline);
             }
         }
@@ -487,6 +529,17 @@ impl Routing {
     pub async fn shutdown(&self) {
         self.health.shutdown().await;
     }
+}
+
+/// How long a node of `cluster` in `live` drains once it leaves the table: its cluster's
+/// `discovery.drain_period` for a discovery cluster, else [`DEFAULT_REMOVED_DRAIN`].
+fn removed_drain_period(live: &RouteTable, cluster: &str) -> Duration {
+    live.config
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .and_then(|c| c.discovery.as_ref())
+        .map_or(DEFAULT_REMOVED_DRAIN, |d| d.drain_period)
 }
 
 /// Reads and validates the file at `path`; returns a hash of its content (`None` if unreadable)

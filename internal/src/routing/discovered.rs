@@ -1,0 +1,317 @@
+//! Nodes that come from DNS discovery (SPEC section 12), as routing sees them: the last good
+//! answer of every discovery cluster ([`Discovered`]) and [`Routing::set_discovered`], which
+//! turns a changed answer into a new route table.
+//!
+//! - Every table built from a config (start, file reload, rollback, a discovery change) has the
+//!   nodes of its discovery clusters filled in from the last good answer ([`Discovered::fill`]),
+//!   so a file reload or a rollback never loses discovered nodes, and a discovery change never
+//!   loses a reload. An answer is used only while the cluster still asks for the same name and
+//!   port; `weight` and `metadata` come from the cluster's current `discovery` table.
+//! - A node that appears is probed with its cluster's own health check before the swap: one that
+//!   fails starts ejected and recovers through its probes (no request reaches it before). A change
+//!   is never refused: DNS is the source of truth for membership, probes for health.
+//! - A node that disappears drains for the cluster's `discovery.drain_period` (SPEC section 5).
+//! - A change builds a new generation but is not a reload: it does not count in
+//!   `gateway_reloads_total` and does not replace the rollback target.
+//!
+//! Resolving is not done here (that is [`crate::discovery`], above routing); this module never
+//! touches the network except for the pre-swap probes of new nodes.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+
+use crate::config::{ClusterConfig, Config, NodeConfig};
+use crate::registry::probe::{probe, ProbeOutcome};
+
+use super::reload::{Routing, RELOAD_PROBE_CONCURRENCY};
+use super::table::RouteTable;
+
+/// The last good answer for one discovery cluster.
+#[derive(Debug, Clone)]
+struct Answer {
+    /// Name and port it was resolved for.
+    name: String,
+    port: u16,
+    /// Addresses, sorted and unique.
+    ips: BTreeSet<IpAddr>,
+    /// Unix ms of the last successful resolution.
+    resolved_ms: u64,
+}
+
+/// Where a node of the live table comes from (`GET /admin/nodes` fields `source`, `last_resolved_ms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeSource {
+    /// `[[clusters.nodes]]` in the file (or `--node`).
+    Static,
+    /// DNS discovery of `name`; `resolved_ms` = unix ms of its last successful resolution.
+    Dns {
+        /// The DNS name.
+        name: String,
+        /// Unix milliseconds.
+        resolved_ms: u64,
+    },
+}
+
+/// The last good answer of every discovery cluster, by cluster name.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    answers: Mutex<HashMap<String, Answer>>,
+}
+
+impl Discovered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Answer>> {
+        self.answers
+            .lock()
+            .expect("discovered mutex is never poisoned: no panics while held")
+    }
+
+    /// Takes a config; sets the nodes of each of its discovery clusters to the last good answer
+    /// for that cluster's name and port (none yet: no nodes). A discovered id already used by
+    /// another node (static or discovered in an earlier cluster) is skipped with a WARN, since ids
+    /// are unique across clusters.
+    pub fn fill(&self, cfg: &mut Config) {
+        let answers = self.lock().clone();
+        let mut taken: HashSet<String> = cfg
+            .clusters
+            .iter()
+            .filter(|c| c.discovery.is_none())
+            .flat_map(|c| c.nodes.iter().map(|n| n.id.clone()))
+            .collect();
+        for c in cfg.clusters.iter_mut() {
+            let Some(d) = &c.discovery else { continue };
+            let ips = answers
+                .get(&c.name)
+                .filter(|a| a.name == d.name && a.port == d.port)
+                .map(|a| a.ips.clone())
+                .unwrap_or_default();
+            c.nodes = ips
+                .into_iter()
+                .map(|ip| node_config(c, ip))
+                .filter(|n| {
+                    let fresh = taken.insert(n.id.clone());
+                    if !fresh {
+                        tracing::warn!(cluster = %c.name, node = %n.id, "discovered node id is already used by another cluster; skipped (node ids are unique across clusters)");
+                    }
+                    fresh
+                })
+                .collect();
+        }
+    }
+
+    /// Takes a cluster and node id of the live table; returns where the node comes from.
+    pub fn source(&self, cfg: &Config, cluster: &str, id: &str) -> NodeSource {
+        let Some(d) = cfg
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .and_then(|c| c.discovery.as_ref())
+        else {
+            return NodeSource::Static;
+        };
+        let resolved_ms = self
+            .lock()
+            .get(cluster)
+            .filter(|a| a.ips.iter().any(|ip| node_id(*ip, a.port) == id))
+            .map_or(0, |a| a.resolved_ms);
+        NodeSource::Dns {
+            name: d.name.clone(),
+            resolved_ms,
+        }
+    }
+}
+
+/// The id (and address) of the node at `ip`: `<ip>:<port>`, IPv6 in brackets.
+pub fn node_id(ip: IpAddr, port: u16) -> String {
+    SocketAddr::new(ip, port).to_string()
+}
+
+fn node_config(c: &ClusterConfig, ip: IpAddr) -> NodeConfig {
+    let d = c
+        .discovery
+        .as_ref()
+        .expect("called for discovery clusters only");
+    let id = node_id(ip, d.port);
+    NodeConfig {
+        addr: id.clone(),
+        id,
+        weight: d.weight,
+        metadata: d.metadata.clone(),
+    }
+}
+
+impl Routing {
+    /// Takes a discovery cluster's good answer (`ips` for `name`:`port`, resolved at unix ms
+    /// `resolved_ms`); records it and, when the node set changed, swaps in a table with the new
+    /// set (module docs: new nodes probed first, vanished ones drain). Returns the new generation,
+    /// or `None` when the set is unchanged or the cluster no longer asks for that name and port.
+    pub async fn set_discovered(
+        &self,
+        cluster: &str,
+        name: &str,
+        port: u16,
+        ips: BTreeSet<IpAddr>,
+        resolved_ms: u64,
+    ) -> Option<u64> {
+        let _guard = self.lock.lock().await;
+        let live = self.table();
+        let wanted = live
+            .config
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .and_then(|c| c.discovery.as_ref())
+            .is_some_and(|d| d.name == name && d.port == port);
+        if !wanted {
+            return None;
+        }
+        self.discovered.lock().insert(
+            cluster.to_string(),
+            Answer {
+                name: name.to_string(),
+                port,
+                ips,
+                resolved_ms,
+            },
+        );
+        let mut cfg = (*live.config).clone();
+        self.discovered.fill(&mut cfg);
+        // Compared with the live table, not the previous answer, so an update interrupted before
+        // its swap is completed by the next answer.
+        let nodes_of = |c: &Config| {
+            c.clusters
+                .iter()
+                .find(|c| c.name == cluster)
+                .map(|c| c.nodes.clone())
+        };
+        if nodes_of(&cfg) == nodes_of(&live.config) {
+            return None;
+        }
+        let failed = probe_new_nodes(&live, &cfg, cluster).await;
+        let table = RouteTable::build(
+            Arc::new(cfg),
+            &self.registry,
+            live.generation + 1,
+            Some(&live),
+        );
+        let now = Instant::now();
+        for (id, why) in &failed {
+            if let Some(n) = table.node(id) {
+                tracing::warn!(cluster, node = %id, reason = %why, "discovered node failed its first probe; it starts ejected");
+                n.runtime
+                    .eject(&n.settings.health, &format!("first probe: {why}"), now);
+            }
+        }
+        let old: HashSet<&str> = live
+            .clusters
+            .get(cluster)
+            .map(|c| c.nodes.iter().map(|n| &*n.id).collect())
+            .unwrap_or_default();
+        let new: HashSet<&str> = table
+            .clusters
+            .get(cluster)
+            .map(|c| c.nodes.iter().map(|n| &*n.id).collect())
+            .unwrap_or_default();
+        let added: Vec<&str> = new.difference(&old).copied().collect();
+        let removed: Vec<&str> = old.difference(&new).copied().collect();
+        tracing::info!(
+            cluster,
+            name,
+            ?added,
+            ?removed,
+            nodes = new.len(),
+            "discovered nodes changed"
+        );
+        let g = self.commit_discovered(table, &live);
+        Some(g)
+    }
+}
+
+/// Probes, with their cluster's health check, the nodes of `cluster` in `cfg` that `live` lacks
+/// at the same address; returns the failed ones with the reason.
+async fn probe_new_nodes(live: &RouteTable, cfg: &Config, cluster: &str) -> Vec<(String, String)> {
+    let Some(c) = cfg.clusters.iter().find(|c| c.name == cluster) else {
+        return Vec::new();
+    };
+    let fresh: Vec<(String, String)> = c
+        .nodes
+        .iter()
+        .filter(|n| live.node(&n.id).is_none_or(|old| old.addr != n.addr))
+        .map(|n| (n.id.clone(), n.addr.clone()))
+        .collect();
+    let (protocol, health) = (c.protocol, Arc::new(c.health.clone()));
+    let probes = fresh.into_iter().map(move |(id, addr)| {
+        let health = health.clone();
+        async move {
+            let outcome = probe(&addr, protocol, &health).await;
+            match outcome {
+                ProbeOutcome::Pass => None,
+                ProbeOutcome::Fail(why) => Some((id, why)),
+                ProbeOutcome::Timeout(t) => Some((id, format!("timeout after {t:?}"))),
+            }
+        }
+    });
+    futures_util::stream::iter(probes)
+        .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    fn cfg() -> Config {
+        load_str(
+            "[[clusters]]\nname = \"s\"\n  [[clusters.nodes]]\n  id = \"10.0.0.1:80\"\n  addr = \"10.0.0.1:80\"\n[[clusters]]\nname = \"d\"\ndiscovery = { kind = \"dns\", name = \"svc.test\", port = 80, weight = 7, metadata = { version = \"v2\" } }\n[[routes]]\nid = \"r\"\ncluster = \"d\"\n",
+            "t.toml",
+        )
+        .expect("valid")
+    }
+
+    fn answer(name: &str, ips: &[&str]) -> Answer {
+        Answer {
+            name: name.into(),
+            port: 80,
+            ips: ips.iter().map(|s| s.parse().expect("ip")).collect(),
+            resolved_ms: 42,
+        }
+    }
+
+    #[test]
+    fn fill_uses_the_answer_for_the_same_name_and_skips_taken_ids() {
+        let d = Discovered::default();
+        let mut c = cfg();
+        d.fill(&mut c);
+        assert!(c.clusters[1].nodes.is_empty(), "no answer yet: no nodes");
+        d.lock().insert(
+            "d".into(),
+            answer("svc.test", &["10.0.0.2", "10.0.0.1", "::1"]),
+        );
+        d.fill(&mut c);
+        let ids: Vec<_> = c.clusters[1].nodes.iter().map(|n| n.id.as_str()).collect();
+        // 10.0.0.1:80 is the static cluster's: skipped.
+        assert_eq!(ids, ["10.0.0.2:80", "[::1]:80"]);
+        let n = &c.clusters[1].nodes[0];
+        assert_eq!((n.addr.as_str(), n.weight), ("10.0.0.2:80", 7));
+        assert_eq!(n.metadata.get("version").map(String::as_str), Some("v2"));
+        assert_eq!(
+            d.source(&c, "d", "10.0.0.2:80"),
+            NodeSource::Dns {
+                name: "svc.test".into(),
+                resolved_ms: 42
+            }
+        );
+        assert_eq!(d.source(&c, "s", "10.0.0.1:80"), NodeSource::Static);
+        // An answer for another name (the cluster was re-pointed) is not used.
+        d.lock()
+            .insert("d".into(), answer("old.test", &["10.0.0.3"]));
+        d.fill(&mut c);
+        assert!(c.clusters[1].nodes.is_empty());
+    }
+}

@@ -1,0 +1,186 @@
+//! gRPC health probes (`health.kind = "grpc"`, SPEC section 3; mock-backend's
+//! `grpc.health.v1.Health/Check`, section 9; issue 17): SERVING keeps a node healthy, every other
+//! answer walks the weight ladder to ejection, and a node whose HTTP `/health` is fine but whose
+//! gRPC health says NOT_SERVING is ejected.
+
+use std::time::Duration;
+
+use integration_tests::h2c::{self, grpc_headers, grpc_messages};
+use integration_tests::{request, Gateway, Mock, FAST_HEALTH};
+use mock_backend::grpc::{encode_frame, proto, HEALTH_CHECK_PATH};
+use tokio::time::Instant;
+
+fn grpc_addr(m: &Mock) -> String {
+    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
+}
+
+/// One h2c cluster `c` of `nodes` (id, addr) probed with `health_kind`, one catch-all route.
+fn config(health_kind: &str, nodes: &[(&str, String)]) -> String {
+    let mut s = format!(
+        "{FAST_HEALTH}kind = \"{health_kind}\"\n[[clusters]]\nname = \"c\"\nprotocol = \"h2c\"\n"
+    );
+    for (id, addr) in nodes {
+        s.push_str(&format!(
+            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"
+        ));
+    }
+    s.push_str("[[routes]]\nid = \"r\"\nmatch = { path_prefix = \"/\" }\ncluster = \"c\"\n");
+    s
+}
+
+/// `POST /control/<knob>` on the mock's main port.
+async fn control(m: &Mock, knob: &str) {
+    let r = request(
+        "POST",
+        &format!("{}/control/{knob}", m.url()),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("control call");
+    assert_eq!(r.status, 200, "{knob}: {}", r.text());
+}
+
+/// The mock's own `Health/Check` answer (status 1 SERVING, 2 NOT_SERVING) and its `GET /health`
+/// status, both asked directly on its gRPC port.
+async fn mock_health(m: &Mock) -> (i32, u16) {
+    let mut conn = h2c::connect(&grpc_addr(m)).await;
+    let body = encode_frame(&proto::HealthCheckRequest {
+        service: String::new(),
+    });
+    let req = conn.request("POST", HEALTH_CHECK_PATH, &grpc_headers(&[]), body);
+    let r = conn.fetch(req).await.expect("Health/Check answers");
+    assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
+    let msgs = grpc_messages::<proto::HealthCheckResponse>(&r.body);
+    assert_eq!(msgs.len(), 1, "one health message");
+    let http = conn.get("/health", &[]).await.expect("GET /health");
+    (msgs[0].status, http.status)
+}
+
+/// Polls node `id` until `state`; returns the time since `since`.
+async fn time_to(gw: &Gateway, id: &str, state: &str, since: Instant) -> Duration {
+    gw.wait_node_state(id, state, Duration::from_secs(10)).await;
+    since.elapsed()
+}
+
+/// Issue 17 "gRPC probe": a SERVING node is healthy with no failed probe after several rounds, a
+/// node that starts NOT_SERVING is ejected and recovers once SERVING, and NOT_SERVING set with
+/// `/control/health` walks the ladder (degraded, then ejected) within the timing promise.
+#[tokio::test]
+async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected() {
+    let a = Mock::start_with("a", &["--grpc"]).await;
+    let b = Mock::start_with("b", &["--grpc"]).await;
+    control(&b, "grpc-health?state=down").await;
+    assert_eq!(mock_health(&a).await, (1, 200), "a answers SERVING");
+    assert_eq!(mock_health(&b).await, (2, 200), "b answers NOT_SERVING");
+    let gw = Gateway::start(&config(
+        "grpc",
+        &[("a", grpc_addr(&a)), ("b", grpc_addr(&b))],
+    ))
+    .await;
+    gw.wait_node_state("b", "ejected", Duration::from_secs(5))
+        .await;
+    // Several rounds later the SERVING node has not failed a single probe, and its probes were
+    // gRPC health calls (the mock records every path it serves).
+    integration_tests::wait_until(
+        Duration::from_secs(5),
+        "a to serve 3 health calls",
+        || async {
+            let r = integration_tests::get(&format!("{}/control/stats", a.url()), &[])
+                .await
+                .expect("stats");
+            r.json()["paths"]
+                .as_array()
+                .expect("paths")
+                .iter()
+                .filter(|p| *p == HEALTH_CHECK_PATH)
+                .count()
+                >= 3
+        },
+    )
+    .await;
+    let na = gw.node("a").await;
+    assert_eq!(na["state"], "healthy", "{na}");
+    assert_eq!(na["consecutive_failures"], 0, "{na}");
+    assert_eq!(na["weight"], 100.0, "{na}");
+    let nb = gw.node("b").await;
+    assert_eq!(nb["weight"], 0.0, "{nb}");
+    gw.logs
+        .wait_for(
+            &["node state changed", "node=b", "NOT_SERVING"],
+            Duration::from_secs(2),
+        )
+        .await;
+
+    control(&b, "grpc-health?state=up").await;
+    gw.wait_node_state("b", "healthy", Duration::from_secs(5))
+        .await;
+
+    // NOT_SERVING through the main health switch: degraded first, then ejected, in time.
+    control(&a, "health?state=down").await;
+    let t0 = Instant::now();
+    let degraded = time_to(&gw, "a", "degraded", t0).await;
+    let ejected = time_to(&gw, "a", "ejected", t0).await;
+    // Seed 001 with FAST_HEALTH: degrade within 2 intervals, eject within 3 intervals plus one
+    // timeout; 400 ms of slack for a loaded machine.
+    let interval = Duration::from_millis(200);
+    let slack = Duration::from_millis(400);
+    eprintln!("grpc probe: degraded after {degraded:?}, ejected after {ejected:?}");
+    assert!(
+        degraded <= interval * 2 + slack,
+        "degraded after {degraded:?}"
+    );
+    assert!(ejected <= interval * 4 + slack, "ejected after {ejected:?}");
+    assert_eq!(gw.node("a").await["weight"], 0.0);
+    assert_eq!(gw.node("b").await["state"], "healthy");
+}
+
+/// Issue 17 "alive but useless" gRPC node: with gRPC health alone NOT_SERVING (HTTP `/health`
+/// still 200 on the same port), a gateway probing `kind = "grpc"` ejects the node within the
+/// timing promise while a gateway probing `kind = "http"` keeps it healthy.
+#[tokio::test]
+async fn grpc_node_with_good_http_health_but_not_serving_is_ejected() {
+    let a = Mock::start_with("a", &["--grpc"]).await;
+    let b = Mock::start_with("b", &["--grpc"]).await;
+    let nodes = [("a", grpc_addr(&a)), ("b", grpc_addr(&b))];
+    let by_grpc = Gateway::start(&config("grpc", &nodes)).await;
+    let by_http = Gateway::start(&config("http", &nodes)).await;
+    for gw in [&by_grpc, &by_http] {
+        gw.wait_node_state("a", "healthy", Duration::from_secs(5))
+            .await;
+    }
+
+    control(&a, "grpc-health?state=down").await;
+    let t0 = Instant::now();
+    assert_eq!(
+        mock_health(&a).await,
+        (2, 200),
+        "alive on HTTP, NOT_SERVING on gRPC"
+    );
+    let ejected = time_to(&by_grpc, "a", "ejected", t0).await;
+    eprintln!("alive-but-useless gRPC node ejected after {ejected:?}");
+    assert!(
+        ejected <= Duration::from_millis(200) * 4 + Duration::from_millis(400),
+        "ejected after {ejected:?}"
+    );
+    // Five more HTTP probe rounds on the node (only the HTTP-probing gateway asks `/health`):
+    // that gateway never saw a failure.
+    control(&a, "reset-stats").await;
+    integration_tests::wait_until(Duration::from_secs(5), "5 HTTP probes of a", || async {
+        let r = integration_tests::get(&format!("{}/control/stats", a.url()), &[])
+            .await
+            .expect("stats");
+        r.json()["paths"]
+            .as_array()
+            .expect("paths")
+            .iter()
+            .filter(|p| *p == "/health")
+            .count()
+            >= 5
+    })
+    .await;
+    let n = by_http.node("a").await;
+    assert_eq!(n["state"], "healthy", "{n}");
+    assert_eq!(n["consecutive_failures"], 0, "{n}");
+    assert_eq!(by_grpc.node("b").await["state"], "healthy");
+}
