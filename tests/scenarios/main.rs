@@ -13,3 +13,6 @@ mod redis;
 mod reload;
 mod websocket;
 mod ws_fleet;
+mod redis_sentinel;
+mod store_common;
+mod redis_cluster;
