@@ -18,3 +18,6 @@ mod reload;
 mod status_page;
 mod websocket;
 mod ws_fleet;
+mod redis_sentinel;
+mod store_common;
+mod redis_cluster;

@@ -8,6 +8,8 @@ pub mod dns;
 pub mod h2c;
 pub mod http;
 pub mod webdriver;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,6 +22,8 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 pub use self::http::{get, request, Resp};
+pub use self::redis_cluster::RedisCluster;
+pub use self::redis_sentinel::RedisSentinel;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -566,6 +570,26 @@ impl Redis {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
         }
+    }
+
+    /// SIGSTOP: the kernel still accepts TCP connections but nothing answers (a black hole).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`Redis::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().and_then(Child::id).expect("redis-server running");
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
     }
 
     /// Starts again on the same port (empty: no persistence).

@@ -51,6 +51,10 @@ const REFRESH_QUEUE: usize = 1024;
 /// Write-backs taken from the pending set per round, and run concurrently.
 const WRITEBACK_BATCH: usize = 256;
 const WRITEBACK_CONCURRENCY: usize = 16;
+/// Acknowledged writes kept for replay on a new master after a failover: at most this many, and
+/// none older than [`JOURNAL_AGE`] (longer than Sentinel takes to demote an old master, ~10 s).
+const JOURNAL_CAP: usize = 16_384;
+const JOURNAL_AGE: Duration = Duration::from_secs(30);
 /// Invalidation counters (per hash slot of the conn id) that stop a racing cache fill.
 const EPOCH_SLOTS: usize = 64;
 
@@ -113,8 +117,11 @@ impl RedisStore {
         metrics: Arc<Metrics>,
     ) -> Result<RedisStore, StoreError> {
         let target = RedisTarget::parse(&settings.url)?;
+        let follow = target.resolves_master();
         let (refresh_tx, refresh_rx) = mpsc::channel(REFRESH_QUEUE);
         let cap = settings.max_entries.max(1);
+        let journal = (!matches!(target, RedisTarget::Cluster { .. }))
+            .then(|| Mutex::new(std::collections::VecDeque::new()));
         let shared = Arc::new(Shared {
             target,
             conn: ArcSwapOption::empty(),
@@ -133,6 +140,9 @@ impl RedisStore {
             connect_timeout: (settings.timeout * 4).max(Duration::from_secs(1)),
             metrics,
             log: ErrorLog::default(),
+            master: Mutex::new(None),
+            resubscribe: Notify::new(),
+            journal,
         });
         match tokio::time::timeout(
             shared.connect_timeout,
@@ -142,8 +152,9 @@ impl RedisStore {
         )
         .await
         {
-            Ok(Ok(c)) => {
+            Ok(Ok((c, master))) => {
                 shared.conn.store(Some(Arc::new(c)));
+                *shared.master.lock().expect("master mutex is never poisoned") = master;
                 shared.down.store(false, Ordering::Release);
                 tracing::info!(url = %redact(&settings.url), "redis affinity store connected");
             }
@@ -155,11 +166,17 @@ impl RedisStore {
             ),
         }
         let cancel = CancellationToken::new();
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(tasks::subscribe(shared.clone(), cancel.clone())),
             tokio::spawn(tasks::maintain(shared.clone(), cancel.clone())),
             tokio::spawn(tasks::refresh(shared.clone(), refresh_rx, cancel.clone())),
         ];
+        if follow {
+            tasks.push(tokio::spawn(tasks::follow_sentinel(
+                shared.clone(),
+                cancel.clone(),
+            )));
+        }
         Ok(RedisStore {
             shared,
             cancel,
@@ -212,6 +229,7 @@ impl RedisStore {
             {
                 let won = same_or_new(node, won);
                 s.fill(conn, epoch, &won);
+                s.journal(conn, Pending::Bind(won.clone()));
                 return won;
             }
         }
@@ -247,6 +265,13 @@ impl RedisStore {
                 let won = same_or_new(to, won);
                 s.fill(conn, epoch, &won);
                 if changed == 1 {
+                    s.journal(
+                        conn,
+                        Pending::Hop {
+                            from: from.into(),
+                            to: won.clone(),
+                        },
+                    );
                     s.publish(&mut c, "hop", conn, Some(from), Some(&won)).await;
                 }
                 return (won, changed == 1);
@@ -281,6 +306,7 @@ impl RedisStore {
                     .expect("pending mutex is never poisoned")
                     .pop(conn);
                 if let Some(old) = &old {
+                    s.journal(conn, Pending::Remove);
                     s.publish(&mut c, "remove", conn, Some(old), None).await;
                 }
                 return old.is_some();

@@ -4,6 +4,7 @@
 //!
 //! Spawns nothing; never holds a lock across an await.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +18,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::target::{Conn, RedisTarget};
-use super::{EPOCH_SLOTS, LOG_INTERVAL};
+use super::{EPOCH_SLOTS, JOURNAL_AGE, JOURNAL_CAP, LOG_INTERVAL};
 use crate::hopper::affinity::MemoryStore;
 use crate::metrics::Metrics;
 
@@ -114,6 +115,13 @@ pub(super) struct Shared {
     pub(super) connect_timeout: Duration,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: ErrorLog,
+    /// Sentinel: the `host:port` of the master the command connection speaks to.
+    pub(super) master: Mutex<Option<String>>,
+    /// Tells the subscriber to drop its subscription and open one on the current master.
+    pub(super) resubscribe: Notify,
+    /// Writes of the last [`JOURNAL_AGE`] (single server and Sentinel only): replayed on the new
+    /// master after a failover, since the old master may have taken them after the promotion.
+    pub(super) journal: Option<Mutex<VecDeque<(Instant, Box<str>, Pending)>>>,
 }
 
 /// Reuses `mine` when Redis answered with the same node, to keep one allocation per node id.
@@ -180,6 +188,43 @@ impl Shared {
         }
     }
 
+    /// The server we write to is no master any more (a `READONLY` answer, a `+switch-master`, or
+    /// Sentinel naming another address): drops the command connection so the maintainer
+    /// reconnects (re-asking Sentinel and checking `ROLE`), moves the journal into the write-back
+    /// set so recent writes reach the new master, and has the subscriber re-subscribe there.
+    pub(super) fn switch(&self, why: &dyn fmt::Display) {
+        *self.master.lock().expect("master mutex is never poisoned") = None;
+        if self.conn.swap(None).is_some() {
+            tracing::warn!(reason = %why, "redis master changed or turned replica; reconnecting");
+        }
+        self.down.store(true, Ordering::Release);
+        if let Some(j) = &self.journal {
+            let recent: Vec<(Box<str>, Pending)> = {
+                let mut j = j.lock().expect("journal mutex is never poisoned");
+                j.drain(..).map(|(_, id, change)| (id, change)).collect()
+            };
+            for (id, change) in recent {
+                self.remember(&id, change);
+            }
+        }
+        self.resubscribe.notify_one();
+        self.wake.notify_one();
+    }
+
+    /// Records a write Redis acknowledged, for replay after a failover (bounded by count and age).
+    pub(super) fn journal(&self, conn: &str, change: Pending) {
+        let Some(j) = &self.journal else { return };
+        let now = Instant::now();
+        let mut j = j.lock().expect("journal mutex is never poisoned");
+        while j
+            .front()
+            .is_some_and(|(t, ..)| j.len() >= JOURNAL_CAP || now.duration_since(*t) > JOURNAL_AGE)
+        {
+            j.pop_front();
+        }
+        j.push_back((now, conn.into(), change));
+    }
+
     /// Runs one Redis call bounded by the timeout; `None` (counted, logged, Redis marked down) on failure.
     pub(super) async fn guard<T>(
         &self,
@@ -189,6 +234,10 @@ impl Shared {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
+                if e.kind() == ::redis::ErrorKind::ReadOnly {
+                    // A replica: the master moved. Never read as "another replica won the race".
+                    self.switch(&e);
+                }
                 self.fail(op, &e);
                 None
             }

@@ -10,8 +10,10 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use ::redis::{Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use ::redis::{
+    Client, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult,
+    Value,
+};
 
 /// Why a Redis URL cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -165,31 +167,67 @@ impl RedisTarget {
         matches!(self, RedisTarget::Sentinel { .. })
     }
 
-    /// Asks the sentinels for the current master and returns a client for it.
-    async fn master_client(sentinels: &[String], master: &str, node: &str) -> RedisResult<Client> {
-        let info = SentinelNodeConnectionInfo {
-            tls_mode: None,
-            redis_connection_info: Some(node.into_connection_info()?.redis),
-        };
-        SentinelClient::build(
-            sentinels.to_vec(),
-            master.to_string(),
-            Some(info),
-            SentinelServerType::Master,
-        )?
-        .async_get_client()
-        .await
-    }
-
-    /// Opens the command connection. Calls are bounded by `timeout`; connecting by `connect_timeout`.
+    /// Asks the sentinels in turn for the current master's `host:port` (Sentinel client
+    /// guidelines, step 1: the first sentinel that answers wins).
     ///
     /// # Errors
-    /// The redis crate's error when no server answers or the handshake fails.
+    /// The last sentinel's error when none names the master.
+    pub(super) async fn sentinel_master_addr(
+        sentinels: &[String],
+        master: &str,
+        timeout: Duration,
+    ) -> RedisResult<(String, u16)> {
+        let mut last = None;
+        for s in sentinels {
+            let ask = async {
+                let mut c = Client::open(s.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                ::redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(master)
+                    .query_async::<Option<(String, u16)>>(&mut c)
+                    .await
+            };
+            match tokio::time::timeout(timeout, ask).await {
+                Ok(Ok(Some(addr))) => return Ok(addr),
+                Ok(Ok(None)) => last = Some(no_master(format!("{s} does not know {master:?}"))),
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => last = Some(no_master(format!("{s} did not answer in time"))),
+            }
+        }
+        Err(last.unwrap_or_else(|| no_master("no sentinel configured".into())))
+    }
+
+    /// Resolves the master through the sentinels and returns a client for it with its
+    /// `host:port`, after checking on a connection that its `ROLE` is master (guidelines, step 2).
+    async fn master_client(
+        sentinels: &[String],
+        master: &str,
+        node: &str,
+        timeout: Duration,
+    ) -> RedisResult<(Client, String)> {
+        let (host, port) = Self::sentinel_master_addr(sentinels, master, timeout).await?;
+        let mut info = node.into_connection_info()?;
+        info.addr = ConnectionAddr::Tcp(host.clone(), port);
+        let client = Client::open(info)?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        check_master(&mut c).await?;
+        Ok((client, format!("{host}:{port}")))
+    }
+
+    /// Opens the command connection and, for one server or Sentinel, checks that it speaks to a
+    /// master (`ROLE`). Calls are bounded by `timeout`; connecting by `connect_timeout`. Returns the
+    /// master's `host:port` for Sentinel (the address a `+switch-master` is compared against).
+    ///
+    /// # Errors
+    /// The redis crate's error when no server answers or the handshake fails; `READONLY` when the
+    /// server is a replica.
     pub(super) async fn connect(
         &self,
         timeout: Duration,
         connect_timeout: Duration,
-    ) -> RedisResult<Conn> {
+    ) -> RedisResult<(Conn, Option<String>)> {
         let manager = |client: Client| {
             // Few, short retries: the store's own maintainer retries on its interval, and every call
             // is bounded by `timeout` anyway.
@@ -202,32 +240,42 @@ impl RedisTarget {
         };
         match self {
             RedisTarget::Single { url } => {
-                Ok(Conn::Manager(manager(Client::open(url.as_str())?).await?))
+                let mut c = manager(Client::open(url.as_str())?).await?;
+                check_master(&mut c).await?;
+                Ok((Conn::Manager(c), None))
             }
             RedisTarget::Cluster { nodes } => {
+                // Redirects (MOVED, ASK) count as retries: allow a few; the call stays bounded.
                 let client = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(connect_timeout)
                     .response_timeout(timeout)
-                    .retries(1)
+                    .retries(4)
+                    .min_retry_wait(10)
+                    .max_retry_wait(100)
                     .build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok((Conn::Cluster(client.get_async_connection().await?), None))
             }
             RedisTarget::Sentinel {
                 sentinels,
                 master,
                 node,
-            } => Ok(Conn::Manager(
-                manager(Self::master_client(sentinels, master, node).await?).await?,
-            )),
+            } => {
+                let (client, addr) =
+                    Self::master_client(sentinels, master, node, connect_timeout).await?;
+                let mut c = manager(client).await?;
+                check_master(&mut c).await?;
+                Ok((Conn::Manager(c), Some(addr)))
+            }
         }
     }
 
     /// Clients to try, in order, for the pub/sub subscription. In a cluster any node works, since
-    /// `PUBLISH` is broadcast to every node; with Sentinel it is the current master.
+    /// `PUBLISH` is broadcast to every node over the cluster bus; with Sentinel it is the current
+    /// master (re-resolved).
     ///
     /// # Errors
     /// The redis crate's error when the URL is unusable or no sentinel names a master.
-    pub(super) async fn pubsub_clients(&self) -> RedisResult<Vec<Client>> {
+    pub(super) async fn pubsub_clients(&self, timeout: Duration) -> RedisResult<Vec<Client>> {
         match self {
             RedisTarget::Single { url } => Ok(vec![Client::open(url.as_str())?]),
             RedisTarget::Cluster { nodes } => {
@@ -237,8 +285,72 @@ impl RedisTarget {
                 sentinels,
                 master,
                 node,
-            } => Ok(vec![Self::master_client(sentinels, master, node).await?]),
+            } => Ok(vec![
+                Self::master_client(sentinels, master, node, timeout)
+                    .await?
+                    .0,
+            ]),
         }
+    }
+
+    /// A subscription to `+switch-master` on the first sentinel that accepts (Sentinel client
+    /// guidelines: react to failovers at once instead of waiting for errors).
+    ///
+    /// # Errors
+    /// The last sentinel's error; an error too for a target that is not Sentinel.
+    pub(super) async fn switch_subscription(
+        &self,
+        timeout: Duration,
+    ) -> RedisResult<::redis::aio::PubSub> {
+        let RedisTarget::Sentinel { sentinels, .. } = self else {
+            return Err(no_master("not a sentinel target".into()));
+        };
+        let mut last = no_master("no sentinel configured".into());
+        for s in sentinels {
+            let attempt = async {
+                let mut p = Client::open(s.as_str())?.get_async_pubsub().await?;
+                p.subscribe("+switch-master").await?;
+                Ok::<_, ::redis::RedisError>(p)
+            };
+            match tokio::time::timeout(timeout, attempt).await {
+                Ok(Ok(p)) => return Ok(p),
+                Ok(Err(e)) => last = e,
+                Err(_) => last = no_master(format!("{s} did not answer in time")),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Sentinel resolution failed.
+fn no_master(detail: String) -> ::redis::RedisError {
+    ::redis::RedisError::from((
+        ErrorKind::MasterNameNotFoundBySentinel,
+        "no sentinel named a usable master",
+        detail,
+    ))
+}
+
+/// `ROLE` on `c`: `Ok` for a master, a `READONLY` error naming the role otherwise (the server
+/// cannot take writes).
+///
+/// # Errors
+/// The call's error, or `ErrorKind::ReadOnly` when the role is not master.
+pub(super) async fn check_master(c: &mut impl ConnectionLike) -> RedisResult<()> {
+    let role: Vec<Value> = ::redis::cmd("ROLE").query_async(c).await?;
+    let name = match role.first() {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    if name == "master" {
+        Ok(())
+    } else {
+        Err(::redis::RedisError::from((
+            ErrorKind::ReadOnly,
+            "the server is not a master",
+            format!("ROLE {name}"),
+        )))
     }
 }
 

@@ -4,6 +4,8 @@
 //!   marks Redis down and asks for a resync (cache dropped) once it is back.
 //! - [`maintain`]: (re)connects, probes a down Redis, writes back local changes, then marks it up.
 //! - [`refresh`]: slides the Redis TTL of bindings served from the cache (one bounded queue).
+//! - [`follow_sentinel`] (Sentinel only): listens for `+switch-master` on a sentinel and polls the
+//!   master's address, and switches to the new master as soon as it changes.
 //!
 //! None of them holds a lock across an await, and every Redis call is bounded by the store timeout.
 
@@ -17,7 +19,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::{same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS};
-use super::target::Conn;
+use super::target::{check_master, Conn, RedisTarget};
 use super::{PROBE_INTERVAL, WRITEBACK_BATCH, WRITEBACK_CONCURRENCY};
 
 /// First and longest wait between subscription attempts.
@@ -25,6 +27,9 @@ const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 /// A `PING` on the subscription this often detects a server that stopped answering without closing.
 const SUBSCRIPTION_PING: Duration = Duration::from_secs(2);
+/// How often the Sentinel follower asks a sentinel for the master's address (besides the
+/// `+switch-master` messages), so a missed message costs at most this long.
+const SENTINEL_POLL: Duration = Duration::from_millis(500);
 
 /// Sleeps `d` unless cancelled first; false when cancelled.
 async fn pause(cancel: &CancellationToken, d: Duration) -> bool {
@@ -67,27 +72,31 @@ pub(super) async fn subscribe(s: Arc<Shared>, cancel: CancellationToken) {
         let lost = loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = s.resubscribe.notified() => break None,
                 m = messages.next() => match m {
                     Some(m) => s.on_message(m.get_payload_bytes()),
-                    None => break "subscription connection closed".to_string(),
+                    None => break Some("subscription connection closed".to_string()),
                 },
                 _ = ping.tick() => {
                     match tokio::time::timeout(s.timeout.max(Duration::from_secs(1)), sink.ping::<::redis::Value>()).await {
                         Ok(Ok(_)) => {}
-                        Ok(Err(e)) => break e.to_string(),
-                        Err(_) => break "subscription ping unanswered".to_string(),
+                        Ok(Err(e)) => break Some(e.to_string()),
+                        Err(_) => break Some("subscription ping unanswered".to_string()),
                     }
                 }
             }
         };
         missed = true;
-        s.fail("subscribe", &lost);
+        match lost {
+            Some(lost) => s.fail("subscribe", &lost),
+            None => tracing::info!("redis master changed; re-subscribing to hop messages there"),
+        }
     }
 }
 
 /// One subscribed connection, or `None` (counted and logged) when no candidate accepts.
 async fn open_subscription(s: &Shared) -> Option<::redis::aio::PubSub> {
-    let clients = match tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients()).await {
+    let clients = match tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients(s.connect_timeout)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             s.fail("subscribe", &e);
@@ -146,8 +155,9 @@ async fn recover(s: &Shared) {
         )
         .await
         {
-            Ok(Ok(c)) => {
+            Ok(Ok((c, master))) => {
                 s.conn.store(Some(Arc::new(c.clone())));
+                *s.master.lock().expect("master mutex is never poisoned") = master;
                 c
             }
             Ok(Err(e)) => return s.fail("writeback", &e),
@@ -161,13 +171,22 @@ async fn recover(s: &Shared) {
     };
     if s.is_down() {
         let mut probe = conn.clone();
-        if s.guard(
-            "writeback",
-            ::redis::cmd("PING").query_async::<String>(&mut probe),
-        )
-        .await
-        .is_none()
-        {
+        // A single server or Sentinel's master must still be a master (`ROLE`); a cluster routes
+        // each key itself, so any answer will do.
+        let cluster = matches!(s.target, RedisTarget::Cluster { .. });
+        let answered = if cluster {
+            s.guard(
+                "writeback",
+                ::redis::cmd("PING").query_async::<String>(&mut probe),
+            )
+            .await
+            .is_some()
+        } else {
+            s.guard("writeback", check_master(&mut probe))
+                .await
+                .is_some()
+        };
+        if !answered {
             if s.target.resolves_master() {
                 // The master may have moved: ask the sentinels again next round.
                 s.conn.store(None);
@@ -254,7 +273,9 @@ async fn write_back(s: &Shared, mut c: Conn, id: &str, change: &Pending) -> bool
             else {
                 return false;
             };
-            if *won != **node {
+            if *won == **node {
+                s.journal(id, change.clone());
+            } else {
                 s.fill(id, epoch, &same_or_new(node, won));
             }
         }
@@ -269,6 +290,7 @@ async fn write_back(s: &Shared, mut c: Conn, id: &str, change: &Pending) -> bool
                 return false;
             };
             if changed == 1 {
+                s.journal(id, change.clone());
                 s.publish(&mut c, "writeback", id, Some(from), Some(to))
                     .await;
             } else if *won != **to {
@@ -322,6 +344,64 @@ pub(super) async fn refresh(
             Some(won) if *won != *node => s.fill(&id, epoch, &same_or_new(&node, won)),
             Some(_) => {}
             None => s.remember(&id, Pending::Bind(node)),
+        }
+    }
+}
+
+/// Sentinel only: follows the master the sentinels name. Subscribes to `+switch-master` on a
+/// sentinel (re-subscribing on loss) and also asks for the master's address every
+/// [`SENTINEL_POLL`]; when it differs from the master the command connection speaks to, calls
+/// [`Shared::switch`], so writes go to the new master at once instead of to the old one until
+/// Sentinel demotes it.
+pub(super) async fn follow_sentinel(s: Arc<Shared>, cancel: CancellationToken) {
+    let RedisTarget::Sentinel {
+        sentinels, master, ..
+    } = &s.target
+    else {
+        return;
+    };
+    let mut poll = tokio::time::interval(SENTINEL_POLL);
+    poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let sub = tokio::select! {
+            () = cancel.cancelled() => return,
+            p = s.target.switch_subscription(s.connect_timeout) => p.ok(),
+        };
+        let mut messages = sub.map(|p| p.into_on_message());
+        loop {
+            let named = tokio::select! {
+                () = cancel.cancelled() => return,
+                m = async { messages.as_mut()?.next().await } , if messages.is_some() => match m {
+                    // "<name> <old-ip> <old-port> <new-ip> <new-port>"
+                    Some(m) => {
+                        let payload = String::from_utf8_lossy(m.get_payload_bytes()).into_owned();
+                        let f: Vec<&str> = payload.split_whitespace().collect();
+                        match f.as_slice() {
+                            [name, _, _, ip, port] if name == master => Some(format!("{ip}:{port}")),
+                            _ => None,
+                        }
+                    }
+                    None => break,
+                },
+                _ = poll.tick() => {
+                    let ask = RedisTarget::sentinel_master_addr(sentinels, master, s.connect_timeout);
+                    let named = ask.await.ok().map(|(h, p)| format!("{h}:{p}"));
+                    if messages.is_none() && named.is_some() {
+                        // The sentinels answer again: try to subscribe once more.
+                        break;
+                    }
+                    named
+                }
+            };
+            let Some(named) = named else { continue };
+            let current = s
+                .master
+                .lock()
+                .expect("master mutex is never poisoned")
+                .clone();
+            if current.is_some_and(|c| c != named) {
+                s.switch(&format_args!("sentinel names {named} as master"));
+            }
         }
     }
 }

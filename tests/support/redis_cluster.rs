@@ -1,0 +1,443 @@
+//! A real Redis Cluster for tests: `redis-server --cluster-enabled yes` processes on loopback
+//! ports (each port P also needs P+10000 free for the cluster bus), joined with
+//! `redis-cli --cluster create ... --cluster-replicas 1`. Every process is killed on drop.
+//!
+//! Used by the Redis Cluster scenarios (issue 18) and the fleet test.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::wait_until;
+
+/// Lowest port tried; the bus port P+10000 must stay below the kernel's ephemeral range.
+const LOWEST: u16 = 11000;
+
+/// A port P such that P and P+10000 are both free (bus port of a cluster node), below the
+/// ephemeral range so no outgoing connection takes either before the node binds them.
+pub fn free_cluster_port() -> u16 {
+    use std::hash::BuildHasher;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = ephemeral_low
+        .saturating_sub(10000)
+        .saturating_sub(LOWEST)
+        .max(1000);
+    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    for i in 0..512u64 {
+        let port = LOWEST + ((seed.wrapping_add(i.wrapping_mul(7919))) % u64::from(span)) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10000) {
+            return port;
+        }
+    }
+    panic!("no free port pair P, P+10000 for a cluster node");
+}
+
+/// Starts `bin` (redis-server or redis-sentinel) with `args`, output discarded, killed on drop.
+pub fn spawn_redis(bin: &str, args: &[String]) -> Child {
+    Command::new(bin)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin} on PATH: {e}"))
+}
+
+/// A plain connection to one server on `port` (no cluster routing), retried until `timeout`.
+pub async fn node_client(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to redis on {port}: {e}"))
+}
+
+/// `ROLE`'s first element on `port` ("master", "slave", "sentinel"); `None` if it does not answer.
+pub async fn role(port: u16) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut c = tokio::time::timeout(
+        Duration::from_secs(1),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let v: Vec<redis::Value> = tokio::time::timeout(
+        Duration::from_secs(1),
+        redis::cmd("ROLE").query_async(&mut c),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    match v.first() {
+        Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        Some(redis::Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// One cluster node: its port, config file and process.
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+/// A running 3-master, 3-replica Redis Cluster on loopback (no persistence), killed on drop.
+pub struct RedisCluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+}
+
+impl RedisCluster {
+    /// Starts six nodes, creates the cluster with one replica per master, and waits until every
+    /// node reports `cluster_state:ok` and knows all six nodes. `cluster-node-timeout` is 1 s, so a
+    /// killed master fails over in about two seconds.
+    pub async fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 6 {
+            let p = free_cluster_port();
+            if !ports.contains(&p) && !ports.iter().any(|q| q.abs_diff(p) == 10000) {
+                ports.push(p);
+            }
+        }
+        let mut c = RedisCluster {
+            dir,
+            nodes: ports
+                .into_iter()
+                .map(|port| Node { port, child: None })
+                .collect(),
+        };
+        for i in 0..c.nodes.len() {
+            c.spawn(i).await;
+        }
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(c.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend([
+            "--cluster-replicas".into(),
+            "1".into(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("redis-cli on PATH");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c.wait_ok(Duration::from_secs(30)).await;
+        c
+    }
+
+    fn config_file(&self, port: u16) -> PathBuf {
+        self.dir.path().join(format!("nodes-{port}.conf"))
+    }
+
+    async fn spawn(&mut self, i: usize) {
+        let port = self.nodes[i].port;
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &self.config_file(port).to_string_lossy(),
+            "--cluster-node-timeout",
+            "1000",
+            "--dir",
+            &self.dir.path().to_string_lossy(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        self.nodes[i].child = Some(spawn_redis("redis-server", &args));
+        wait_until(
+            Duration::from_secs(10),
+            &format!("cluster node {port} to answer"),
+            || async move { role(port).await.is_some() },
+        )
+        .await;
+    }
+
+    /// Every node's port, in start order.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    /// `redis+cluster://127.0.0.1:p1,...` with every node as a seed (SPEC section 7).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// One `redis://127.0.0.1:P` URL per node (seed list for a cluster client).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .collect()
+    }
+
+    /// A cluster-aware client (routes keys to their slot's master, follows MOVED/ASK).
+    pub async fn client(&self) -> redis::cluster_async::ClusterConnection {
+        redis::cluster::ClusterClient::new(self.urls())
+            .expect("cluster urls")
+            .get_async_connection()
+            .await
+            .expect("cluster connect")
+    }
+
+    /// Ports of the running nodes whose `ROLE` is master.
+    pub async fn masters(&self) -> Vec<u16> {
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            if n.child.is_some() && role(n.port).await.as_deref() == Some("master") {
+                out.push(n.port);
+            }
+        }
+        out
+    }
+
+    /// Port of the master serving `slot`, per `CLUSTER SHARDS`-free `CLUSTER NODES` of a live node.
+    pub async fn master_of_slot(&self, slot: u16) -> u16 {
+        for line in self.cluster_nodes().await.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let covers = f[8..].iter().any(|r| {
+                let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+                matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
+            });
+            if covers {
+                return port_of(f[1]);
+            }
+        }
+        panic!("no master serves slot {slot}");
+    }
+
+    /// The node id of the node on `port`.
+    pub async fn node_id(&self, port: u16) -> String {
+        let mut c = node_client(port).await;
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async(&mut c)
+            .await
+            .expect("CLUSTER MYID")
+    }
+
+    /// Port of a replica of the master on `master`.
+    pub async fn replica_of(&self, master: u16) -> u16 {
+        let id = self.node_id(master).await;
+        for line in self.cluster_nodes().await.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() >= 4 && f[2].contains("slave") && f[3] == id && !f[2].contains("fail") {
+                return port_of(f[1]);
+            }
+        }
+        panic!("master {master} has no live replica");
+    }
+
+    async fn cluster_nodes(&self) -> String {
+        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}/", n.port)) else {
+                continue;
+            };
+            let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                continue;
+            };
+            if let Ok(s) = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async::<String>(&mut c)
+                .await
+            {
+                return s;
+            }
+        }
+        panic!("no cluster node answers CLUSTER NODES");
+    }
+
+    /// Waits until every running node reports `cluster_state:ok`.
+    pub async fn wait_ok(&self, timeout: Duration) {
+        let ports: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| n.port)
+            .collect();
+        let ports = &ports;
+        wait_until(timeout, "cluster_state:ok on every node", || async move {
+            for &p in ports {
+                let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{p}/")) else {
+                    return false;
+                };
+                let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
+                let info: String = match redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await
+                {
+                    Ok(s) => s,
+                    Err(_) => return false,
+                };
+                if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    }
+
+    /// SIGKILLs the node on `port` (e.g. a master, to make its replica take over).
+    pub async fn kill(&mut self, port: u16) {
+        let n = self.node_mut(port);
+        if let Some(mut c) = n.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// Starts the node on `port` again with its cluster config file, so it rejoins (a killed
+    /// master comes back as a replica of the node that took over). Waits until it answers.
+    pub async fn restart(&mut self, port: u16) {
+        self.kill(port).await;
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("a node of this cluster");
+        self.spawn(i).await;
+    }
+
+    /// `CLUSTER FAILOVER` on the replica on `replica`: a manual failover without data loss.
+    pub async fn failover(&self, replica: u16) {
+        let mut c = node_client(replica).await;
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async(&mut c)
+            .await
+            .expect("CLUSTER FAILOVER");
+    }
+
+    /// Moves `slot` from the master on `from` to the master on `to` the way `redis-cli --cluster
+    /// reshard` does: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE` of its keys in batches of `batch`
+    /// (pausing `pause` between batches, so traffic meets the ASK window), then `SETSLOT NODE` on
+    /// every master.
+    pub async fn migrate_slot(&self, slot: u16, from: u16, to: u16, batch: usize, pause: Duration) {
+        let (from_id, to_id) = (self.node_id(from).await, self.node_id(to).await);
+        let (mut src, mut dst) = (node_client(from).await, node_client(to).await);
+        let setslot = |state: &str, id: &str| {
+            let mut c = redis::cmd("CLUSTER");
+            c.arg("SETSLOT").arg(slot).arg(state).arg(id);
+            c
+        };
+        let _: () = setslot("IMPORTING", &from_id)
+            .query_async(&mut dst)
+            .await
+            .expect("SETSLOT IMPORTING");
+        let _: () = setslot("MIGRATING", &to_id)
+            .query_async(&mut src)
+            .await
+            .expect("SETSLOT MIGRATING");
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(batch)
+                .query_async(&mut src)
+                .await
+                .expect("GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query_async(&mut src)
+                .await
+                .expect("MIGRATE");
+            tokio::time::sleep(pause).await;
+        }
+        for m in self.masters().await {
+            let mut c = node_client(m).await;
+            let _: () = setslot("NODE", &to_id)
+                .query_async(&mut c)
+                .await
+                .expect("SETSLOT NODE");
+        }
+    }
+
+    fn node_mut(&mut self, port: u16) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster")
+    }
+}
+
+/// `127.0.0.1:7000@17000` -> 7000.
+fn port_of(addr: &str) -> u16 {
+    addr.split('@')
+        .next()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("bad node address {addr}"))
+}
+
+/// The hash slot of `key` (CRC16/XMODEM mod 16384, honouring `{hash tags}`), as Redis Cluster computes it.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|s| {
+        let e = b[s + 1..].iter().position(|&c| c == b'}')?;
+        (e > 0).then(|| &b[s + 1..s + 1 + e])
+    });
+    let data = tagged.unwrap_or(b);
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn key_slot_matches_redis() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(super::key_slot("foo"), 12182);
+        assert_eq!(super::key_slot("{user1000}.following"), super::key_slot("user1000"));
+        assert_eq!(super::key_slot("123456789"), 0x31C3 % 16384);
+    }
+}
