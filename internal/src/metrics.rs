@@ -252,6 +252,7 @@ impl Metrics {
             "gateway_build_info",
             "Always 1; the label carries the gateway's version",
             build_info,
+        );
         let discovery_errors = Family::<ClusterLabel, Counter>::default();
         registry.register(
             "gateway_discovery_errors",

@@ -2,12 +2,10 @@
 //!
 //! Spawns: the data-plane accept loop (one task per connection, bounded by a semaphore), the admin
 //! accept loop (and the optional `health_listen` one), the node watcher of the event feed, the
-//! reload triggers (file watch, SIGHUP) and, through [`Routing`], the health checks. systemd is
+//! reload triggers (file watch, SIGHUP), DNS discovery and, through [`Routing`], the health checks. systemd is
 //! told `READY=1` once the listeners accept and `STOPPING=1` on shutdown ([`crate::notify`]).
 //! On the shutdown future: readiness goes false (the admin and health listeners keep answering
 //! until `run` returns, so `/readyz` says 503 meanwhile), data accepting stops, every connection is
-//! accept loop, the reload triggers (file watch, SIGHUP), DNS discovery and, through [`Routing`],
-//! the health checks. On the shutdown future: readiness goes false, accepting stops, every connection is
 //! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets),
 //! and in-flight work gets up to `shutdown_timeout`. Streams still open near its end are closed as
 //! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
