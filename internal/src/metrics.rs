@@ -132,6 +132,9 @@ pub struct Metrics {
     pub fail_open: Family<ClusterLabel, Counter>,
     /// `gateway_health_transitions_total{cluster,node,to}`: health state changes (probe, passive, reload).
     pub health_transitions: Family<TransitionLabels, Counter>,
+    /// `gateway_h2_goaway_sent_total{reason}`: GOAWAYs the gateway sent for abuse
+    /// (`too_many_resets`, `too_many_control_frames`, `header_block_timeout`).
+    pub h2_goaway: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -229,6 +232,12 @@ impl Metrics {
             "Node health state changes by the state entered",
             health_transitions.clone(),
         );
+        let h2_goaway = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "gateway_h2_goaway_sent",
+            "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
+            h2_goaway.clone(),
+        );
         Metrics {
             registry,
             hops,
@@ -245,6 +254,7 @@ impl Metrics {
             retries,
             fail_open,
             health_transitions,
+            h2_goaway,
         }
     }
 

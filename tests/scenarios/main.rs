@@ -8,6 +8,7 @@ mod cases;
 mod core;
 mod drain;
 mod h2;
+mod h2_abuse;
 mod health;
 mod redis;
 mod reload;

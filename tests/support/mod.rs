@@ -5,6 +5,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 pub mod h2c;
+pub mod h2raw;
 pub mod http;
 
 use std::path::{Path, PathBuf};
