@@ -86,35 +86,57 @@ async fn rapid_reset_flood_gets_goaway_and_spares_the_node() {
     second_connection_works(&gw).await;
 }
 
-/// CASE-25 B ("MadeYouReset"): streams the client makes the gateway reset with
-/// WINDOW_UPDATE(increment 0) get one RST_STREAM(PROTOCOL_ERROR) each (RFC 9113 section 6.9),
-/// until the reset budget is spent and the connection ends with GOAWAY(ENHANCE_YOUR_CALM).
+/// CASE-25 B ("MadeYouReset"): WINDOW_UPDATE(increment 0) on a stream ends the connection with
+/// GOAWAY(PROTOCOL_ERROR) at the first one (h2 treats it, like DATA after END_STREAM, as a
+/// connection error, which RFC 9113 section 5.4 allows for any stream error); streams opened past
+/// `h2_max_concurrent_streams` draw one RST_STREAM(REFUSED_STREAM) each until the reset budget
+/// (200) is spent and GOAWAY(ENHANCE_YOUR_CALM, "too_many_resets") ends the connection; node-a
+/// sees at most the concurrent streams plus a small allowance, none left in flight.
 #[tokio::test]
 async fn provoked_resets_are_counted_and_end_the_connection() {
     let (a, gw) = setup("h2_max_resets_per_second = 200").await;
     let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
-    let block = hb("POST", "/echo");
     let mut bytes = Vec::new();
     for i in 0..10_000u32 {
         let n = 2 * i + 1;
-        bytes.extend(frame(HEADERS, END_HEADERS, n, &block));
+        bytes.extend(frame(HEADERS, END_HEADERS, n, &hb("POST", "/echo")));
         bytes.extend(frame(WINDOW_UPDATE, 0, n, &0u32.to_be_bytes()));
     }
     let writer = flood(wr, bytes);
     let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
-    assert_eq!(g.code, ENHANCE_YOUR_CALM, "{g:?}");
-    assert_eq!(g.debug, "too_many_resets");
+    assert!([PROTOCOL_ERROR, ENHANCE_YOUR_CALM].contains(&g.code), "{g:?}");
+    assert!(seen.iter().filter(|f| f.kind == RST_STREAM).count() <= 1);
+    let _ = writer.await;
+
+    a.delay(2000).await;
+    let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
+    let block = hb("GET", "/data");
+    let mut bytes = Vec::new();
+    for i in 0..10_000u32 {
+        let n = 2 * i + 1;
+        bytes.extend(frame(HEADERS, END_STREAM | END_HEADERS, n, &block));
+    }
+    let writer = flood(wr, bytes);
+    let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
+    assert_eq!((g.code, g.debug.as_str()), (ENHANCE_YOUR_CALM, "too_many_resets"), "{g:?}");
     let rsts: Vec<&Got> = seen.iter().filter(|f| f.kind == RST_STREAM).collect();
-    assert!(!rsts.is_empty() && rsts.len() <= 200 + 100, "{} resets", rsts.len());
+    // Bounded by the budget plus what h2 decodes from one read (a 64 KiB read holds about 2,000
+    // of these 30-byte HEADERS frames) before the gateway sees its own resets go out.
+    assert!(rsts.len() <= 200 + 2200, "{} resets sent", rsts.len());
     let mut streams: Vec<u32> = rsts.iter().map(|f| f.stream).collect();
     streams.sort_unstable();
     let n = streams.len();
     streams.dedup();
     assert_eq!(streams.len(), n, "at most one RST_STREAM per stream");
-    assert!(rsts.iter().all(|f| f.word(0) == PROTOCOL_ERROR));
     let _ = writer.await;
+    wait_until(Duration::from_secs(3), "node-a has nothing in flight", || async {
+        gw.node("node-a").await["inflight"].as_u64() == Some(0)
+    })
+    .await;
+    a.delay(0).await;
     let got = a.requests().await;
-    assert!(got <= 200 + 100 + 20, "node-a received {got} requests");
+    eprintln!("node-a received {got} requests, gateway sent {n} resets");
+    assert!(got <= 100 + 20, "node-a received {got} requests");
     assert_eq!(
         gw.metric("gateway_h2_goaway_sent_total{reason=\"too_many_resets\"}")
             .await,

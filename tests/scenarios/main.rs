@@ -7,6 +7,7 @@ mod canary;
 mod cases;
 mod core;
 mod drain;
+mod grpc_errors;
 mod h2;
 mod h2_abuse;
 mod health;
