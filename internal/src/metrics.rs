@@ -145,6 +145,9 @@ pub struct Metrics {
     pub health_transitions: Family<TransitionLabels, Counter>,
     /// `gateway_discovery_errors_total{cluster}`: failed or empty DNS resolutions (SPEC section 12).
     pub discovery_errors: Family<ClusterLabel, Counter>,
+    /// `gateway_h2_goaway_sent_total{reason}`: GOAWAYs the gateway sent for abuse
+    /// (`too_many_resets`, `too_many_control_frames`, `header_block_timeout`).
+    pub h2_goaway: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -259,6 +262,12 @@ impl Metrics {
             "Failed or empty DNS discovery resolutions; the last good node set stays",
             discovery_errors.clone(),
         );
+        let h2_goaway = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "gateway_h2_goaway_sent",
+            "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
+            h2_goaway.clone(),
+        );
         Metrics {
             events: crate::events::Events::new(),
             registry,
@@ -277,6 +286,7 @@ impl Metrics {
             fail_open,
             health_transitions,
             discovery_errors,
+            h2_goaway,
         }
     }
 

@@ -158,7 +158,8 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         upstream: Arc::new(Upstream::new(
             cfg.limits.connect_timeout,
             cfg.limits.upstream_idle_timeout,
-        )),
+        )
+        .with_h2_max_header_list(cfg.limits.h2.max_header_list)),
         metrics: metrics.clone(),
         settings: ProxySettings {
             affinity_header: cfg.affinity.header.clone(),
@@ -290,9 +291,11 @@ fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
         );
     b.http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(
-            u32::try_from(l.max_header_bytes + l.max_request_line).unwrap_or(u32::MAX),
-        )
+        .max_header_list_size(l.h2.max_header_list)
+        .max_concurrent_streams(l.h2.max_concurrent_streams)
+        // A lifetime count of resets the library sends cuts honest long-lived connections
+        // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
+        .max_local_error_reset_streams(None)
         .keep_alive_interval(Duration::from_secs(30));
     b
 }
@@ -357,6 +360,19 @@ async fn serve_data(
     let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
     let io = crate::proxy::framing::FramingWatch::new(tcp, dc.framing.clone());
+    // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
+    let abuse_metrics = proxy.metrics.clone();
+    let io = crate::proxy::h2_watch::H2Watch::new(
+        io,
+        proxy.settings.limits.h2.max_resets_per_second.get(),
+        proxy.settings.limits.header_read_timeout,
+        Arc::new(move |a: crate::proxy::h2_frames::Abuse| {
+            abuse_metrics
+                .h2_goaway
+                .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
+                .inc();
+        }),
+    );
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();

@@ -145,6 +145,7 @@ async fn drive<C, E>(
             // A client that goes away mid-request is routine for a test backend: the connection's
             // error has no one to be reported to, so it ends the task quietly.
             _ = conn.as_mut() => return,
+            () = tracker.kill.notified() => return,
             () = &mut idle, if !closing => {
                 graceful(conn.as_mut());
                 closing = true;
@@ -216,6 +217,9 @@ pub(crate) struct ConnTracker {
     streams: AtomicU64,
     /// Signalled when the connection should send a graceful GOAWAY.
     goaway: Notify,
+    /// Signalled when the connection should be dropped at once, streams and all (the gRPC
+    /// `x-mock-grpc-break-after` knob: a node that breaks its streams after their headers).
+    pub(crate) kill: Notify,
     /// End the connection with RST (`SO_LINGER` 0, no FIN) when its socket is closed.
     reset: AtomicBool,
 }
@@ -242,6 +246,7 @@ impl ConnTracker {
             exempt: AtomicBool::new(false),
             streams: AtomicU64::new(0),
             goaway: Notify::new(),
+            kill: Notify::new(),
             reset: AtomicBool::new(false),
         }
     }

@@ -9,8 +9,12 @@
 //! Test knobs (request headers, on `Who` and `Ticks`): `x-mock-grpc-status: N` plus optional
 //! `x-mock-grpc-message: M` answers trailers-only with that status and message (sent as given);
 //! adding `x-mock-grpc-framing: separate` sends headers, then the status in a trailers frame, no DATA.
+//! `x-mock-grpc-refuse: 1` (or this node's id) answers RST_STREAM(REFUSED_STREAM) before any headers;
+//! `x-mock-grpc-delay-ms: N` waits N ms before answering (this call only);
+//! `x-mock-grpc-break-after: N` (on `Ticks`) drops the whole connection after N ticks, a node that
+//! breaks its streams after their headers. Every answer carries `x-mock-grpc-timeout` with the
+//! `grpc-timeout` the call arrived with, if it had one.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,19 +130,42 @@ pub(crate) async fn handle(
     state: Arc<State>,
     tracker: Arc<ConnTracker>,
     req: Request<Incoming>,
-) -> Result<Response<RespBody>, Infallible> {
+) -> Result<Response<RespBody>, h2::Error> {
     let path = req.uri().path().to_owned();
     let goaway_after = state.goaway_after.load(Ordering::Relaxed);
     tracker.count_stream(req.version(), goaway_after);
     state.admit(&path).await;
+    let knob = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let refuse = req
+        .headers()
+        .get("x-mock-grpc-refuse")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == "1" || v == state.id);
+    if path != "/health" && refuse {
+        // hyper resets the stream with the reason found in the service's error.
+        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+    }
+    if let Some(ms) = knob("x-mock-grpc-delay-ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let break_after = knob("x-mock-grpc-break-after");
+    let timeout = req.headers().get("grpc-timeout").cloned();
     let mut resp = match (path.as_str(), forced_status(req.headers())) {
         ("/health", _) => health(&state),
         (HEALTH_CHECK_PATH, _) => health_check(&state, req).await,
         (WHO_PATH | TICKS_PATH, Some(forced)) => forced.response(),
         (WHO_PATH, None) => who(&state, req).await,
-        (TICKS_PATH, None) => ticks(&state, req).await,
+        (TICKS_PATH, None) => ticks(&state, req, break_after.map(|n| (n, tracker))).await,
         _ => trailers_only(CODE_UNIMPLEMENTED, Some("unknown method")),
     };
+    if let Some(t) = timeout {
+        resp.headers_mut().insert("x-mock-grpc-timeout", t);
+    }
     add_node_headers(&state, resp.headers_mut());
     Ok(resp)
 }
@@ -200,7 +227,12 @@ async fn health_check(state: &State, req: Request<Incoming>) -> Response<RespBod
     grpc_response(StreamBody::new(stream::iter(frames)).boxed_unsync())
 }
 
-async fn ticks(state: &State, req: Request<Incoming>) -> Response<RespBody> {
+/// `break_after`: after that many ticks, drop the connection the call came on.
+async fn ticks(
+    state: &State,
+    req: Request<Incoming>,
+    break_after: Option<(u64, Arc<ConnTracker>)>,
+) -> Response<RespBody> {
     let count = match read_request::<proto::TicksRequest>(req).await {
         Ok(request) => u64::from(request.count),
         Err(message) => return trailers_only(CODE_INVALID_ARGUMENT, Some(&message)),
@@ -213,9 +245,14 @@ async fn ticks(state: &State, req: Request<Incoming>) -> Response<RespBody> {
         (interval, 1_u64, false),
         move |(mut interval, seq, finished)| {
             let node = node.clone();
+            let break_after = break_after.clone();
             async move {
                 if finished {
                     return None;
+                }
+                if let Some((n, tracker)) = break_after.as_ref().filter(|(n, _)| seq > *n) {
+                    break_connection(*n, tracker);
+                    return std::future::pending().await;
                 }
                 if count != 0 && seq > count {
                     let trailers = Frame::trailers(status_trailers(CODE_OK, None));
@@ -228,6 +265,12 @@ async fn ticks(state: &State, req: Request<Incoming>) -> Response<RespBody> {
         },
     );
     grpc_response(StreamBody::new(frames).boxed_unsync())
+}
+
+/// Drops the connection of a `Ticks` call that asked for `x-mock-grpc-break-after: n`.
+fn break_connection(n: u64, tracker: &ConnTracker) {
+    eprintln!("mock-backend: breaking the gRPC connection after {n} ticks (x-mock-grpc-break-after)");
+    tracker.kill.notify_one();
 }
 
 /// Reads the request body (bounded) and decodes its single message; empty bodies decode as

@@ -6,6 +6,7 @@
 
 pub mod dns;
 pub mod h2c;
+pub mod h2raw;
 pub mod http;
 pub mod webdriver;
 pub mod redis_cluster;

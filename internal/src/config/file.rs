@@ -143,6 +143,14 @@ pub struct LimitsFile {
     pub body_min_rate: Option<u64>,
     /// Window over which `body_min_rate` is averaged (the first window is grace), humantime.
     pub body_rate_window: Option<String>,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to h2 clients.
+    pub h2_max_concurrent_streams: Option<u64>,
+    /// h2 header list (and trailers) size limit, both directions: `"64KiB"` or a byte count.
+    pub h2_max_header_list: Option<super::size::SizeFile>,
+    /// Stream resets per second an h2 connection may cause (burst = the same count).
+    pub h2_max_resets_per_second: Option<u64>,
+    /// Largest WebSocket message: `"16MiB"` or a byte count.
+    pub websocket_max_message: Option<super::size::SizeFile>,
 }
 
 /// One `[[clusters]]` entry.
@@ -212,6 +220,8 @@ pub struct RouteFile {
     pub strip_prefix: Option<String>,
     /// Request timeout, humantime.
     pub timeout: Option<String>,
+    /// Cap on a client's `grpc-timeout`, humantime; `"0s"` = no cap.
+    pub grpc_max_timeout: Option<String>,
     /// Retries for idempotent requests.
     pub retries: Option<u32>,
     /// `"hop"`, `"hint"` or `"close"`.

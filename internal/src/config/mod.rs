@@ -7,6 +7,7 @@
 
 mod discovery;
 pub mod file;
+pub mod size;
 mod spans;
 mod validate;
 
@@ -238,7 +239,35 @@ pub struct Limits {
     pub upstream_idle_timeout: Duration,
     /// Minimum request body rate; `None` = off (`body_min_rate = 0`).
     pub body_min_rate: Option<BodyMinRate>,
+    /// HTTP/2 abuse limits (SPEC section 4).
+    pub h2: H2Limits,
+    /// Largest WebSocket message in bytes (SPEC section 5: Close 1009 past it).
+    pub websocket_max_message: u64,
 }
+
+/// `[limits] h2_*`: HTTP/2 abuse limits of every downstream h2 connection (SPEC section 4,
+/// RFC 9113 section 10.5); the header-list limit also applies to upstream h2 connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2Limits {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients.
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE in bytes (header blocks and trailers, both directions).
+    pub max_header_list: u32,
+    /// Stream resets per second a connection may cause (received, or provoked from the
+    /// gateway); bursts of the same size are allowed.
+    pub max_resets_per_second: NonZeroU32,
+}
+
+/// Default `h2_max_concurrent_streams` (SPEC section 4; RFC 9113 section 6.5.2 recommends at
+/// least 100).
+pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Default `h2_max_header_list`: 64 KiB (SPEC section 4), above the 32 KiB header block limit
+/// so that the gateway's own `431` answers first.
+pub const DEFAULT_H2_MAX_HEADER_LIST: u32 = 64 * 1024;
+/// Default `h2_max_resets_per_second` (SPEC section 4).
+pub const DEFAULT_H2_MAX_RESETS_PER_SECOND: u32 = 200;
+/// Default `websocket_max_message`: 16 MiB (SPEC section 5).
+pub const DEFAULT_WEBSOCKET_MAX_MESSAGE: u64 = 16 << 20;
 
 /// `limits.body_min_rate` / `limits.body_rate_window`: a request body must bring at least
 /// `bytes_per_sec` averaged over each `window` of time the gateway spends waiting for the client
@@ -500,6 +529,8 @@ pub struct RouteConfig {
     pub strip_prefix: Option<String>,
     /// Time to the response head.
     pub timeout: Duration,
+    /// Cap on a client's `grpc-timeout` (SPEC section 5); `None` = the client's alone.
+    pub grpc_max_timeout: Option<Duration>,
     /// Retries on other nodes.
     pub retries: u32,
     /// WebSocket mode.

@@ -383,6 +383,54 @@ fn limits(c: &mut Check, f: &FileConfig) -> Limits {
             DEFAULT_UPSTREAM_IDLE_TIMEOUT,
         ),
         body_min_rate,
+        h2: H2Limits {
+            max_concurrent_streams: u32::try_from(pos(
+                c,
+                "limits.h2_max_concurrent_streams",
+                l.h2_max_concurrent_streams,
+                DEFAULT_H2_MAX_CONCURRENT_STREAMS as usize,
+            ))
+            .unwrap_or(u32::MAX),
+            max_header_list: u32::try_from(size(
+                c,
+                "limits.h2_max_header_list",
+                l.h2_max_header_list.as_ref(),
+                u64::from(DEFAULT_H2_MAX_HEADER_LIST),
+            ))
+            .unwrap_or(u32::MAX),
+            max_resets_per_second: NonZeroU32::new(
+                u32::try_from(pos(
+                    c,
+                    "limits.h2_max_resets_per_second",
+                    l.h2_max_resets_per_second,
+                    DEFAULT_H2_MAX_RESETS_PER_SECOND as usize,
+                ))
+                .unwrap_or(u32::MAX),
+            )
+            .expect("pos() never returns 0"),
+        },
+        websocket_max_message: size(
+            c,
+            "limits.websocket_max_message",
+            l.websocket_max_message.as_ref(),
+            DEFAULT_WEBSOCKET_MAX_MESSAGE,
+        ),
+    }
+}
+
+/// A `[limits]` size of at least 1 byte; reports a bad one and returns `default`.
+fn size(c: &mut Check, key: &str, v: Option<&super::size::SizeFile>, default: u64) -> u64 {
+    match v.map(super::size::SizeFile::bytes) {
+        None => default,
+        Some(Ok(0)) => {
+            c.err(key, "must be at least 1 byte");
+            default
+        }
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            c.err(key, e);
+            default
+        }
     }
 }
 
@@ -739,6 +787,12 @@ fn routes(c: &mut Check, f: &FileConfig, clusters: &[ClusterConfig]) -> Vec<Rout
                 r.timeout.as_ref(),
                 DEFAULT_ROUTE_TIMEOUT,
             ),
+            grpc_max_timeout: Some(c.duration(
+                &format!("{key}.grpc_max_timeout"),
+                r.grpc_max_timeout.as_ref(),
+                Duration::ZERO,
+            ))
+            .filter(|d| !d.is_zero()),
             retries: r.retries.unwrap_or(DEFAULT_RETRIES),
             websocket: c.one_of(
                 &format!("{key}.websocket"),

@@ -24,7 +24,7 @@ use super::body::{BodyTap, Replay, RequestBody, ResponseBody};
 use super::client_body::{client_fault, MinRate};
 use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
-use super::upstream::{is_unprocessed, keepalive_timeout, SendError};
+use super::upstream::{is_refused, is_unprocessed, keepalive_timeout, SendError};
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
 use crate::metrics::RetryLabels;
@@ -144,13 +144,21 @@ pub(crate) async fn forward(
     let mut stale_replayed = false;
     let mut tried: Vec<NodeId> = Vec::new();
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
-    let deadline = super::grpc::head_deadline(ctx.start, ctx.route.config.timeout, &up_headers);
+    // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
+    // instead, head and stream alike, and each attempt tells the node what is left of it.
+    let budget = super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout);
+    let deadline = ctx.start + budget.unwrap_or(ctx.route.config.timeout);
+    let mut up_headers = up_headers;
     let mut failure_seen: Option<Instant> = None;
     let health = |n: &Node| n.settings.health.clone();
     loop {
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mark = node.runtime.passive_mark();
+        if budget.is_some() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            up_headers.insert("grpc-timeout", super::grpc_call::encode_timeout(left));
+        }
         let mut upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
         if let Some(g) = &gate {
             g.watch(&mut upstream_req);
@@ -158,11 +166,14 @@ pub(crate) async fn forward(
         let result = tokio::time::timeout_at(deadline, p.upstream.send(&node, upstream_req)).await;
         let err = match result {
             Err(_) => {
-                node.runtime
-                    .record_passive_error(&health(&node), "timeout", Instant::now());
+                // The call's own deadline running out is not the node's fault (CASE-31).
+                if budget.is_none() {
+                    node.runtime
+                        .record_passive_error(&health(&node), "timeout", Instant::now());
+                }
                 return Err(ProxyError::Timeout {
                     node: node.id.to_string(),
-                    timeout_ms: ctx.route.config.timeout.as_millis(),
+                    timeout_ms: budget.unwrap_or(ctx.route.config.timeout).as_millis(),
                 });
             }
             Ok(Ok(sent)) => {
@@ -189,6 +200,7 @@ pub(crate) async fn forward(
                     &p,
                     &ctx,
                     &node,
+                    budget.map(|_| deadline),
                     sent,
                     inflight,
                     tap,
@@ -224,7 +236,7 @@ pub(crate) async fn forward(
                     return Err(client);
                 }
                 let unprocessed = is_unprocessed(&e);
-                let replay = match tap.replay() {
+                let mut replay = match tap.replay() {
                     Replay::Body(b) => Some(b),
                     Replay::Untouched if empty => {
                         Some(Empty::new().map_err(|never| match never {}).boxed_unsync())
@@ -232,6 +244,20 @@ pub(crate) async fn forward(
                     Replay::Untouched | Replay::Lost => None,
                 };
                 if unprocessed {
+                    // REFUSED_STREAM: the node itself declined; another node takes it, any method.
+                    if let Some(b) = replay.take_if(|_| is_refused(&e)) {
+                        tried.push(node.id.clone());
+                        if let Some(next) = another(&p, &ctx, &tried) {
+                            retry_log(&p, &ctx, &node, &next, "refused_stream", &detail);
+                            body = b;
+                            node = moved(&p, &ctx, &node, next, "reset", log, &tried).await;
+                            continue;
+                        }
+                        return Err(ProxyError::Connect {
+                            node: node.id.to_string(),
+                            detail,
+                        });
+                    }
                     // The node declared the stream unprocessed (GOAWAY/REFUSED_STREAM): no penalty, same node.
                     if let Some(b) = replay {
                         if post_send_retries < retries.max(1) + 2 {
@@ -356,6 +382,7 @@ fn respond_with(
     p: &Arc<Proxy>,
     ctx: &Attempt,
     node: &Node,
+    call_deadline: Option<Instant>,
     sent: super::upstream::Sent,
     inflight: crate::registry::InflightGuard,
     tap: BodyTap,
@@ -366,6 +393,7 @@ fn respond_with(
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
     let mut log = log;
     let incoming = super::grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
+    let grpc_status = log.grpc_status.clone();
     headers::strip_hop_by_hop(&mut parts.headers);
     // TE is a request header; a node has no business sending it back.
     parts.headers.remove(header::TE);
@@ -395,6 +423,11 @@ fn respond_with(
             bytes_out,
         );
     });
-    let body = ResponseBody::new(incoming, done).boxed_unsync();
+    let body = if super::grpc::is_grpc(&parts.headers) {
+        let call = super::grpc_call::CallBody::new(incoming, call_deadline, grpc_status);
+        ResponseBody::new(call, done).boxed_unsync()
+    } else {
+        ResponseBody::new(incoming, done).boxed_unsync()
+    };
     Response::from_parts(parts, body)
 }

@@ -226,34 +226,34 @@ pub fn parse_timeout(v: &str) -> Option<Duration> {
     })
 }
 
-/// The gRPC deadline header (gRPC `PROTOCOL-HTTP2.md`).
-const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
-
 /// When the response head of a request that started at `start` must have arrived: the route
 /// `timeout` (SPEC section 3: whole request, not applied to streaming gRPC, so it only ever bounds
-/// the head), or for a gRPC request carrying `grpc-timeout` the client's own deadline, which
-/// replaces it (a client asking for a long deadline may legitimately wait on a stream).
-pub fn head_deadline(start: Instant, route_timeout: Duration, request: &HeaderMap) -> Instant {
-    let client = request
-        .get(GRPC_TIMEOUT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_timeout)
-        .filter(|_| is_grpc(request));
-    start + client.unwrap_or(route_timeout)
+/// the head), or for a gRPC call with a deadline (its `grpc-timeout`, capped by the route's
+/// `grpc_max_timeout` = `cap`, see [`super::grpc_call::budget`]) that deadline, which replaces it
+/// (a client asking for a long deadline may legitimately wait on a stream).
+pub fn head_deadline(
+    start: Instant,
+    route_timeout: Duration,
+    cap: Option<Duration>,
+    request: &HeaderMap,
+) -> Instant {
+    start + super::grpc_call::budget(request, cap).unwrap_or(route_timeout)
 }
 
 /// gRPC status code for a gateway answer with HTTP status `status`, per gRPC's
 /// `doc/http-grpc-status-mapping.md` (plus 413/414/431 as RESOURCE_EXHAUSTED, 408 as
-/// DEADLINE_EXCEEDED, which that table leaves as UNKNOWN).
+/// DEADLINE_EXCEEDED, which that table leaves as UNKNOWN). The gateway's own `504` is always a
+/// deadline it enforced (the route timeout or the call's deadline), so it is DEADLINE_EXCEEDED
+/// (SPEC section 5, CASE-30 c), not the table's UNAVAILABLE for a node's 504.
 pub fn code_for_http(status: StatusCode) -> u32 {
     match status.as_u16() {
         400 => 13,
         401 => 16,
         403 => 7,
         404 => 12,
-        408 => 4,
+        408 | 504 => 4,
         413 | 414 | 431 => 8,
-        429 | 502 | 503 | 504 => UNAVAILABLE,
+        429 | 502 | 503 => UNAVAILABLE,
         _ => 2,
     }
 }
@@ -445,12 +445,12 @@ mod tests {
         let start = Instant::now();
         let mut h = ct("application/grpc");
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), &h),
+            head_deadline(start, Duration::from_secs(30), None, &h),
             start + Duration::from_secs(30)
         );
         h.insert("grpc-timeout", HeaderValue::from_static("90S"));
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), &h),
+            head_deadline(start, Duration::from_secs(30), None, &h),
             start + Duration::from_secs(90)
         );
         h.insert(
@@ -458,7 +458,7 @@ mod tests {
             HeaderValue::from_static("application/json"),
         );
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), &h),
+            head_deadline(start, Duration::from_secs(30), None, &h),
             start + Duration::from_secs(30)
         );
         assert_eq!(encode_message("no node 100% ok\n"), "no node 100%25 ok%0A");

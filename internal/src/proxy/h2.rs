@@ -52,11 +52,26 @@ struct Slot {
     dial: Option<Dial>,
 }
 
+/// Reset streams an upstream connection remembers, and for how long, so that DATA a node sent
+/// before it saw the gateway's cancel is dropped quietly (its flow-control credit returned)
+/// instead of drawing RST_STREAM(STREAM_CLOSED) (CASE-25 C: a busy node may process frames
+/// 1.5 s late; many server-streaming calls are cancelled on one long-lived connection).
+const UPSTREAM_RESET_MEMORY: usize = 4096;
+/// See [`UPSTREAM_RESET_MEMORY`].
+const UPSTREAM_RESET_DURATION: Duration = Duration::from_secs(10);
+
 /// The h2c connections of every node; see the module docs.
-#[derive(Default)]
 pub struct H2Pool {
     slots: Mutex<HashMap<NodeId, Slot>>,
     next_id: AtomicU64,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE of every upstream connection (`limits.h2_max_header_list`).
+    max_header_list: u32,
+}
+
+impl Default for H2Pool {
+    fn default() -> Self {
+        H2Pool::new(crate::config::DEFAULT_H2_MAX_HEADER_LIST)
+    }
 }
 
 impl std::fmt::Debug for H2Pool {
@@ -66,6 +81,16 @@ impl std::fmt::Debug for H2Pool {
 }
 
 impl H2Pool {
+    /// An empty pool whose connections accept header lists (and trailers) of up to
+    /// `max_header_list` bytes.
+    pub fn new(max_header_list: u32) -> Self {
+        H2Pool {
+            slots: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            max_header_list,
+        }
+    }
+
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Slot>> {
         self.slots
             .lock()
@@ -93,7 +118,7 @@ impl H2Pool {
                 None => {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let fut: DialFuture = Box::pin(
-                        dial(node.addr.clone(), connect_timeout, id).map(|r| r.map_err(Arc::new)),
+                        dial(node.addr.clone(), connect_timeout, id, self.max_header_list).map(|r| r.map_err(Arc::new)),
                     );
                     let d = fut.shared();
                     slot.dial = Some(d.clone());
@@ -187,7 +212,12 @@ impl H2Pool {
 }
 
 /// Opens connection `id` to `addr` within `connect_timeout` and spawns its driver task.
-async fn dial(addr: String, connect_timeout: Duration, id: u64) -> std::io::Result<Conn> {
+async fn dial(
+    addr: String,
+    connect_timeout: Duration,
+    id: u64,
+    max_header_list: u32,
+) -> std::io::Result<Conn> {
     let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr.as_str())).await {
         Ok(r) => r?,
         Err(_) => {
@@ -201,6 +231,12 @@ async fn dial(addr: String, connect_timeout: Duration, id: u64) -> std::io::Resu
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .max_header_list_size(max_header_list)
+        // The gateway's own long-lived connections must never trip a lifetime reset cap
+        // (hyperium/h2 #856; CASE-25 C): nodes are trusted, cancels are the gateway's own.
+        .max_local_error_reset_streams(None)
+        .max_concurrent_reset_streams(UPSTREAM_RESET_MEMORY)
+        .reset_stream_duration(UPSTREAM_RESET_DURATION)
         .handshake(TokioIo::new(tcp))
         .await
         .map_err(std::io::Error::other)?;

@@ -83,6 +83,19 @@ pub fn is_unprocessed(e: &hyper::Error) -> bool {
     false
 }
 
+/// True if an h2 error is the node's RST_STREAM(REFUSED_STREAM) for this stream: nothing was
+/// processed, and the node itself declined, so another node should take it (SPEC section 5).
+pub fn is_refused(e: &hyper::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = src {
+        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
+            return h2e.is_reset() && h2e.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        src = err.source();
+    }
+    false
+}
+
 struct Idle {
     send: http1::SendRequest<ProxyBody>,
     expires: Instant,
@@ -145,6 +158,13 @@ impl Upstream {
             connect_timeout,
             idle_timeout,
         }
+    }
+
+    /// Sets the header-list (and trailers) limit of upstream h2 connections
+    /// (`limits.h2_max_header_list`, SPEC section 4: both directions).
+    pub fn with_h2_max_header_list(mut self, max: u32) -> Self {
+        self.h2 = super::h2::H2Pool::new(max);
+        self
     }
 
     fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, NodePool>> {

@@ -1,0 +1,217 @@
+//! A gRPC call's deadline and the end of its response stream (SPEC section 5; CASE-30, CASE-31).
+//!
+//! - [`budget`]: the call's time budget, the shorter of the client's `grpc-timeout` and the
+//!   route's `grpc_max_timeout` (gRPC `PROTOCOL-HTTP2.md` "Timeout"); a malformed value is ignored,
+//!   never read as already expired.
+//! - [`encode_timeout`]: the remaining budget as the `grpc-timeout` the node receives.
+//! - [`CallBody`]: wraps a gRPC response body once its head is relayed. At the call deadline the
+//!   stream ends with `grpc-status: 4` trailers (the node's stream is dropped, i.e. cancelled with
+//!   RST_STREAM(CANCEL)); when the node breaks the stream after its head (a reset, a lost
+//!   connection) it ends with `grpc-status: 14` trailers instead of a reset, which clients would
+//!   read as INTERNAL (gRPC "Errors": only REFUSED_STREAM maps to UNAVAILABLE; linkerd2 #4262).
+//!
+//! Spawns nothing; the deadline is a timer the body polls.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use super::grpc::{is_grpc, parse_timeout, GrpcStatus, UNAVAILABLE};
+use super::BoxError;
+
+/// gRPC status DEADLINE_EXCEEDED.
+pub const DEADLINE_EXCEEDED: u32 = 4;
+
+/// The time budget of a gRPC request with headers `request` on a route whose cap is `cap`
+/// (`grpc_max_timeout`, `None` = no cap): the shorter of the two; `None` for a request that is
+/// not gRPC or has neither (then the route `timeout` bounds the response head).
+pub fn budget(request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
+    if !is_grpc(request) {
+        return None;
+    }
+    let client = request
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_timeout);
+    match (client, cap) {
+        (Some(c), Some(m)) => Some(c.min(m)),
+        (c, m) => c.or(m),
+    }
+}
+
+/// `remaining` as a `grpc-timeout` value: whole milliseconds (rounded down, at least 1) while
+/// they fit the protocol's 8 digits, else whole seconds.
+pub fn encode_timeout(remaining: Duration) -> HeaderValue {
+    let ms = remaining.as_millis().max(1);
+    let text = if ms <= 99_999_999 {
+        format!("{ms}m")
+    } else {
+        format!("{}S", remaining.as_secs().min(99_999_999))
+    };
+    HeaderValue::from_str(&text).expect("digits and a unit letter are a valid header value")
+}
+
+/// Trailers ending a gRPC stream with `code` and the (already percent-encoded) `message`.
+fn trailers(code: u32, message: &'static str) -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from(code));
+    t.insert("grpc-message", HeaderValue::from_static(message));
+    t
+}
+
+pin_project_lite::pin_project! {
+    /// See the module docs.
+    pub struct CallBody<B> {
+        #[pin]
+        inner: B,
+        deadline: Option<Pin<Box<Sleep>>>,
+        status: GrpcStatus,
+        ended: bool,
+    }
+}
+
+impl<B> CallBody<B> {
+    /// Wraps `inner`, a gRPC response body; `deadline` is the call's deadline, if it has one;
+    /// `status` records the code the gateway ends the stream with.
+    pub fn new(inner: B, deadline: Option<Instant>, status: GrpcStatus) -> Self {
+        CallBody {
+            inner,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            status,
+            ended: false,
+        }
+    }
+}
+
+impl<B> Body for CallBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        if *this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(d) = this.deadline.as_mut() {
+            if d.as_mut().poll(cx).is_ready() {
+                *this.ended = true;
+                this.status.set(DEADLINE_EXCEEDED);
+                tracing::debug!("gRPC call deadline passed while streaming; ending with status 4");
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers(
+                    DEADLINE_EXCEEDED,
+                    "deadline%20exceeded",
+                )))));
+            }
+        }
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                let e: BoxError = e.into();
+                tracing::info!(error = %e, "node broke a gRPC stream after its head; ending with status 14");
+                *this.ended = true;
+                this.status.set(UNAVAILABLE);
+                Poll::Ready(Some(Ok(Frame::trailers(trailers(
+                    UNAVAILABLE,
+                    "node%20stream%20broke%3B%20retry",
+                )))))
+            }
+            Poll::Ready(Some(Ok(f))) => {
+                if f.is_trailers() {
+                    *this.ended = true;
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // Trailers may be added: never promise an exact length.
+        let mut h = SizeHint::new();
+        h.set_lower(self.inner.size_hint().lower());
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header;
+    use http_body_util::BodyExt;
+
+    fn grpc(timeout: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        if let Some(t) = timeout {
+            h.insert("grpc-timeout", HeaderValue::from_str(t).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn budget_is_the_shorter_and_ignores_malformed_values() {
+        let s = Duration::from_secs;
+        assert_eq!(budget(&grpc(Some("200m")), None), Some(Duration::from_millis(200)));
+        assert_eq!(budget(&grpc(Some("100S")), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(&grpc(Some("1S")), Some(s(10))), Some(s(1)));
+        assert_eq!(budget(&grpc(None), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(&grpc(None), None), None);
+        assert_eq!(budget(&grpc(Some("1x")), None), None);
+        assert_eq!(budget(&grpc(Some("123456789m")), None), None);
+        let mut plain = grpc(Some("1S"));
+        plain.remove(header::CONTENT_TYPE);
+        assert_eq!(budget(&plain, Some(s(1))), None);
+    }
+
+    #[test]
+    fn timeouts_are_encoded_in_eight_digits() {
+        assert_eq!(encode_timeout(Duration::from_millis(187)), "187m");
+        assert_eq!(encode_timeout(Duration::from_micros(10)), "1m");
+        assert_eq!(encode_timeout(Duration::from_secs(200_000)), "200000S");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_and_broken_streams_end_with_trailers() {
+        let endless = http_body_util::StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, BoxError>,
+        >());
+        let status = GrpcStatus::tracked();
+        let body = CallBody::new(
+            endless,
+            Some(Instant::now() + Duration::from_secs(1)),
+            status.clone(),
+        );
+        let out = body.collect().await.expect("trailers, not an error");
+        assert_eq!(out.trailers().unwrap()["grpc-status"], "4");
+        assert_eq!(status.get(), Some(4));
+
+        let broken = http_body_util::StreamBody::new(futures_util::stream::iter(vec![
+            Ok(Frame::data(Bytes::from_static(b"\0\0\0\0\0"))),
+            Err::<Frame<Bytes>, BoxError>("connection reset".into()),
+        ]));
+        let status = GrpcStatus::tracked();
+        let out = CallBody::new(broken, None, status.clone())
+            .collect()
+            .await
+            .expect("trailers, not an error");
+        assert_eq!(out.trailers().unwrap()["grpc-status"], "14");
+        assert_eq!(status.get(), Some(14));
+    }
+}

@@ -1,0 +1,302 @@
+//! [`H2Watch`]: the downstream connection's IO wrapper that enforces the HTTP/2 abuse limits of
+//! SPEC section 4 (CASE-25, CASE-26) on the raw bytes, around hyper's h2 server.
+//!
+//! A connection that starts with the HTTP/2 client preface has every frame it sends and every
+//! frame the gateway sends it accounted by a [`Meter`]; any other connection (HTTP/1.1) passes
+//! untouched. When the meter trips, the bytes just read are withheld from hyper, the gateway
+//! writes `GOAWAY(ENHANCE_YOUR_CALM)` at the next frame boundary of its own output, closes the
+//! socket, and fails hyper's IO so that the connection and all of its streams end at once (their
+//! upstream requests are dropped, i.e. cancelled). The work a flood costs is bounded by one read
+//! buffer past the budget. hyper's h2 keeps its own caps (pending-accept resets, CONTINUATION
+//! count, header list size); the lifetime cap on resets it sends is turned off in favour of the
+//! rate here (hyperium/h2 #856).
+//!
+//! Spawns nothing; the header-block deadline is a timer polled by the reads themselves.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use super::h2_frames::{goaway, Abuse, FrameScanner, Meter, ENHANCE_YOUR_CALM};
+
+/// The HTTP/2 client connection preface (RFC 9113 section 3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// How long the gateway tries to write its GOAWAY to a client that does not read, before it
+/// closes the socket without it.
+const GOAWAY_WRITE_LIMIT: Duration = Duration::from_secs(1);
+
+/// Called once when a connection trips, with the limit it broke (for the metric and log line).
+pub type OnAbuse = Arc<dyn Fn(Abuse) + Send + Sync>;
+
+enum Mode {
+    /// Fewer than 24 bytes read, all matching the preface so far.
+    Detect(usize),
+    /// Not HTTP/2 prior knowledge: bytes pass untouched.
+    Plain,
+    /// HTTP/2: frames are accounted.
+    H2,
+}
+
+struct Trip {
+    bytes: Vec<u8>,
+    written: usize,
+    give_up: Pin<Box<Sleep>>,
+    abuse: Abuse,
+}
+
+pin_project_lite::pin_project! {
+    /// See the module docs.
+    pub struct H2Watch<T> {
+        #[pin]
+        inner: T,
+        mode: Mode,
+        rx: FrameScanner,
+        tx: FrameScanner,
+        meter: Meter,
+        header_timer: Option<Pin<Box<Sleep>>>,
+        trip: Option<Trip>,
+        on_abuse: OnAbuse,
+    }
+}
+
+impl<T> H2Watch<T> {
+    /// Wraps `inner` with a budget of `resets_per_second` stream resets, header blocks bounded by
+    /// `header_timeout`; `on_abuse` hears about a trip.
+    pub fn new(inner: T, resets_per_second: u32, header_timeout: Duration, on_abuse: OnAbuse) -> Self {
+        H2Watch {
+            inner,
+            mode: Mode::Detect(0),
+            rx: FrameScanner::default(),
+            tx: FrameScanner::default(),
+            meter: Meter::new(resets_per_second, header_timeout, Instant::now()),
+            header_timer: None,
+            trip: None,
+            on_abuse,
+        }
+    }
+}
+
+fn aborted(abuse: Abuse) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!("h2 connection ended for abuse: {}", abuse.reason()),
+    )
+}
+
+impl<T: AsyncWrite> H2Watch<T> {
+    /// Starts the trip: the GOAWAY to write, the limit on trying.
+    fn start_trip(self: Pin<&mut Self>, abuse: Abuse) {
+        let this = self.project();
+        if this.trip.is_some() {
+            return;
+        }
+        tracing::warn!(reason = abuse.reason(), last_stream = this.meter.last_client_stream(), "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)");
+        (this.on_abuse)(abuse);
+        *this.trip = Some(Trip {
+            bytes: goaway(
+                this.meter.last_client_stream(),
+                ENHANCE_YOUR_CALM,
+                abuse.reason().as_bytes(),
+            ),
+            written: 0,
+            give_up: Box::pin(tokio::time::sleep(GOAWAY_WRITE_LIMIT)),
+            abuse,
+        });
+    }
+
+    /// Writes the GOAWAY (once the gateway's own output is at a frame boundary) and shuts the
+    /// socket; ready with the error hyper gets from then on.
+    fn drive_trip(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let mut this = self.project();
+        let trip = this.trip.as_mut().expect("drive_trip runs only once tripped");
+        let abuse = trip.abuse;
+        if trip.give_up.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(aborted(abuse));
+        }
+        if !this.tx.at_boundary() {
+            // hyper is finishing a frame; its next write completes it (see poll_write).
+            return Poll::Pending;
+        }
+        while trip.written < trip.bytes.len() {
+            match this.inner.as_mut().poll_write(cx, &trip.bytes[trip.written..]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(aborted(abuse)),
+                Poll::Ready(Ok(n)) => trip.written += n,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if this.inner.as_mut().poll_flush(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let _ = this.inner.as_mut().poll_shutdown(cx);
+        Poll::Ready(aborted(abuse))
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite> AsyncRead for H2Watch<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.trip.is_some() {
+            return self.drive_trip(cx).map(Err);
+        }
+        let before = buf.filled().len();
+        let this = self.as_mut().project();
+        if matches!(this.mode, Mode::Plain) {
+            return this.inner.poll_read(cx, buf);
+        }
+        match this.inner.poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Pending => {
+                let this = self.as_mut().project();
+                let Some(deadline) = this.meter.header_deadline() else {
+                    *this.header_timer = None;
+                    return Poll::Pending;
+                };
+                let timer = this
+                    .header_timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.as_mut().start_trip(Abuse::HeaderBlockTimeout);
+                return self.drive_trip(cx).map(Err);
+            }
+            other => return other,
+        }
+        let this = self.as_mut().project();
+        let mut new = &buf.filled()[before..];
+        if let Mode::Detect(seen) = this.mode {
+            let take = (PREFACE.len() - *seen).min(new.len());
+            if new[..take] != PREFACE[*seen..*seen + take] {
+                *this.mode = Mode::Plain;
+                return Poll::Ready(Ok(()));
+            }
+            *seen += take;
+            new = &new[take..];
+            if *seen < PREFACE.len() {
+                return Poll::Ready(Ok(()));
+            }
+            *this.mode = Mode::H2;
+        }
+        let now = Instant::now();
+        let meter = this.meter;
+        if let Err(abuse) = this.rx.feed(new, |f| meter.client_frame(f, now)) {
+            buf.set_filled(before);
+            self.as_mut().start_trip(abuse);
+            return self.drive_trip(cx).map(Err);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite> AsyncWrite for H2Watch<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.as_mut().project();
+        match this.mode {
+            Mode::H2 => {}
+            Mode::Detect(_) => {
+                // The gateway speaks first only on HTTP/1.x (an answer to a short request).
+                *this.mode = Mode::Plain;
+                return this.inner.poll_write(cx, buf);
+            }
+            Mode::Plain => return this.inner.poll_write(cx, buf),
+        }
+        let tripped = this.trip.is_some();
+        let buf = if tripped {
+            if this.tx.at_boundary() {
+                return self.drive_trip(cx).map(Err);
+            }
+            // Finish the frame hyper started, so the GOAWAY lands on a boundary.
+            &buf[..this.tx.left_in_frame().min(buf.len())]
+        } else {
+            buf
+        };
+        let n = match this.inner.poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => n,
+            other => return other,
+        };
+        let now = Instant::now();
+        let meter = this.meter;
+        let res = this.tx.feed(&buf[..n], |f| meter.gateway_frame(f, now));
+        if let Err(abuse) = res {
+            self.as_mut().start_trip(abuse);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = u32::to_be_bytes(payload.len() as u32)[1..].to_vec();
+        v.push(kind);
+        v.push(flags);
+        v.extend_from_slice(&stream.to_be_bytes());
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[tokio::test]
+    async fn ping_flood_gets_goaway_and_plain_bytes_pass() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let tripped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = tripped.clone();
+        let mut w = H2Watch::new(
+            server,
+            200,
+            Duration::from_secs(10),
+            Arc::new(move |_| t.store(true, std::sync::atomic::Ordering::SeqCst)),
+        );
+        let (mut cr, mut cw) = tokio::io::split(client);
+        let mut flood = PREFACE.to_vec();
+        for _ in 0..2000 {
+            flood.extend(frame(6, 0, 0, &[0; 8]));
+        }
+        cw.write_all(&flood).await.unwrap();
+        let mut sink = vec![0; 1 << 16];
+        let err = loop {
+            match w.read(&mut sink).await {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
+        assert!(tripped.load(std::sync::atomic::Ordering::SeqCst));
+        let mut got = Vec::new();
+        cr.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, goaway(0, ENHANCE_YOUR_CALM, b"too_many_control_frames"));
+
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut w = H2Watch::new(server, 200, Duration::from_secs(10), Arc::new(|_| {}));
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut b = [0u8; 18];
+        w.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"GET / HTTP/1.1\r\n\r\n");
+    }
+}

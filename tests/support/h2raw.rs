@@ -1,0 +1,212 @@
+//! A frame-level HTTP/2 client for abuse tests (CASE-25, CASE-26): writes frames byte for byte
+//! (no flow control, no HPACK state), and reads what the gateway sends back as frames.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Client connection preface (RFC 9113 section 3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Frame types.
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const WINDOW_UPDATE: u8 = 0x8;
+pub const CONTINUATION: u8 = 0x9;
+/// Flags.
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+/// Error codes.
+pub const PROTOCOL_ERROR: u32 = 0x1;
+pub const CANCEL: u32 = 0x8;
+pub const COMPRESSION_ERROR: u32 = 0x9;
+pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// One frame: 9-octet head + payload.
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = u32::to_be_bytes(payload.len() as u32)[1..].to_vec();
+    v.push(kind);
+    v.push(flags);
+    v.extend_from_slice(&stream.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// An HPACK integer with an `n`-bit prefix and the high bits `first`.
+fn hpack_int(out: &mut Vec<u8>, first: u8, n: u32, mut v: usize) {
+    let max = (1usize << n) - 1;
+    if v < max {
+        out.push(first | v as u8);
+        return;
+    }
+    out.push(first | max as u8);
+    v -= max;
+    while v >= 128 {
+        out.push((v % 128) as u8 | 0x80);
+        v /= 128;
+    }
+    out.push(v as u8);
+}
+
+/// A literal header field without indexing, new name (RFC 7541 section 6.2.2), no Huffman.
+pub fn hpack_literal(name: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x00];
+    hpack_int(&mut out, 0, 7, name.len());
+    out.extend_from_slice(name.as_bytes());
+    hpack_int(&mut out, 0, 7, value.len());
+    out.extend_from_slice(value);
+    out
+}
+
+/// `HB(METHOD path)` of CASES-R2: `:method` (GET or POST, indexed), `:scheme http`, `:path`,
+/// `:authority app.example.test`, all without dynamic-table indexing so it can be repeated.
+pub fn hb(method: &str, path: &str) -> Vec<u8> {
+    let mut out = vec![if method == "POST" { 0x83 } else { 0x82 }, 0x86];
+    if path == "/" {
+        out.push(0x84);
+    } else {
+        hpack_int(&mut out, 0x00, 4, 4);
+        hpack_int(&mut out, 0, 7, path.len());
+        out.extend_from_slice(path.as_bytes());
+    }
+    out.extend_from_slice(&[0x01, 0x10]);
+    out.extend_from_slice(b"app.example.test");
+    out
+}
+
+/// One frame the gateway sent.
+#[derive(Debug, Clone)]
+pub struct Got {
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+    pub payload: Vec<u8>,
+}
+
+impl Got {
+    /// The 32-bit word at `at` in the payload.
+    pub fn word(&self, at: usize) -> u32 {
+        u32::from_be_bytes(self.payload[at..at + 4].try_into().expect("4 bytes"))
+    }
+}
+
+/// A GOAWAY's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoAway {
+    pub last_stream: u32,
+    pub code: u32,
+    pub debug: String,
+}
+
+/// The read half: frames as they come.
+pub struct Reader {
+    rd: OwnedReadHalf,
+    buf: Vec<u8>,
+    /// True once the socket reached EOF or an error.
+    pub closed: bool,
+}
+
+impl Reader {
+    /// The next frame, or `None` at EOF / error / `deadline`.
+    pub async fn next(&mut self, deadline: Instant) -> Option<Got> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
+                if self.buf.len() >= 9 + len {
+                    let f = Got {
+                        kind: self.buf[3],
+                        flags: self.buf[4],
+                        stream: u32::from_be_bytes(self.buf[5..9].try_into().expect("4"))
+                            & 0x7fff_ffff,
+                        payload: self.buf[9..9 + len].to_vec(),
+                    };
+                    self.buf.drain(..9 + len);
+                    return Some(f);
+                }
+            }
+            if self.closed {
+                return None;
+            }
+            let mut chunk = vec![0u8; 64 * 1024];
+            match tokio::time::timeout_at(deadline, self.rd.read(&mut chunk)).await {
+                Err(_) => return None,
+                Ok(Ok(0)) | Ok(Err(_)) => self.closed = true,
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Reads until a GOAWAY arrives (returned with every frame seen before it), or `None` by
+    /// `deadline` / at a close without one.
+    pub async fn goaway(&mut self, deadline: Instant, seen: &mut Vec<Got>) -> Option<GoAway> {
+        while let Some(f) = self.next(deadline).await {
+            if f.kind == GOAWAY && f.stream == 0 && f.payload.len() >= 8 {
+                return Some(GoAway {
+                    last_stream: f.word(0) & 0x7fff_ffff,
+                    code: f.word(4),
+                    debug: String::from_utf8_lossy(&f.payload[8..]).into_owned(),
+                });
+            }
+            seen.push(f);
+        }
+        None
+    }
+
+    /// Waits until the gateway closed the connection (EOF or reset) by `deadline`; true if it did.
+    pub async fn wait_closed(&mut self, deadline: Instant) -> bool {
+        while self.next(deadline).await.is_some() {}
+        self.closed
+    }
+}
+
+/// A connection that has sent the preface and an empty SETTINGS frame.
+pub async fn connect(addr: &str) -> (Reader, OwnedWriteHalf) {
+    let tcp = TcpStream::connect(addr).await.expect("connect to gateway");
+    tcp.set_nodelay(true).expect("nodelay");
+    let (rd, mut wr) = tcp.into_split();
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    wr.write_all(&hello).await.expect("preface");
+    (
+        Reader {
+            rd,
+            buf: Vec::new(),
+            closed: false,
+        },
+        wr,
+    )
+}
+
+/// Writes `bytes` in a background task (a flood the gateway may cut mid-way: write errors end it).
+pub fn flood(mut wr: OwnedWriteHalf, bytes: Vec<u8>) -> tokio::task::JoinHandle<OwnedWriteHalf> {
+    tokio::spawn(async move {
+        for chunk in bytes.chunks(64 * 1024) {
+            if wr.write_all(chunk).await.is_err() {
+                break;
+            }
+        }
+        wr
+    })
+}
+
+/// Writes `frames()` again and again for at most `limit` (a flood without a fixed size).
+pub fn flood_for(
+    mut wr: OwnedWriteHalf,
+    block: Vec<u8>,
+    limit: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if wr.write_all(&block).await.is_err() {
+                break;
+            }
+        }
+    })
+}
