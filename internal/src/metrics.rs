@@ -100,6 +100,13 @@ pub struct RetryLabels {
     pub reason: &'static str,
 }
 
+/// `name` label of a certificate (its first server name, or its file).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabel {
+    /// Certificate name.
+    pub name: String,
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -132,6 +139,12 @@ pub struct Metrics {
     pub fail_open: Family<ClusterLabel, Counter>,
     /// `gateway_health_transitions_total{cluster,node,to}`: health state changes (probe, passive, reload).
     pub health_transitions: Family<TransitionLabels, Counter>,
+    /// `gateway_tls_handshakes_total{result}`: downstream TLS handshakes (`ok`, `error`, `timeout`).
+    pub tls_handshakes: Family<ResultLabel, Counter>,
+    /// `gateway_tls_cert_expiry_seconds{name}`: seconds until each served leaf's notAfter.
+    pub tls_cert_expiry: Family<NameLabel, Gauge>,
+    /// `gateway_tls_cert_reloads_total{result}`: certificate reloads (`ok`, `unchanged`, `invalid`).
+    pub tls_cert_reloads: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -229,8 +242,29 @@ impl Metrics {
             "Node health state changes by the state entered",
             health_transitions.clone(),
         );
+        let tls_handshakes = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "gateway_tls_handshakes",
+            "Downstream TLS handshakes by result",
+            tls_handshakes.clone(),
+        );
+        let tls_cert_expiry = Family::<NameLabel, Gauge>::default();
+        registry.register(
+            "gateway_tls_cert_expiry_seconds",
+            "Seconds until the served leaf certificate's notAfter",
+            tls_cert_expiry.clone(),
+        );
+        let tls_cert_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "gateway_tls_cert_reloads",
+            "Certificate reloads by result",
+            tls_cert_reloads.clone(),
+        );
         Metrics {
             registry,
+            tls_handshakes,
+            tls_cert_expiry,
+            tls_cert_reloads,
             hops,
             hop_latency,
             requests,
@@ -256,6 +290,16 @@ impl Metrics {
     /// Counts one store error for `op`.
     pub fn store_error(&self, op: &'static str) {
         self.store_errors.get_or_create(&OpLabel { op }).inc();
+    }
+
+    /// Counts one downstream TLS handshake with `result`.
+    pub fn tls_handshake(&self, result: &'static str) {
+        self.tls_handshakes.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// Counts one certificate reload with `result`.
+    pub fn tls_cert_reload(&self, result: &'static str) {
+        self.tls_cert_reloads.get_or_create(&ResultLabel { result }).inc();
     }
 
     /// Counts one reload with `result`.

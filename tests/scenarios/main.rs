@@ -11,5 +11,7 @@ mod h2;
 mod health;
 mod redis;
 mod reload;
+mod tls;
+mod tls_reload;
 mod websocket;
 mod ws_fleet;

@@ -5,7 +5,9 @@
 #![allow(missing_docs, unreachable_pub)]
 
 pub mod h2c;
+pub mod h2ws;
 pub mod http;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

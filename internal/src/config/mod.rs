@@ -6,6 +6,7 @@
 //! line and column. This module spawns nothing and never touches the network.
 
 pub mod file;
+pub mod server_tls;
 mod spans;
 mod validate;
 
@@ -153,6 +154,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Access log on/off.
     pub access_log: bool,
+    /// `[server.tls]`: the TLS listener, when configured (SPEC section 10).
+    pub tls: Option<server_tls::ServerTlsConfig>,
 }
 
 /// How conn ids are accepted (SPEC section 3 `ids`).

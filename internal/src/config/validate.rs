@@ -9,6 +9,8 @@ use super::file::{FileConfig, HealthFile};
 use super::spans::SpanIndex;
 use super::*;
 
+mod server_tls;
+
 /// Collects issues by key; spans are resolved once at the end.
 struct Check {
     issues: Vec<(String, String)>,
@@ -99,7 +101,7 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
             return Err(mk(vec![syntax_issue(&index, e.inner(), key)]));
         }
     };
-    from_file(&parsed).map_err(|issues| {
+    let mut cfg = from_file(&parsed).map_err(|issues| {
         mk(issues
             .into_iter()
             .map(|(key, message)| {
@@ -112,7 +114,11 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
                 }
             })
             .collect())
-    })
+    })?;
+    if let Some(t) = cfg.server.tls.as_mut() {
+        server_tls::locate(t, &index, file);
+    }
+    Ok(cfg)
 }
 
 fn syntax_issue(index: &SpanIndex, e: &toml::de::Error, key: String) -> ConfigIssue {
@@ -194,6 +200,7 @@ fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             DEFAULT_SHUTDOWN_TIMEOUT,
         ),
         access_log: s.access_log.unwrap_or(true),
+        tls: s.tls.as_ref().map(|t| server_tls::server_tls(c, t)),
     }
 }
 

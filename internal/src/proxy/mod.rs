@@ -61,6 +61,8 @@ pub struct DownstreamConn {
     pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
     /// Request framing as read off the socket (CASE-13); fed by [`framing::FramingWatch`].
     pub framing: Arc<framing::FramingLog>,
+    /// What the TLS handshake settled; `None` on the cleartext listener (SPEC section 10).
+    pub tls: Option<crate::tls::server::TlsInfo>,
 }
 
 impl DownstreamConn {
@@ -72,7 +74,14 @@ impl DownstreamConn {
             conn_id: OnceLock::new(),
             bound: watch::channel(None).0,
             framing: Arc::new(framing::FramingLog::new()),
+            tls: None,
         }
+    }
+
+    /// The same connection, marked as having come over TLS with what its handshake settled.
+    pub fn with_tls(mut self, tls: Option<crate::tls::server::TlsInfo>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
@@ -130,6 +139,8 @@ pub struct LogCtx {
     /// The route table snapshot that served the request: [`Proxy::finish`] counts the outcome on
     /// its warm-ups (SPEC section 6 automatic rollback).
     pub table: Option<Arc<RouteTable>>,
+    /// The verified client certificate's subject (mTLS, SPEC section 10).
+    pub client_subject: Option<Arc<str>>,
 }
 
 impl Proxy {
@@ -143,6 +154,7 @@ impl Proxy {
         let mut log = LogCtx {
             method: req.method().clone(),
             uri: req.uri().clone(),
+            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
         let grpc_req = grpc::is_grpc(req.headers());
@@ -216,6 +228,7 @@ impl Proxy {
                 bytes_out,
                 hops = log.hops,
                 grpc_status = log.grpc_status.get(),
+                client_subject = log.client_subject.as_deref(),
             );
         }
     }
@@ -262,7 +275,9 @@ impl Proxy {
         }
         log.route = Some(route.id.clone());
         log.table = Some(table.clone());
-        let is_ws = headers::is_websocket_upgrade(req.headers());
+        // RFC 8441: a WebSocket over HTTP/2 is an extended CONNECT with `:protocol = websocket`.
+        let is_ws =
+            websocket::is_extended_connect(&req) || headers::is_websocket_upgrade(req.headers());
         let is_h2 = req.version() == http::Version::HTTP_2;
         // Conn id: the client's (validated), or issued for upgrades and h2 connections.
         let (conn_id, issued) = match req.headers().get(&self.settings.affinity_header) {
@@ -276,11 +291,9 @@ impl Proxy {
                     })?;
                 (Some(id.to_string()), false)
             }
-            None if is_h2 => (
-                Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()),
-                !is_ws,
-            ),
+            // Each WebSocket is its own affinity key, also over HTTP/2 (RFC 8441).
             None if is_ws => (Some(self.ids.issue()), true),
+            None if is_h2 => (Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()), true),
             None => (None, false),
         };
         log.conn_id = conn_id.clone();
@@ -344,7 +357,7 @@ impl Proxy {
             Some(n) => n,
             None => self.all_down(&table, &route)?,
         };
-        if is_h2 && req.headers().get(&self.settings.affinity_header).is_none() {
+        if is_h2 && !is_ws && req.headers().get(&self.settings.affinity_header).is_none() {
             dc.bound.send_if_modified(|b| {
                 let changed = b.as_ref().is_none_or(|r| r.id() != &node.id);
                 *b = Some(node.runtime.clone());
@@ -370,6 +383,12 @@ impl Proxy {
             host_hdr.as_ref(),
             self.settings.trusted.as_deref(),
         );
+        if dc.tls.is_some() {
+            up_headers.insert(
+                HeaderName::from_static("x-forwarded-proto"),
+                HeaderValue::from_static("https"),
+            );
+        }
         if let Some(id) = &conn_id {
             if let Ok(v) = HeaderValue::from_str(id) {
                 up_headers.insert(self.settings.affinity_header.clone(), v);
