@@ -294,12 +294,16 @@ impl Metrics {
 
     /// Counts one downstream TLS handshake with `result`.
     pub fn tls_handshake(&self, result: &'static str) {
-        self.tls_handshakes.get_or_create(&ResultLabel { result }).inc();
+        self.tls_handshakes
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     /// Counts one certificate reload with `result`.
     pub fn tls_cert_reload(&self, result: &'static str) {
-        self.tls_cert_reloads.get_or_create(&ResultLabel { result }).inc();
+        self.tls_cert_reloads
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     /// Counts one reload with `result`.

@@ -184,7 +184,10 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
     if let Some(t) = tls {
         tracing::info!(listen = %t.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TLS listener started");
-        tasks.spawn(crate::tls::server::watch_reload(t.certs.clone(), watch.clone()));
+        tasks.spawn(crate::tls::server::watch_reload(
+            t.certs.clone(),
+            watch.clone(),
+        ));
         tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
     }
     tasks.spawn(accept_admin(admin_l, admin, watch.clone()));

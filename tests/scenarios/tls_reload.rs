@@ -43,7 +43,10 @@ fn spawn_load(
                         }
                         let send = kept.as_mut().expect("connected above");
                         let (status, _, body) = tls::h1_get(send, "localhost", "/data").await?;
-                        anyhow::ensure!(status == 200 && body.starts_with("Data from Node"), "{status} {body}");
+                        anyhow::ensure!(
+                            status == 200 && body.starts_with("Data from Node"),
+                            "{status} {body}"
+                        );
                         Ok(())
                     }
                     .await;
@@ -78,7 +81,10 @@ async fn wait_leaf(port: u16, want: &Leaf, within: Duration, what: &str) -> Dura
         if served_leaf(port).await == want.der {
             return t0.elapsed();
         }
-        assert!(t0.elapsed() < within, "{what}: new handshakes still get the old leaf after {within:?}");
+        assert!(
+            t0.elapsed() < within,
+            "{what}: new handshakes still get the old leaf after {within:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -110,56 +116,131 @@ async fn tls_cert_reload_under_load_drops_nothing_and_refuses_bad_files() {
     let cfg = tls::client_config(&ca.pem, &["http/1.1"], None);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let (fresh, kept) = (Arc::new(Load::default()), Arc::new(Load::default()));
-    let mut tasks = spawn_load(port, cfg.clone(), true, 2, Duration::from_millis(20), fresh.clone(), stop.clone());
-    tasks.extend(spawn_load(port, cfg, false, 2, Duration::from_millis(20), kept.clone(), stop));
+    let mut tasks = spawn_load(
+        port,
+        cfg.clone(),
+        true,
+        2,
+        Duration::from_millis(20),
+        fresh.clone(),
+        stop.clone(),
+    );
+    tasks.extend(spawn_load(
+        port,
+        cfg,
+        false,
+        2,
+        Duration::from_millis(20),
+        kept.clone(),
+        stop,
+    ));
     let t0 = Instant::now();
     let mut slowest = Duration::ZERO;
     for (i, leaf) in leaves.iter().enumerate().skip(1) {
         tls::k8s_swap(&secret, i, leaf);
-        slowest = slowest.max(wait_leaf(port, leaf, Duration::from_secs(2), &format!("swap {i}")).await);
+        slowest =
+            slowest.max(wait_leaf(port, leaf, Duration::from_secs(2), &format!("swap {i}")).await);
     }
     let took = t0.elapsed();
     stop_tx.send(true).expect("stop");
     for t in tasks {
         t.await.expect("load task");
     }
-    let (f_ok, k_ok) = (fresh.ok.load(Ordering::Relaxed), kept.ok.load(Ordering::Relaxed));
+    let (f_ok, k_ok) = (
+        fresh.ok.load(Ordering::Relaxed),
+        kept.ok.load(Ordering::Relaxed),
+    );
     println!(
         "50 swaps in {took:?} (slowest {slowest:?}); {f_ok} fresh-connection and {k_ok} kept-alive requests, {:.0}/s",
         (f_ok + k_ok) as f64 / took.as_secs_f64()
     );
-    assert_eq!(fresh.failed.load(Ordering::Relaxed), 0, "failed fresh-connection requests");
-    assert_eq!(kept.failed.load(Ordering::Relaxed), 0, "failed kept-alive requests");
-    assert!(f_ok > 100 && k_ok > 100, "the load ran: {f_ok} fresh, {k_ok} kept");
-    assert_eq!(gw.metric("gateway_tls_handshakes_total{result=\"error\"}").await, 0.0);
-    assert!(gw.metric("gateway_tls_cert_reloads_total{result=\"ok\"}").await >= 50.0);
+    assert_eq!(
+        fresh.failed.load(Ordering::Relaxed),
+        0,
+        "failed fresh-connection requests"
+    );
+    assert_eq!(
+        kept.failed.load(Ordering::Relaxed),
+        0,
+        "failed kept-alive requests"
+    );
+    assert!(
+        f_ok > 100 && k_ok > 100,
+        "the load ran: {f_ok} fresh, {k_ok} kept"
+    );
+    assert_eq!(
+        gw.metric("gateway_tls_handshakes_total{result=\"error\"}")
+            .await,
+        0.0
+    );
+    assert!(
+        gw.metric("gateway_tls_cert_reloads_total{result=\"ok\"}")
+            .await
+            >= 50.0
+    );
     let last = &leaves[50];
 
     // A broken PEM: refused, named, counted; the last good leaf stays.
-    let invalid_before = gw.metric("gateway_tls_cert_reloads_total{result=\"invalid\"}").await;
-    let broken = Leaf { cert_pem: "-----BEGIN CERTIFICATE-----\nMIIB%%%\n-----END CERTIFICATE-----\n".into(), ..last.clone() };
+    let invalid_before = gw
+        .metric("gateway_tls_cert_reloads_total{result=\"invalid\"}")
+        .await;
+    let broken = Leaf {
+        cert_pem: "-----BEGIN CERTIFICATE-----\nMIIB%%%\n-----END CERTIFICATE-----\n".into(),
+        ..last.clone()
+    };
     let other_key = ca.leaf(&["localhost"]).key_pem;
-    let mismatched = Leaf { key_pem: other_key, ..last.clone() };
+    let mismatched = Leaf {
+        key_pem: other_key,
+        ..last.clone()
+    };
     for (version, bad, key, words) in [
-        (100, &broken, "server.tls.certs[0].cert", "not a PEM certificate chain"),
-        (101, &mismatched, "server.tls.certs[0].key", "does not match"),
+        (
+            100,
+            &broken,
+            "server.tls.certs[0].cert",
+            "not a PEM certificate chain",
+        ),
+        (
+            101,
+            &mismatched,
+            "server.tls.certs[0].key",
+            "does not match",
+        ),
     ] {
         tls::k8s_swap(&secret, version, bad);
-        let r = request("POST", &gw.admin("/admin/reload"), &[], Vec::new()).await.expect("reload");
+        let r = request("POST", &gw.admin("/admin/reload"), &[], Vec::new())
+            .await
+            .expect("reload");
         assert_eq!(r.status, 422, "{}", r.text());
         let errors = r.json()["errors"].clone();
         assert_eq!(errors[0]["key"], key, "{errors}");
         let message = errors[0]["message"].as_str().expect("message");
-        assert!(message.contains(words) && message.contains("tls."), "{message}");
+        assert!(
+            message.contains(words) && message.contains("tls."),
+            "{message}"
+        );
         assert!(errors[0]["line"].as_u64().expect("line") > 1, "{errors}");
-        assert!(served_leaf(port).await == last.der, "the previous certificate must stay");
-        gw.logs.wait_for(&["certificate reload refused", key], Duration::from_secs(5)).await;
+        assert!(
+            served_leaf(port).await == last.der,
+            "the previous certificate must stay"
+        );
+        gw.logs
+            .wait_for(&["certificate reload refused", key], Duration::from_secs(5))
+            .await;
     }
-    assert!(gw.metric("gateway_tls_cert_reloads_total{result=\"invalid\"}").await >= invalid_before + 2.0);
+    assert!(
+        gw.metric("gateway_tls_cert_reloads_total{result=\"invalid\"}")
+            .await
+            >= invalid_before + 2.0
+    );
     // SIGHUP brings a good certificate in.
     let next = ca.leaf(&["localhost"]);
     tls::k8s_swap(&secret, 102, &next);
     gw.signal("HUP");
     wait_leaf(port, &next, Duration::from_secs(3), "after SIGHUP").await;
-    assert!(gw.metric("gateway_tls_cert_expiry_seconds{name=\"localhost\"}").await > 86_400.0);
+    assert!(
+        gw.metric("gateway_tls_cert_expiry_seconds{name=\"localhost\"}")
+            .await
+            > 86_400.0
+    );
 }

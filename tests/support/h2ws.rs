@@ -119,7 +119,11 @@ where
     let (resp, send) = client.send_request(b.body(())?, false)?;
     let resp = tokio::time::timeout(Duration::from_secs(10), resp).await??;
     let (parts, recv) = resp.into_parts();
-    anyhow::ensure!(parts.status == 200, "extended CONNECT answered {}", parts.status);
+    anyhow::ensure!(
+        parts.status == 200,
+        "extended CONNECT answered {}",
+        parts.status
+    );
     let io = H2Io {
         send,
         recv,

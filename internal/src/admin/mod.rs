@@ -254,10 +254,7 @@ impl Admin {
         if let Err(e) = routes {
             issues.extend(e.issues());
         }
-        json_resp(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            &json!({"errors": issues}),
-        )
+        json_resp(StatusCode::UNPROCESSABLE_ENTITY, &json!({"errors": issues}))
     }
 }
 

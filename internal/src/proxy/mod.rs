@@ -293,7 +293,10 @@ impl Proxy {
             }
             // Each WebSocket is its own affinity key, also over HTTP/2 (RFC 8441).
             None if is_ws => (Some(self.ids.issue()), true),
-            None if is_h2 => (Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()), true),
+            None if is_h2 => (
+                Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()),
+                true,
+            ),
             None => (None, false),
         };
         log.conn_id = conn_id.clone();

@@ -203,7 +203,12 @@ fn chain_from(
 ) -> Result<Vec<CertificateDer<'static>>, ConfigIssue> {
     let chain = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| at.issue(format!("{}: not a PEM certificate chain: {e}", path.display())))?;
+        .map_err(|e| {
+            at.issue(format!(
+                "{}: not a PEM certificate chain: {e}",
+                path.display()
+            ))
+        })?;
     if chain.is_empty() {
         return Err(at.issue(format!(
             "{}: no \"BEGIN CERTIFICATE\" section found",
@@ -224,8 +229,8 @@ fn load_entry(
     hasher.update(&cert_bytes);
     hasher.update(&key_bytes);
     let chain = chain_from(&cert_bytes, &e.cert, &e.cert_at)?;
-    let (not_before, not_after) = validity(&chain[0])
-        .map_err(|m| e.cert_at.issue(format!("{}: {m}", e.cert.display())))?;
+    let (not_before, not_after) =
+        validity(&chain[0]).map_err(|m| e.cert_at.issue(format!("{}: {m}", e.cert.display())))?;
     if not_after < now {
         return Err(e.cert_at.issue(format!(
             "{}: the leaf certificate expired at {} (notAfter)",

@@ -32,7 +32,9 @@ pub struct Generated {
 /// # Errors
 /// `names` is empty or holds a name rcgen cannot encode, or key generation failed.
 pub fn generate(names: &[String]) -> Result<Generated, rcgen::Error> {
-    let first = names.first().ok_or(rcgen::Error::CouldNotParseCertificate)?;
+    let first = names
+        .first()
+        .ok_or(rcgen::Error::CouldNotParseCertificate)?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.distinguished_name

@@ -96,9 +96,10 @@ impl TlsCerts {
         let builder = match certs::load_client_roots(&self.spec)? {
             None => builder.with_no_client_auth(),
             Some(roots) => {
-                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|e| self.spec.client_ca_at.error(format!("client_ca: {e}")))?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .map_err(|e| self.spec.client_ca_at.error(format!("client_ca: {e}")))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -195,7 +196,9 @@ pub async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
     let _watcher = dir_watcher(&certs.dirs(), tx);
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| tracing::warn!(error = %e, "SIGHUP handler unavailable for certificate reloads"))
+        .map_err(
+            |e| tracing::warn!(error = %e, "SIGHUP handler unavailable for certificate reloads"),
+        )
         .ok();
     loop {
         #[cfg(unix)]

@@ -17,7 +17,10 @@ pub(super) fn server_tls(c: &mut Check, t: &ServerTlsFile) -> ServerTlsConfig {
         None => DEFAULT_ALPN.iter().map(|a| a.as_bytes().to_vec()).collect(),
         Some(list) => {
             if list.is_empty() {
-                c.err("server.tls.alpn", "must offer at least one of \"h2\", \"http/1.1\"");
+                c.err(
+                    "server.tls.alpn",
+                    "must offer at least one of \"h2\", \"http/1.1\"",
+                );
             }
             for (i, a) in list.iter().enumerate() {
                 if !DEFAULT_ALPN.contains(&a.as_str()) {
