@@ -428,3 +428,6 @@ python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.m
   --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
 log "wrote bench/results/latest.md"
 cat "$ROOT/bench/results/latest.md"
+
+# TLS rows (issue 14): BENCH_TLS=0 skips them.
+if [ "${BENCH_TLS:-1}" = 1 ]; then "$ROOT/bench/tls.sh"; fi

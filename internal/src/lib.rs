@@ -30,3 +30,4 @@ pub mod registry;
 pub mod routing;
 pub mod selection;
 pub mod server;
+pub mod tls;

@@ -106,6 +106,11 @@ pub struct RetryLabels {
 pub struct VersionLabel {
     /// The crate version (`hopping-gateway --version`).
     pub version: &'static str,
+/// `name` label of a certificate (its first server name, or its file).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabel {
+    /// Certificate name.
+    pub name: String,
 }
 
 /// Every metric the gateway exports.
@@ -148,6 +153,12 @@ pub struct Metrics {
     /// `gateway_h2_goaway_sent_total{reason}`: GOAWAYs the gateway sent for abuse
     /// (`too_many_resets`, `too_many_control_frames`, `header_block_timeout`).
     pub h2_goaway: Family<ReasonLabel, Counter>,
+    /// `gateway_tls_handshakes_total{result}`: downstream TLS handshakes (`ok`, `error`, `timeout`).
+    pub tls_handshakes: Family<ResultLabel, Counter>,
+    /// `gateway_tls_cert_expiry_seconds{name}`: seconds until each served leaf's notAfter.
+    pub tls_cert_expiry: Family<NameLabel, Gauge>,
+    /// `gateway_tls_cert_reloads_total{result}`: certificate reloads (`ok`, `unchanged`, `invalid`).
+    pub tls_cert_reloads: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -267,10 +278,30 @@ impl Metrics {
             "gateway_h2_goaway_sent",
             "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
             h2_goaway.clone(),
+        let tls_handshakes = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "gateway_tls_handshakes",
+            "Downstream TLS handshakes by result",
+            tls_handshakes.clone(),
+        );
+        let tls_cert_expiry = Family::<NameLabel, Gauge>::default();
+        registry.register(
+            "gateway_tls_cert_expiry_seconds",
+            "Seconds until the served leaf certificate's notAfter",
+            tls_cert_expiry.clone(),
+        );
+        let tls_cert_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "gateway_tls_cert_reloads",
+            "Certificate reloads by result",
+            tls_cert_reloads.clone(),
         );
         Metrics {
             events: crate::events::Events::new(),
             registry,
+            tls_handshakes,
+            tls_cert_expiry,
+            tls_cert_reloads,
             hops,
             hop_latency,
             requests,
@@ -298,6 +329,20 @@ impl Metrics {
     /// Counts one store error for `op`.
     pub fn store_error(&self, op: &'static str) {
         self.store_errors.get_or_create(&OpLabel { op }).inc();
+    }
+
+    /// Counts one downstream TLS handshake with `result`.
+    pub fn tls_handshake(&self, result: &'static str) {
+        self.tls_handshakes
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    /// Counts one certificate reload with `result`.
+    pub fn tls_cert_reload(&self, result: &'static str) {
+        self.tls_cert_reloads
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     /// Counts one reload with `result`.

@@ -23,7 +23,7 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -82,6 +82,9 @@ pub enum ServerError {
     /// The affinity store could not start.
     #[error("affinity store: {0}")]
     Store(String),
+    /// A `[server.tls]` certificate, key or client CA file is unusable.
+    #[error("{0}")]
+    Tls(#[source] crate::config::ConfigError),
 }
 
 /// What [`run`] needs besides the config.
@@ -121,6 +124,11 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         None => None,
     };
     let metrics = Arc::new(Metrics::new());
+    crate::tls::certs::install_provider();
+    let tls = match cfg.server.tls.clone() {
+        None => None,
+        Some(spec) => Some(tls_listener(spec, metrics.clone())?),
+    };
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = match &cfg.affinity.store {
         StoreKind::Memory => {
@@ -177,6 +185,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         metrics: metrics.clone(),
         token: cfg.server.admin_token.clone(),
         readiness: readiness.clone(),
+        tls: tls.as_ref().map(|t| t.certs.clone()),
     });
     tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
 
@@ -199,6 +208,14 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         metrics.clone(),
         watch.clone(),
     ));
+    if let Some(t) = tls {
+        tracing::info!(listen = %t.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TLS listener started");
+        tasks.spawn(crate::tls::server::watch_reload(
+            t.certs.clone(),
+            watch.clone(),
+        ));
+        tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
+    }
     tasks.spawn(crate::routing::reload::watch_triggers(
         routing.clone(),
         opts.file,
@@ -338,6 +355,7 @@ async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain:
             builder.clone(),
             watch.clone(),
             permit,
+            None,
         ));
         while conns.try_join_next().is_some() {}
     }
@@ -345,21 +363,77 @@ async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain:
     while conns.join_next().await.is_some() {}
 }
 
-async fn serve_data(
-    tcp: TcpStream,
+/// The TLS listener's pieces, set up before the gateway reports started.
+struct TlsListener {
+    listener: TcpListener,
+    certs: Arc<crate::tls::server::TlsCerts>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+fn tls_listener(
+    spec: crate::config::server_tls::ServerTlsConfig,
+    metrics: Arc<Metrics>,
+) -> Result<TlsListener, ServerError> {
+    let addr = spec.listen;
+    let certs = crate::tls::server::TlsCerts::load(spec, metrics).map_err(ServerError::Tls)?;
+    let config = certs.server_config().map_err(ServerError::Tls)?;
+    let listener = listen(addr).map_err(|source| ServerError::Bind { addr, source })?;
+    Ok(TlsListener {
+        listener,
+        certs: Arc::new(certs),
+        acceptor: tokio_rustls::TlsAcceptor::from(config),
+    })
+}
+
+/// The TLS listener: the cleartext data plane over each decrypted stream (SPEC section 10), with
+/// RFC 8441 extended CONNECT enabled when `h2` is offered.
+async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::Watch) {
+    let mut builder = data_builder(&proxy);
+    if t.certs.offers_h2() {
+        builder.http2().enable_connect_protocol();
+    }
+    let builder = Arc::new(builder);
+    let limits = crate::tls::accept::AcceptLimits {
+        max_connections: proxy.settings.limits.max_connections,
+        handshake_timeout: proxy.settings.limits.header_read_timeout,
+    };
+    let metrics = proxy.metrics.clone();
+    let serve_watch = watch.clone();
+    let serve = Arc::new(move |stream, peer, info, permit| {
+        serve_data(
+            stream,
+            peer,
+            proxy.clone(),
+            builder.clone(),
+            serve_watch.clone(),
+            permit,
+            Some(info),
+        )
+    });
+    crate::tls::accept::accept_tls(t.listener, t.acceptor, metrics, limits, watch, serve).await;
+}
+
+/// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
+async fn serve_data<I>(
+    io: I,
     peer: SocketAddr,
     proxy: Arc<Proxy>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     mut watch: drain::Watch,
     _permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    let dc = Arc::new(DownstreamConn::new(peer));
-    let _gauge = proxy.metrics.connection("http");
+    tls: Option<crate::tls::server::TlsInfo>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let _gauge = proxy
+        .metrics
+        .connection(if tls.is_some() { "https" } else { "http" });
+    let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
     let svc_proxy = proxy.clone();
     let svc_dc = dc.clone();
     let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
-    let io = crate::proxy::framing::FramingWatch::new(tcp, dc.framing.clone());
+    let io = crate::proxy::framing::FramingWatch::new(io, dc.framing.clone());
     // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
     let abuse_metrics = proxy.metrics.clone();
     let io = crate::proxy::h2_watch::H2Watch::new(

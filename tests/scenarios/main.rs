@@ -18,6 +18,8 @@ mod operator;
 mod redis;
 mod reload;
 mod status_page;
+mod tls;
+mod tls_reload;
 mod websocket;
 mod ws_fleet;
 mod redis_sentinel;

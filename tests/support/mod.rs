@@ -11,6 +11,9 @@ pub mod http;
 pub mod webdriver;
 pub mod redis_cluster;
 pub mod redis_sentinel;
+pub mod h2ws;
+pub mod http;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use internal::config::{self, Config, StoreKind};
 use internal::logging::{self, LogFormat};
 use internal::server::{self, Options};
@@ -54,13 +54,38 @@ struct Cli {
     /// Runtime worker threads (default: the number of cores).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// A tool instead of the gateway.
+    #[command(subcommand)]
+    tool: Option<Tool>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Tool {
+    /// Make a throw-away CA, a server certificate and a client certificate (ECDSA P-256) for
+    /// trying TLS: ca.pem, ca.key, gateway.pem, gateway.key, client.pem, client.key in --out.
+    GenCert {
+        /// Directory to write into (created if missing).
+        #[arg(long, value_name = "DIR", default_value = "certs")]
+        out: PathBuf,
+        /// Name the server certificate is for (DNS name or IP); repeatable.
+        #[arg(long = "name", value_name = "NAME", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+        names: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Tool::GenCert { out, names }) = &cli.tool {
+        return gen_cert(out, names);
+    }
     if let Some(path) = &cli.check_config {
-        return match config::load_path(path) {
-            Ok(_) => {
+        // Certificate files are part of the config (SPEC section 10).
+        let checked = config::load_path(path).and_then(|c| match &c.server.tls {
+            Some(t) => internal::tls::certs::check(t),
+            None => Ok(()),
+        });
+        return match checked {
+            Ok(()) => {
                 println!("{}: ok", path.display());
                 ExitCode::SUCCESS
             }
@@ -116,6 +141,29 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hopping-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gen-cert`: writes a throw-away certificate set and says how to use it.
+fn gen_cert(out: &std::path::Path, names: &[String]) -> ExitCode {
+    let written = internal::tls::gen::generate(names)
+        .map_err(|e| format!("cannot make certificates: {e}"))
+        .and_then(|g| {
+            internal::tls::gen::write(out, &g)
+                .map_err(|e| format!("cannot write into {}: {e}", out.display()))
+        });
+    match written {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            println!("server certificate for: {}", names.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hopping-gateway gen-cert: {e}");
             ExitCode::FAILURE
         }
     }

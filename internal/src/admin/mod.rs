@@ -49,6 +49,8 @@ pub struct Admin {
     pub token: Option<String>,
     /// Readiness (SPEC section 11).
     pub readiness: Arc<status::Readiness>,
+    /// The TLS listener's certificates, when `[server.tls]` is set: reloaded with the routes.
+    pub tls: Option<Arc<crate::tls::server::TlsCerts>>,
 }
 
 /// The status page: one self-contained document (style and script inline, nothing fetched from
@@ -140,6 +142,9 @@ impl Admin {
             }
             (&Method::GET, ["metrics"]) => {
                 self.refresh_node_metrics(&self.routing.table());
+                if let Some(t) = &self.tls {
+                    t.refresh_expiry();
+                }
                 let mut r = Response::new(full(self.metrics.encode()));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -155,7 +160,7 @@ impl Admin {
                 StatusCode::OK,
                 &routes_json(&self.routing.table(), self.routing.has_previous()),
             ),
-            (&Method::POST, ["admin", "reload"]) => reload_resp(self.routing.reload().await),
+            (&Method::POST, ["admin", "reload"]) => self.reload().await,
             (&Method::POST, ["admin", "rollback"]) => {
                 reload_resp(self.routing.rollback("rollback").await)
             }
@@ -310,6 +315,26 @@ impl Admin {
                     .set(i64::from(s == state));
             }
         }
+    }
+}
+
+impl Admin {
+    /// `POST /admin/reload`: the certificates (SPEC section 10), then the route table. Either
+    /// refused is 422 with every issue found; what was refused keeps running.
+    async fn reload(&self) -> Response<AdminBody> {
+        let tls = match &self.tls {
+            Some(t) => t.reload("admin").await.err(),
+            None => None,
+        };
+        let routes = self.routing.reload().await;
+        let Some(tls) = tls else {
+            return reload_resp(routes);
+        };
+        let mut issues = tls.issues;
+        if let Err(e) = routes {
+            issues.extend(e.issues());
+        }
+        json_resp(StatusCode::UNPROCESSABLE_ENTITY, &json!({"errors": issues}))
     }
 }
 

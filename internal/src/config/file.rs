@@ -47,6 +47,36 @@ pub struct ServerFile {
     pub health_listen: Option<String>,
     /// DNS server `ip:port` for service discovery; absent = the system resolver.
     pub resolver: Option<String>,
+    /// `[server.tls]`: the TLS listener (SPEC section 10).
+    pub tls: Option<ServerTlsFile>,
+}
+
+/// `[server.tls]` as written (SPEC section 3 and 10).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerTlsFile {
+    /// TLS listen address, `host:port`.
+    pub listen: Option<String>,
+    /// ALPN protocols offered, in order.
+    pub alpn: Option<Vec<String>>,
+    /// `"1.2"` or `"1.3"`.
+    pub min_version: Option<String>,
+    /// CA file for client certificates; empty = no client certificates asked for.
+    pub client_ca: Option<String>,
+    /// `[[server.tls.certs]]`, the first being the default.
+    pub certs: Vec<TlsCertFile>,
+}
+
+/// One `[[server.tls.certs]]` entry as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsCertFile {
+    /// PEM chain file, leaf first.
+    pub cert: String,
+    /// PEM private key file.
+    pub key: String,
+    /// SNI names served by this certificate (exact or `*.` one-label wildcards).
+    pub server_names: Vec<String>,
 }
 
 /// `[affinity]` as written.

@@ -8,6 +8,7 @@
 mod discovery;
 pub mod file;
 pub mod size;
+pub mod server_tls;
 mod spans;
 mod validate;
 
@@ -170,6 +171,8 @@ pub struct ServerConfig {
     pub health_listen: Option<SocketAddr>,
     /// DNS server for service discovery (`server.resolver`); `None` = the system resolver.
     pub resolver: Option<SocketAddr>,
+    /// `[server.tls]`: the TLS listener, when configured (SPEC section 10).
+    pub tls: Option<server_tls::ServerTlsConfig>,
 }
 
 /// How conn ids are accepted (SPEC section 3 `ids`).

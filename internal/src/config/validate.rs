@@ -9,6 +9,8 @@ use super::file::{FileConfig, HealthFile};
 use super::spans::SpanIndex;
 use super::*;
 
+mod server_tls;
+
 /// Collects issues by key; spans are resolved once at the end.
 pub(super) struct Check {
     issues: Vec<(String, String)>,
@@ -104,7 +106,7 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
             return Err(mk(vec![syntax_issue(&index, e.inner(), key)]));
         }
     };
-    from_file(&parsed).map_err(|issues| {
+    let mut cfg = from_file(&parsed).map_err(|issues| {
         mk(issues
             .into_iter()
             .map(|(key, message)| {
@@ -117,7 +119,11 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
                 }
             })
             .collect())
-    })
+    })?;
+    if let Some(t) = cfg.server.tls.as_mut() {
+        server_tls::locate(t, &index, file);
+    }
+    Ok(cfg)
 }
 
 fn syntax_issue(index: &SpanIndex, e: &toml::de::Error, key: String) -> ConfigIssue {
@@ -225,6 +231,7 @@ fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
                 }
             }
         }),
+        tls: s.tls.as_ref().map(|t| server_tls::server_tls(c, t)),
     }
 }
 

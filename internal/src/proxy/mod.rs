@@ -65,6 +65,8 @@ pub struct DownstreamConn {
     pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
     /// Request framing as read off the socket (CASE-13); fed by [`framing::FramingWatch`].
     pub framing: Arc<framing::FramingLog>,
+    /// What the TLS handshake settled; `None` on the cleartext listener (SPEC section 10).
+    pub tls: Option<crate::tls::server::TlsInfo>,
 }
 
 impl DownstreamConn {
@@ -76,7 +78,14 @@ impl DownstreamConn {
             conn_id: OnceLock::new(),
             bound: watch::channel(None).0,
             framing: Arc::new(framing::FramingLog::new()),
+            tls: None,
         }
+    }
+
+    /// The same connection, marked as having come over TLS with what its handshake settled.
+    pub fn with_tls(mut self, tls: Option<crate::tls::server::TlsInfo>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
@@ -142,6 +151,8 @@ pub struct LogCtx {
     pub trace_id: Option<String>,
     /// Set when the gateway made the answer itself: [`ProxyError::reason`].
     pub reason: Option<&'static str>,
+    /// The verified client certificate's subject (mTLS, SPEC section 10).
+    pub client_subject: Option<Arc<str>>,
 }
 
 impl Proxy {
@@ -159,6 +170,7 @@ impl Proxy {
             client: Some(dc.peer),
             protocol: access::protocol(&req, grpc_req),
             trace_id: access::trace_id(req.headers()),
+            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
         // An HTTP/1.1 upgrade that is not accepted ends the connection: the framing watch stopped
@@ -248,6 +260,7 @@ impl Proxy {
                 upstream_status = %upstream_status.map_or_else(|| "-".to_string(), |s| s.to_string()),
                 reason = log.reason.unwrap_or("-"),
                 trace_id = log.trace_id.as_deref(),
+                client_subject = log.client_subject.as_deref(),
             );
         }
     }
@@ -294,7 +307,9 @@ impl Proxy {
         }
         log.route = Some(route.id.clone());
         log.table = Some(table.clone());
-        let is_ws = headers::is_websocket_upgrade(req.headers());
+        // RFC 8441: a WebSocket over HTTP/2 is an extended CONNECT with `:protocol = websocket`.
+        let is_ws =
+            websocket::is_extended_connect(&req) || headers::is_websocket_upgrade(req.headers());
         let is_h2 = req.version() == http::Version::HTTP_2;
         // Conn id: the client's (validated), or issued for upgrades and h2 connections.
         let (conn_id, issued) = match req.headers().get(&self.settings.affinity_header) {
@@ -308,11 +323,12 @@ impl Proxy {
                     })?;
                 (Some(id.to_string()), false)
             }
+            // Each WebSocket is its own affinity key, also over HTTP/2 (RFC 8441).
+            None if is_ws => (Some(self.ids.issue()), true),
             None if is_h2 => (
                 Some(dc.conn_id.get_or_init(|| self.ids.issue()).clone()),
-                !is_ws,
+                true,
             ),
-            None if is_ws => (Some(self.ids.issue()), true),
             None => (None, false),
         };
         log.conn_id = conn_id.clone();
@@ -376,7 +392,7 @@ impl Proxy {
             Some(n) => n,
             None => self.all_down(&table, &route)?,
         };
-        if is_h2 && req.headers().get(&self.settings.affinity_header).is_none() {
+        if is_h2 && !is_ws && req.headers().get(&self.settings.affinity_header).is_none() {
             dc.bound.send_if_modified(|b| {
                 let changed = b.as_ref().is_none_or(|r| r.id() != &node.id);
                 *b = Some(node.runtime.clone());
@@ -402,6 +418,12 @@ impl Proxy {
             host_hdr.as_ref(),
             self.settings.trusted.as_deref(),
         );
+        if dc.tls.is_some() {
+            up_headers.insert(
+                HeaderName::from_static("x-forwarded-proto"),
+                HeaderValue::from_static("https"),
+            );
+        }
         if let Some(id) = &conn_id {
             if let Ok(v) = HeaderValue::from_str(id) {
                 up_headers.insert(self.settings.affinity_header.clone(), v);

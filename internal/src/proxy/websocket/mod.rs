@@ -93,8 +93,17 @@ pub(crate) async fn proxy(
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     headers::set_websocket_upgrade(&mut up_headers);
+    // RFC 8441 section 5: the node gets an HTTP/1.1 handshake, which needs a key of its own.
+    let over_h2 = is_extended_connect(&req);
+    if over_h2 {
+        h1_handshake_from_h2(&mut up_headers);
+    }
     let hs = Handshake {
-        method: req.method().clone(),
+        method: if over_h2 {
+            Method::GET
+        } else {
+            req.method().clone()
+        },
         path_and_query,
         headers: owned(&up_headers),
     };
@@ -158,6 +167,14 @@ pub(crate) async fn proxy(
     } else {
         headers::strip_hop_by_hop(&mut parts.headers);
     }
+    if upgraded && over_h2 {
+        // RFC 8441 section 5: a 2xx accepts an extended CONNECT; the HTTP/1.1 upgrade fields and
+        // the accept key (which answers the gateway's key, not the client's) stay on the node leg.
+        parts.status = StatusCode::OK;
+        for name in [header::CONNECTION, header::UPGRADE, SEC_WEBSOCKET_ACCEPT] {
+            parts.headers.remove(name);
+        }
+    }
     if ctx.issued {
         if let Some(id) = &ctx.conn_id {
             if let Ok(v) = HeaderValue::from_str(id) {
@@ -211,6 +228,32 @@ pub(crate) async fn proxy(
         parts,
         super::respond::full(bytes::Bytes::new()),
     ))
+}
+
+/// True if `req` opens a WebSocket over HTTP/2: an extended CONNECT with `:protocol = websocket`
+/// (RFC 8441 section 4), which hyper accepts when the listener enables the CONNECT protocol.
+pub(crate) fn is_extended_connect<B>(req: &Request<B>) -> bool {
+    req.version() == http::Version::HTTP_2
+        && req.method() == Method::CONNECT
+        && req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// Turns the headers of an RFC 8441 request into those of an RFC 6455 handshake: a fresh
+/// `Sec-WebSocket-Key` (HTTP/2 clients send none) and `Sec-WebSocket-Version: 13`.
+fn h1_handshake_from_h2(h: &mut HeaderMap) {
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
+    h.insert(
+        SEC_WEBSOCKET_KEY,
+        HeaderValue::from_str(&key).expect("base64 is a valid header value"),
+    );
+    h.insert(
+        header::SEC_WEBSOCKET_VERSION,
+        HeaderValue::from_static("13"),
+    );
 }
 
 /// A compact copy of `headers` whose values own their bytes. hyper hands out header values that

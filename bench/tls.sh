@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# TLS rows of `make bench` (issue 14; see bench/README.md "TLS"): the gateway, nginx and HAProxy
+# terminating TLS with the same ECDSA P-256 certificate (made by `hopping-gateway gen-cert`), each
+# pinned to one core with one worker, in front of one mock-backend. Figures:
+#   - full handshakes/s and proxy CPU µs per handshake: `openssl s_time -new` (a new connection and a
+#     full TLS 1.3 handshake per request, no session reuse), CPU = utime+stime of the proxy over the run;
+#   - proxy CPU µs per request on kept-alive TLS connections (h2load --h1), and the gateway's cleartext
+#     figure for the ratio.
+# Env: BENCH_SECONDS (10), BENCH_TLS_REQUESTS (50000), BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+SECS=${BENCH_SECONDS:-10}
+N=${BENCH_TLS_REQUESTS:-50000}
+PCPU=${BENCH_PROXY_CPU:-1}
+LCPU=${BENCH_LOAD_CPU:-0}
+export PATH="$PATH:/usr/sbin"
+log() { printf '[bench-tls %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+for t in nginx haproxy h2load openssl taskset curl; do command -v "$t" >/dev/null || die "$t missing (make bench installs nginx and haproxy; h2load is nghttp2-client)"; done
+GW=$ROOT/target/release/hopping-gateway
+MOCK=$ROOT/target/release/mock-backend
+[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build"
+
+W=$(mktemp -d /tmp/hopgw-bench-tls.XXXXXX)
+chmod 755 "$W"
+PIDS=()
+cleanup() {
+  local rc=$? p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
+  exit $rc
+}
+trap cleanup EXIT
+start() { local name=$1 cpu=$2; shift 2; taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 & STARTED=$!; PIDS+=("$STARTED"); }
+stop_all() { local p; for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; PIDS=(); }
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+CLK_TCK=$(getconf CLK_TCK)
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+wait_url() { for _ in $(seq 1 200); do curl -fsk -o /dev/null --max-time 1 "$1" && return 0; sleep 0.05; done; die "$1 did not answer (logs in $W)"; }
+read -r BACKEND GW_PLAIN GW_ADMIN GW_TLS NGINX HAPROXY <<<"$(free_ports 6)"
+
+"$GW" gen-cert --out "$W/certs" --name localhost --name 127.0.0.1 >/dev/null
+CERT=$W/certs/gateway.pem KEY=$W/certs/gateway.key CA=$W/certs/ca.pem
+cat "$CERT" "$KEY" >"$W/certs/combined.pem"
+
+start backend "$LCPU" "$MOCK" "$BACKEND" bench-node
+cat >"$W/gw.toml" <<TOML
+[[clusters]]
+name = "c"
+health = { kind = "tcp" }
+  [[clusters.nodes]]
+  id = "n1"
+  addr = "127.0.0.1:$BACKEND"
+[[routes]]
+id = "r"
+match = { path_prefix = "/" }
+cluster = "c"
+[server.tls]
+listen = "127.0.0.1:$GW_TLS"
+  [[server.tls.certs]]
+  cert = "$CERT"
+  key = "$KEY"
+  server_names = ["localhost"]
+TOML
+NGINX_USER=; [ "$(id -u)" -eq 0 ] && NGINX_USER="user root;"
+mkdir -p "$W/nginx"
+cat >"$W/nginx/nginx.conf" <<CONF
+$NGINX_USER
+worker_processes 1;
+daemon off;
+pid $W/nginx/nginx.pid;
+error_log $W/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $W/nginx/body;
+  proxy_temp_path $W/nginx/proxy;
+  keepalive_requests 100000000;
+  upstream be { server 127.0.0.1:$BACKEND; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX ssl;
+    ssl_certificate $CERT;
+    ssl_certificate_key $KEY;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache off;
+    ssl_session_tickets off;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+cat >"$W/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  tune.ssl.cachesize 0
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$HAPROXY ssl crt $W/certs/combined.pem no-tls-tickets alpn http/1.1
+  default_backend be
+backend be
+  server s1 127.0.0.1:$BACKEND
+CONF
+
+OUT=$ROOT/bench/results/tls-latest.md
+{
+  echo "| proxy | full handshakes/s | CPU µs / handshake | kept-alive TLS CPU µs / request | cleartext CPU µs / request |"
+  echo "|---|---|---|---|---|"
+} >"$W/table"
+
+# measure NAME PORT PIDS...: one row.
+measure() {
+  local name=$1 port=$2; shift 2
+  local t0 t1 out conns hs_rate hs_us ka_us
+  t0=$(cpu_ticks "$@")
+  out=$(taskset -c "$LCPU" openssl s_time -connect "127.0.0.1:$port" -new -time "$SECS" -www /data -CAfile "$CA" 2>&1 | grep 'connections in' | tail -1)
+  t1=$(cpu_ticks "$@")
+  conns=$(echo "$out" | awk '{print $1}')
+  hs_rate=$(echo "$out" | awk '{printf "%.0f", $1 / $4}')
+  hs_us=$(awk -v d=$((t1 - t0)) -v n="$conns" -v hz="$CLK_TCK" 'BEGIN {printf "%.0f", d / hz * 1e6 / n}')
+  t0=$(cpu_ticks "$@")
+  taskset -c "$LCPU" h2load --h1 -n "$N" -c 16 -t 1 "https://127.0.0.1:$port/data" >"$W/$name-h2load.log" 2>&1
+  t1=$(cpu_ticks "$@")
+  grep -q "succeeded, 0 errored" "$W/$name-h2load.log" || grep -q ' 0 failed' "$W/$name-h2load.log" || log "$name: h2load reported failures (see $W/$name-h2load.log)"
+  ka_us=$(awk -v d=$((t1 - t0)) -v n="$N" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
+  local plain="-"
+  if [ "$name" = gateway ]; then
+    t0=$(cpu_ticks "$@")
+    taskset -c "$LCPU" h2load --h1 -n "$N" -c 16 -t 1 "http://127.0.0.1:$GW_PLAIN/data" >"$W/$name-plain.log" 2>&1
+    t1=$(cpu_ticks "$@")
+    plain=$(awk -v d=$((t1 - t0)) -v n="$N" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
+  fi
+  echo "| $name | $hs_rate | $hs_us | $ka_us | $plain |" >>"$W/table"
+  log "$name: $hs_rate handshakes/s, $hs_us µs CPU/handshake, $ka_us µs CPU/request kept alive (cleartext $plain)"
+}
+
+sleep 0.3
+start gateway "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GW_PLAIN" --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off
+GWPID=$STARTED
+wait_url "https://127.0.0.1:$GW_TLS/data"
+measure gateway "$GW_TLS" "$GWPID"
+kill -TERM "$GWPID"; wait "$GWPID" 2>/dev/null || true
+
+start nginx "$PCPU" nginx -c "$W/nginx/nginx.conf" -p "$W/nginx"
+wait_url "https://127.0.0.1:$NGINX/data"
+# shellcheck disable=SC2046
+measure nginx "$NGINX" $(pgrep -P "$STARTED") "$STARTED"
+kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
+
+start haproxy "$PCPU" haproxy -f "$W/haproxy.cfg"
+wait_url "https://127.0.0.1:$HAPROXY/data"
+measure haproxy "$HAPROXY" "$STARTED"
+stop_all
+
+{
+  echo "TLS, $(date -u +%F), ${SECS}s handshake runs (openssl s_time -new, TLS 1.3, ECDSA P-256, no session reuse), $N kept-alive requests over 16 connections (h2load --h1);"
+  echo "$(nginx -v 2>&1 | sed 's/.*nginx\//nginx /'), HAProxy $(haproxy -v | head -1 | awk '{print $3}'), $(openssl version | awk '{print $1, $2}')."
+  echo
+  cat "$W/table"
+} >"$OUT"
+log "wrote bench/results/tls-latest.md"
+cat "$OUT"
