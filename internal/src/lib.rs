@@ -27,3 +27,4 @@ pub mod registry;
 pub mod routing;
 pub mod selection;
 pub mod server;
+pub mod tls;

@@ -13,3 +13,5 @@ mod redis;
 mod reload;
 mod websocket;
 mod ws_fleet;
+mod tls_upstream;
+mod tls_redis;

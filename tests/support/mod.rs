@@ -4,6 +4,7 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+pub mod certs;
 pub mod h2c;
 pub mod http;
 
@@ -114,7 +115,8 @@ where
     }
 }
 
-async fn wait_port(port: u16, timeout: Duration) {
+/// Waits until loopback `port` accepts TCP connections, failing after `timeout`.
+pub async fn wait_port(port: u16, timeout: Duration) {
     wait_until(timeout, &format!("port {port} to accept"), || async move {
         TcpStream::connect(("127.0.0.1", port)).await.is_ok()
     })
