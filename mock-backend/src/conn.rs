@@ -28,8 +28,8 @@ use tokio::time::Instant;
 
 use crate::http::RespBody;
 use crate::tls::MockStream;
-use tokio_rustls::TlsAcceptor;
 use crate::State;
+use tokio_rustls::TlsAcceptor;
 
 /// HTTP/1.1 header field limit: far above the gateway's, so the mock never rejects what the
 /// gateway forwards (the gateway's own limits are what tests exercise).
@@ -60,7 +60,11 @@ async fn handshake(stream: TcpStream, tls: Option<&TlsAcceptor>) -> Option<MockS
 
 /// Accepts forever on the main port, serving each connection as HTTP/1.1 or h2c (over TLS when
 /// `tls` is given).
-pub(crate) async fn accept_http(listener: TcpListener, state: Arc<State>, tls: Option<TlsAcceptor>) {
+pub(crate) async fn accept_http(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().max_headers(H1_MAX_HEADERS);
     builder.http2().max_header_list_size(H2_MAX_HEADER_LIST);
@@ -78,7 +82,11 @@ pub(crate) async fn accept_http(listener: TcpListener, state: Arc<State>, tls: O
 
 /// Accepts forever on the gRPC port, serving each connection as h2c only (h2 over TLS when `tls`
 /// is given).
-pub(crate) async fn accept_grpc(listener: TcpListener, state: Arc<State>, tls: Option<TlsAcceptor>) {
+pub(crate) async fn accept_grpc(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.max_header_list_size(H2_MAX_HEADER_LIST);
     let builder = Arc::new(builder);

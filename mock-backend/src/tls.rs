@@ -44,8 +44,8 @@ pub fn acceptor(files: &TlsFiles, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor>
         .with_context(|| format!("parsing {}", files.cert.display()))?;
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .with_context(|| format!("reading the key {}", files.key.display()))?;
-    let builder =
-        ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {

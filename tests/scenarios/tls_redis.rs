@@ -13,14 +13,28 @@ async fn tls_redis(ca: &Ca) -> (Child, u16) {
     let leaf = ca.server(&["127.0.0.1"]);
     let port = free_port();
     let child = Command::new("redis-server")
-        .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
         .arg("--tls-cert-file")
         .arg(&leaf.cert)
         .arg("--tls-key-file")
         .arg(&leaf.key)
         .arg("--tls-ca-cert-file")
         .arg(&ca.cert)
-        .args(["--tls-auth-clients", "no", "--save", "", "--appendonly", "no"])
+        .args([
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -78,12 +92,19 @@ async fn rediss_store_writes_and_reads_bindings_over_tls() {
 
     // A binding written to Redis by someone else is read through TLS.
     let other = if node == "node-a" { "node-b" } else { "node-a" };
-    assert_eq!(cli(&ca, port, &["SET", "hopgw:conn:tls-c2", other, "EX", "600"]).await, "OK");
+    assert_eq!(
+        cli(&ca, port, &["SET", "hopgw:conn:tls-c2", other, "EX", "600"]).await,
+        "OK"
+    );
     for _ in 0..3 {
         let r = get(&gw.url("/echo"), &[("x-conn-id", "tls-c2")])
             .await
             .expect("request");
         assert_eq!(r.header("x-node-id").as_deref(), Some(other));
     }
-    assert_eq!(gw.metric("gateway_affinity_store_errors_total{op=\"get\"}").await, 0.0);
+    assert_eq!(
+        gw.metric("gateway_affinity_store_errors_total{op=\"get\"}")
+            .await,
+        0.0
+    );
 }

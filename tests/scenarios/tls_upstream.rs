@@ -30,7 +30,12 @@ fn tls_line(ca: &Ca, extra: &str) -> String {
 
 /// A gateway config: `health` block, one cluster `c` of `nodes` with `cluster_extra` lines, one
 /// catch-all route with `route_extra` lines.
-fn config(health: &str, nodes: &[(&str, String)], cluster_extra: &str, route_extra: &str) -> String {
+fn config(
+    health: &str,
+    nodes: &[(&str, String)],
+    cluster_extra: &str,
+    route_extra: &str,
+) -> String {
     format!(
         "{health}\n{}\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n{route_extra}\n",
         cluster_toml("c", nodes, cluster_extra)
@@ -120,7 +125,10 @@ async fn http1_requests_over_tls_to_tls_nodes() {
         .expect("echo");
     assert_eq!(echo.status, 200);
     let e = echo.json();
-    assert_eq!((e["method"].clone(), e["path"].clone()), (json!("POST"), json!("/echo")));
+    assert_eq!(
+        (e["method"].clone(), e["path"].clone()),
+        (json!("POST"), json!("/echo"))
+    );
     assert_eq!(e["body_len"], 5);
 }
 
@@ -160,7 +168,12 @@ async fn websocket_dials_and_hops_between_tls_nodes() {
     let mut a = tls_mock("node-a", &leaf, &[]).await;
     let mut b = tls_mock("node-b", &leaf, &[]).await;
     let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
-    let toml = config(FAST_HEALTH, &nodes, &tls_line(&ca, ""), "websocket = \"hop\"");
+    let toml = config(
+        FAST_HEALTH,
+        &nodes,
+        &tls_line(&ca, ""),
+        "websocket = \"hop\"",
+    );
     let gw = Gateway::start(&toml).await;
     let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
         format!("ws://127.0.0.1:{}/ws", gw.port),
@@ -168,31 +181,62 @@ async fn websocket_dials_and_hops_between_tls_nodes() {
     .expect("request");
     req.headers_mut()
         .insert("x-conn-id", http::HeaderValue::from_static("tls-ws-1"));
-    let (mut ws, resp) = timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(req))
-        .await
-        .expect("handshake in time")
-        .expect("upgrade");
+    let (mut ws, resp) = timeout(
+        Duration::from_secs(5),
+        tokio_tungstenite::connect_async(req),
+    )
+    .await
+    .expect("handshake in time")
+    .expect("upgrade");
     assert_eq!(resp.status(), 101);
-    let hello = |m: Message| -> Value { serde_json::from_str(m.to_text().expect("text")).expect("json") };
-    let first = hello(timeout(Duration::from_secs(5), ws.next()).await.expect("hello").expect("msg").expect("ok"));
+    let hello =
+        |m: Message| -> Value { serde_json::from_str(m.to_text().expect("text")).expect("json") };
+    let first = hello(
+        timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("hello")
+            .expect("msg")
+            .expect("ok"),
+    );
     let first_node = first["node"].as_str().expect("node").to_string();
-    assert_eq!(first, json!({"node": first_node, "conn_id": "tls-ws-1", "hopped_from": null}));
-    let other = if first_node == "node-a" { "node-b" } else { "node-a" };
+    assert_eq!(
+        first,
+        json!({"node": first_node, "conn_id": "tls-ws-1", "hopped_from": null})
+    );
+    let other = if first_node == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
     if first_node == "node-a" {
         a.kill().await;
     } else {
         b.kill().await;
     }
     ws.send(Message::text("after-kill")).await.expect("send");
-    let second = hello(timeout(Duration::from_secs(5), ws.next()).await.expect("re-dial hello").expect("msg").expect("ok"));
-    assert_eq!(second, json!({"node": other, "conn_id": "tls-ws-1", "hopped_from": first_node}));
-    let echo = timeout(Duration::from_secs(5), ws.next()).await.expect("echo").expect("msg").expect("ok");
+    let second = hello(
+        timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("re-dial hello")
+            .expect("msg")
+            .expect("ok"),
+    );
+    assert_eq!(
+        second,
+        json!({"node": other, "conn_id": "tls-ws-1", "hopped_from": first_node})
+    );
+    let echo = timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("echo")
+        .expect("msg")
+        .expect("ok");
     assert_eq!(echo, Message::text("after-kill"));
 }
 
 /// Issue 14 (upstream mTLS): a node that demands a client certificate refuses the gateway without
-/// `client_cert` (the request fails over to the other node, the reason names the TLS alert), and
-/// serves it with `client_cert`/`client_key` signed by the CA it trusts.
+/// `client_cert`: a handshake (connect) failure, so even a POST fails over to the other node and
+/// the logged reason names the TLS alert; with `client_cert`/`client_key` signed by the CA it
+/// trusts, the node serves.
 #[tokio::test]
 async fn upstream_mtls_fails_over_without_client_cert_and_passes_with_it() {
     let ca = Ca::new("mtls CA");
@@ -206,13 +250,41 @@ async fn upstream_mtls_fails_over_without_client_cert_and_passes_with_it() {
     let nodes = [("node-m", strict.addr()), ("node-o", open.addr())];
     let gw = Gateway::start(&config(&health, &nodes, &tls_line(&ca, ""), "")).await;
     for _ in 0..4 {
-        let r = get(&gw.url("/data"), &[]).await.expect("request");
+        // POST: only a connect failure (nothing sent) is retried for a non-idempotent request.
+        let r = integration_tests::request("POST", &gw.url("/echo"), &[], b"x".to_vec())
+            .await
+            .expect("request");
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-node-id").as_deref(), Some("node-o"));
     }
     gw.logs
-        .wait_for(&["retrying on another node", "from=node-m", "CertificateRequired"], Duration::from_secs(5))
+        .wait_for(
+            &[
+                "retrying on another node",
+                "from=node-m",
+                "connect_error",
+                "CertificateRequired",
+            ],
+            Duration::from_secs(5),
+        )
         .await;
+
+    // Alone, the strict node's refusal is a 502 naming the alert.
+    let alone = Gateway::start(&config(
+        &health,
+        &[("node-m", strict.addr())],
+        &tls_line(&ca, ""),
+        "",
+    ))
+    .await;
+    let r = get(&alone.url("/data"), &[]).await.expect("request");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let msg = r.json()["message"].as_str().expect("message").to_string();
+    assert!(
+        msg.starts_with("could not connect to node node-m: TLS handshake with node-m failed: ")
+            && msg.contains("CertificateRequired"),
+        "{msg}"
+    );
 
     let with_cert = tls_line(
         &ca,
@@ -222,10 +294,19 @@ async fn upstream_mtls_fails_over_without_client_cert_and_passes_with_it() {
             client.key.display()
         ),
     );
-    let gw2 = Gateway::start(&config(&health, &[("node-m", strict.addr())], &with_cert, "")).await;
+    let gw2 = Gateway::start(&config(
+        &health,
+        &[("node-m", strict.addr())],
+        &with_cert,
+        "",
+    ))
+    .await;
     let r = get(&gw2.url("/data"), &[]).await.expect("request");
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.text(), format!("Data from Node node-m (Port {})", strict.port));
+    assert_eq!(
+        r.text(),
+        format!("Data from Node node-m (Port {})", strict.port)
+    );
 }
 
 /// The 502 JSON body from a gateway whose only node serves `leaf` with the cluster's `tls` line.
@@ -236,7 +317,9 @@ async fn only_node_502(leaf: &Leaf, tls: &str) -> String {
     let r = get(&gw.url("/data"), &[]).await.expect("request");
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(r.json()["code"], -1);
-    r.json()["message"].as_str().expect("message").to_string()
+    let msg = r.json()["message"].as_str().expect("message").to_string();
+    eprintln!("502 message: {msg}");
+    msg
 }
 
 /// Issue 14 (verification): wrong CA, wrong name and an expired node certificate each fail the
@@ -246,18 +329,29 @@ async fn bad_node_certificates_give_a_502_naming_the_reason() {
     let ca = Ca::new("good CA");
     let other_ca = Ca::new("other CA");
     let cases = [
-        (other_ca.server(&["127.0.0.1"]), "invalid peer certificate: UnknownIssuer"),
-        (ca.server(&["elsewhere.example"]), "invalid peer certificate: certificate not valid for name"),
         (
-            ca.leaf(&["127.0.0.1"], Validity::Expired, ExtendedKeyUsagePurpose::ServerAuth),
+            other_ca.server(&["127.0.0.1"]),
+            "invalid peer certificate: UnknownIssuer",
+        ),
+        (
+            ca.server(&["elsewhere.example"]),
+            "invalid peer certificate: certificate not valid for name",
+        ),
+        (
+            ca.leaf(
+                &["127.0.0.1"],
+                Validity::Expired,
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
             "invalid peer certificate: certificate expired",
         ),
     ];
     for (leaf, reason) in cases {
         let msg = only_node_502(&leaf, &tls_line(&ca, "")).await;
         assert!(
-            msg.starts_with("could not connect to node node-bad: TLS handshake with node-bad failed: ")
-                && msg.contains(reason),
+            msg.starts_with(
+                "could not connect to node node-bad: TLS handshake with node-bad failed: "
+            ) && msg.contains(reason),
             "want {reason:?} in {msg:?}"
         );
     }
@@ -274,7 +368,11 @@ async fn bad_node_certificates_are_retried_on_a_good_node() {
     let bad = [
         other_ca.server(&["127.0.0.1"]),
         ca.server(&["elsewhere.example"]),
-        ca.leaf(&["127.0.0.1"], Validity::Expired, ExtendedKeyUsagePurpose::ServerAuth),
+        ca.leaf(
+            &["127.0.0.1"],
+            Validity::Expired,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
     ];
     let good = tls_mock("node-good", &good_leaf, &[]).await;
     let health = format!("{FAST_HEALTH}kind = \"tcp\"\npassive_consecutive_errors = 2\n");
@@ -289,7 +387,11 @@ async fn bad_node_certificates_are_retried_on_a_good_node() {
         }
         gw.logs
             .wait_for(
-                &["retrying on another node", "from=node-bad", "TLS handshake with node-bad failed"],
+                &[
+                    "retrying on another node",
+                    "from=node-bad",
+                    "TLS handshake with node-bad failed",
+                ],
                 Duration::from_secs(5),
             )
             .await;

@@ -81,12 +81,20 @@ impl Ca {
 
     /// A server leaf for `names` (DNS names or IP addresses), valid now.
     pub fn server(&self, names: &[&str]) -> Leaf {
-        self.leaf(names, Validity::Current, ExtendedKeyUsagePurpose::ServerAuth)
+        self.leaf(
+            names,
+            Validity::Current,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
     }
 
     /// A client leaf (for mTLS) with common name `name`.
     pub fn client(&self, name: &str) -> Leaf {
-        self.leaf(&[name], Validity::Current, ExtendedKeyUsagePurpose::ClientAuth)
+        self.leaf(
+            &[name],
+            Validity::Current,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
     }
 
     /// A leaf for `names` with the given validity and extended key usage.
@@ -145,7 +153,9 @@ pub fn client_config(
                 .collect::<Result<Vec<_>, _>>()
                 .expect("cert PEM");
             let key = PrivateKeyDer::from_pem_file(&leaf.key).expect("key PEM");
-            builder.with_client_auth_cert(chain, key).expect("client auth")
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("client auth")
         }
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -168,7 +178,9 @@ pub async fn https_request(
     let fut = async {
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-        let tls = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await?;
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await?;
         let (mut send, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
         tokio::spawn(conn);

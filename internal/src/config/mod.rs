@@ -7,9 +7,9 @@
 
 pub mod file;
 mod spans;
-mod validate;
 #[cfg(test)]
 mod tls_tests;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::fmt;

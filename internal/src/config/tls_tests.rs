@@ -32,7 +32,10 @@ fn issues(text: &str) -> Vec<ConfigIssue> {
 fn h2_needs_tls_and_h2c_refuses_it() {
     let e = issues(&cluster("protocol = \"h2\""));
     assert_eq!(e.len(), 1, "{e:?}");
-    assert_eq!((e[0].key.as_str(), e[0].line, e[0].column), ("clusters[0].protocol", 3, 1));
+    assert_eq!(
+        (e[0].key.as_str(), e[0].line, e[0].column),
+        ("clusters[0].protocol", 3, 1)
+    );
     assert!(e[0].message.contains("needs tls"), "{}", e[0].message);
 
     let dir = certs("h2c");
@@ -54,11 +57,22 @@ fn bad_tls_files_are_named_with_their_key_and_position() {
     ));
     let e = issues(&text);
     let keys: Vec<&str> = e.iter().map(|i| i.key.as_str()).collect();
-    assert_eq!(keys, ["clusters[0].tls.ca", "clusters[0].tls.client_cert"], "{e:?}");
+    assert_eq!(
+        keys,
+        ["clusters[0].tls.ca", "clusters[0].tls.client_cert"],
+        "{e:?}"
+    );
     assert!(e[0].message.contains("cannot read"), "{}", e[0].message);
-    assert!(e[1].message.contains("holds no PEM certificate"), "{}", e[1].message);
+    assert!(
+        e[1].message.contains("holds no PEM certificate"),
+        "{}",
+        e[1].message
+    );
     assert_eq!(e[0].line, 3);
-    assert!(e[0].column > 1, "points at the ca key inside the inline table: {e:?}");
+    assert!(
+        e[0].column > 1,
+        "points at the ca key inside the inline table: {e:?}"
+    );
 
     let half = cluster(&format!(
         "tls = {{ client_cert = \"{}\" }}",
@@ -93,7 +107,11 @@ fn redis_ca_must_be_readable_pem() {
         dir.join("garbage.pem").display()
     );
     let e = issues(&text);
-    assert_eq!((e[0].key.as_str(), e[0].line), ("affinity.redis_ca", 4), "{e:?}");
+    assert_eq!(
+        (e[0].key.as_str(), e[0].line),
+        ("affinity.redis_ca", 4),
+        "{e:?}"
+    );
     let ok = text.replace("garbage.pem", "ca.pem");
     let cfg = load_str(&ok, "t.toml").expect("valid");
     assert!(cfg.affinity.redis_ca.is_some());

@@ -289,11 +289,17 @@ fn redis_ca(c: &mut Check, path: Option<&str>) -> Option<Vec<u8>> {
     match rustls::pki_types::CertificateDer::pem_slice_iter(&bytes).collect::<Result<Vec<_>, _>>() {
         Ok(list) if !list.is_empty() => Some(bytes),
         Ok(_) => {
-            c.err("affinity.redis_ca", format!("{path:?} holds no PEM certificate"));
+            c.err(
+                "affinity.redis_ca",
+                format!("{path:?} holds no PEM certificate"),
+            );
             None
         }
         Err(e) => {
-            c.err("affinity.redis_ca", format!("{path:?} is not valid PEM: {e}"));
+            c.err(
+                "affinity.redis_ca",
+                format!("{path:?} is not valid PEM: {e}"),
+            );
             None
         }
     }

@@ -7,24 +7,40 @@
 //! timeout; a handshake failure comes back as an `io::Error` carrying a [`HandshakeError`] that names
 //! the TLS alert or the verification error, so callers treat it as a connect failure (retried on
 //! another node, counted by passive health). Crypto is rustls with the ring provider only.
+//!
+//! TLS 1.3 client authentication: a node that demands a client certificate judges it after the
+//! client's side of the handshake is complete, so a rejection would only show when the response is
+//! read. When the node asked for a certificate, [`connect`] therefore waits (at most
+//! [`CLIENT_AUTH_VERDICT_WAIT`]) for the node's first record after the handshake: a session ticket
+//! or data means accepted, an alert is a handshake failure like any other.
 //! Spawns nothing; holds no state besides the immutable configs.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    ClientConfig, DigitallySignedStruct, ProtocolVersion, RootCertStore, SignatureScheme,
+};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
+
+/// Longest wait, after a TLS 1.3 handshake in which the node asked for a client certificate, for
+/// the node's verdict (a session ticket, data, or an alert). Nodes send their tickets right after
+/// the handshake; one that sends none costs this much once per new connection.
+pub const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
 
 /// Installs rustls' ring provider as the process default (used by the redis crate's `rediss://`
 /// support). Call once at start; a second call is a no-op.
@@ -63,8 +79,8 @@ pub struct ClusterTls {
     pub spec: TlsSpec,
     /// SNI name from `spec.sni`, parsed once.
     sni: Option<ServerName<'static>>,
-    h1: TlsConnector,
-    h2: TlsConnector,
+    h1: Arc<ClientConfig>,
+    h2: Arc<ClientConfig>,
     /// SHA-256 of the settings and every file's bytes: two loads are equal when nothing changed.
     digest: [u8; 32],
 }
@@ -180,7 +196,10 @@ impl ClusterTls {
                 let key = read("client_key", kp, &mut digest)
                     .and_then(|b| {
                         PrivateKeyDer::from_pem_slice(&b).map_err(|e| {
-                            ("client_key", format!("{kp:?} holds no usable private key: {e}"))
+                            (
+                                "client_key",
+                                format!("{kp:?} holds no usable private key: {e}"),
+                            )
                         })
                     })
                     .map_err(|i| issues.push(i))
@@ -213,8 +232,8 @@ impl ClusterTls {
         Ok(ClusterTls {
             spec: spec.clone(),
             sni,
-            h1: TlsConnector::from(Arc::new(config)),
-            h2: TlsConnector::from(Arc::new(h2)),
+            h1: Arc::new(config),
+            h2: Arc::new(h2),
             digest: digest.finalize().into(),
         })
     }
@@ -265,7 +284,15 @@ pub enum NodeStream {
     /// Cleartext TCP.
     Plain(TcpStream),
     /// TLS over TCP (boxed: the TLS state is large, cleartext connections should not pay for it).
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsConn>),
+}
+
+/// A TLS connection and the plaintext already read from it while waiting for the node's verdict
+/// on the client certificate (delivered before anything else).
+#[derive(Debug)]
+pub struct TlsConn {
+    stream: TlsStream<TcpStream>,
+    prefix: Vec<u8>,
 }
 
 impl NodeStream {
@@ -273,9 +300,64 @@ impl NodeStream {
     pub fn alpn(&self) -> Option<&[u8]> {
         match self {
             NodeStream::Plain(_) => None,
-            NodeStream::Tls(t) => t.get_ref().1.alpn_protocol(),
+            NodeStream::Tls(t) => t.stream.get_ref().1.alpn_protocol(),
         }
     }
+}
+
+/// Passes through to the configured resolver and records that the node asked for a certificate.
+#[derive(Debug)]
+struct AskWatch {
+    inner: Arc<dyn ResolvesClientCert>,
+    asked: Arc<AtomicBool>,
+}
+
+impl ResolvesClientCert for AskWatch {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.asked.store(true, Ordering::Relaxed);
+        self.inner.resolve(root_hint_subjects, sigschemes)
+    }
+
+    fn only_raw_public_keys(&self) -> bool {
+        self.inner.only_raw_public_keys()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.inner.has_certs()
+    }
+}
+
+/// After a TLS 1.3 handshake in which the node asked for a client certificate: waits until
+/// `deadline` for a session ticket or data (accepted; data is kept in the prefix), or an alert
+/// or close (rejected: the error).
+async fn client_auth_verdict(conn: &mut TlsConn, deadline: tokio::time::Instant) -> io::Result<()> {
+    let mut scratch = [0u8; 4096];
+    let read = std::future::poll_fn(|cx| {
+        let mut buf = ReadBuf::new(&mut scratch);
+        match Pin::new(&mut conn.stream).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the node closed the connection after the handshake (client certificate refused?)",
+            ))),
+            Poll::Ready(Ok(())) => {
+                conn.prefix.extend_from_slice(buf.filled());
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if conn.stream.get_ref().1.tls13_tickets_received() > 0 => {
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    });
+    // No verdict in time: the node sends no tickets; carry on as accepted.
+    tokio::time::timeout_at(deadline, read)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 /// Connects to node `id` at `addr` within `timeout` (TCP connect and, with `tls`, the handshake
@@ -306,24 +388,48 @@ pub async fn connect(
         return Ok(NodeStream::Plain(tcp));
     };
     let name = tls.server_name(addr)?;
-    let connector = match alpn {
+    let base = match alpn {
         Alpn::Http1 => &tls.h1,
         Alpn::H2 => &tls.h2,
     };
-    match tokio::time::timeout_at(deadline, connector.connect(name, tcp)).await {
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("TLS handshake with {id} timed out after {timeout:?}"),
-        )),
-        Ok(Ok(s)) => Ok(NodeStream::Tls(Box::new(s))),
-        Ok(Err(e)) => Err(io::Error::new(
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut config = ClientConfig::clone(base);
+    config.client_auth_cert_resolver = Arc::new(AskWatch {
+        inner: base.client_auth_cert_resolver.clone(),
+        asked: asked.clone(),
+    });
+    let failed = |e: &io::Error| {
+        io::Error::new(
             io::ErrorKind::ConnectionRefused,
             HandshakeError {
                 node: id.to_string(),
-                reason: reason(&e),
+                reason: reason(e),
             },
-        )),
+        )
+    };
+    let connector = TlsConnector::from(Arc::new(config));
+    let stream = match tokio::time::timeout_at(deadline, connector.connect(name, tcp)).await {
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("TLS handshake with {id} timed out after {timeout:?}"),
+            ))
+        }
+        Ok(Err(e)) => return Err(failed(&e)),
+        Ok(Ok(s)) => s,
+    };
+    let mut conn = TlsConn {
+        stream,
+        prefix: Vec::new(),
+    };
+    let tls13 = conn.stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    if tls13 && asked.load(Ordering::Relaxed) {
+        let wait = deadline.min(tokio::time::Instant::now() + CLIENT_AUTH_VERDICT_WAIT);
+        client_auth_verdict(&mut conn, wait)
+            .await
+            .map_err(|e| failed(&e))?;
     }
+    Ok(NodeStream::Tls(Box::new(conn)))
 }
 
 impl AsyncRead for NodeStream {
@@ -334,7 +440,15 @@ impl AsyncRead for NodeStream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             NodeStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            NodeStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            NodeStream::Tls(t) => {
+                if !t.prefix.is_empty() {
+                    let n = t.prefix.len().min(buf.remaining());
+                    buf.put_slice(&t.prefix[..n]);
+                    t.prefix.drain(..n);
+                    return Poll::Ready(Ok(()));
+                }
+                Pin::new(&mut t.stream).poll_read(cx, buf)
+            }
         }
     }
 }
@@ -347,7 +461,7 @@ impl AsyncWrite for NodeStream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             NodeStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            NodeStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            NodeStream::Tls(t) => Pin::new(&mut t.stream).poll_write(cx, buf),
         }
     }
 
@@ -358,28 +472,28 @@ impl AsyncWrite for NodeStream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             NodeStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            NodeStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            NodeStream::Tls(t) => Pin::new(&mut t.stream).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             NodeStream::Plain(s) => s.is_write_vectored(),
-            NodeStream::Tls(s) => s.is_write_vectored(),
+            NodeStream::Tls(t) => t.stream.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             NodeStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            NodeStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            NodeStream::Tls(t) => Pin::new(&mut t.stream).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             NodeStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            NodeStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            NodeStream::Tls(t) => Pin::new(&mut t.stream).poll_shutdown(cx),
         }
     }
 }
