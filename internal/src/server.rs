@@ -111,6 +111,12 @@ impl std::fmt::Debug for Options {
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let cfg = opts.config.clone();
+    crate::tls::client::install_crypto_provider();
+    for c in cfg.clusters.iter() {
+        if c.tls.as_ref().is_some_and(|t| !t.spec.verify) {
+            tracing::warn!(cluster = %c.name, "clusters.tls.verify = false: node certificates are not verified (any certificate and name are accepted)");
+        }
+    }
     let data = listen(cfg.server.listen).map_err(|source| ServerError::Bind {
         addr: cfg.server.listen,
         source,
@@ -141,6 +147,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
                 ttl: cfg.affinity.ttl,
                 timeout: cfg.affinity.redis_timeout,
                 max_entries: cfg.affinity.max_entries,
+                ca: cfg.affinity.redis_ca.clone(),
             };
             AffinityStore::Redis(
                 RedisStore::connect(settings, metrics.clone())

@@ -27,7 +27,9 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::http::RespBody;
+use crate::tls::MockStream;
 use crate::State;
+use tokio_rustls::TlsAcceptor;
 
 /// HTTP/1.1 header field limit: far above the gateway's, so the mock never rejects what the
 /// gateway forwards (the gateway's own limits are what tests exercise).
@@ -37,28 +39,65 @@ const H2_MAX_HEADER_LIST: u32 = 256 * 1024;
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Accepts forever on the main port, serving each connection as HTTP/1.1 or h2c.
-pub(crate) async fn accept_http(listener: TcpListener, state: Arc<State>) {
+/// Most a TLS handshake may take before the connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the TLS handshake (when `tls` is given) within [`TLS_HANDSHAKE_TIMEOUT`]; `None` (logged)
+/// when it fails.
+async fn handshake(stream: TcpStream, tls: Option<&TlsAcceptor>) -> Option<MockStream> {
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, MockStream::accept(stream, tls)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(err)) => {
+            eprintln!("mock-backend: TLS handshake failed: {err}");
+            None
+        }
+        Err(_) => {
+            eprintln!("mock-backend: TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// Accepts forever on the main port, serving each connection as HTTP/1.1 or h2c (over TLS when
+/// `tls` is given).
+pub(crate) async fn accept_http(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().max_headers(H1_MAX_HEADERS);
     builder.http2().max_header_list_size(H2_MAX_HEADER_LIST);
     let builder = Arc::new(builder);
     loop {
         let stream = accept(&listener).await;
-        let task = serve_http(stream, Arc::clone(&state), Arc::clone(&builder));
-        state.tasks.spawn(task);
+        let (state2, builder, tls) = (Arc::clone(&state), Arc::clone(&builder), tls.clone());
+        state.tasks.spawn(async move {
+            if let Some(stream) = handshake(stream, tls.as_ref()).await {
+                serve_http(stream, state2, builder).await;
+            }
+        });
     }
 }
 
-/// Accepts forever on the gRPC port, serving each connection as h2c only.
-pub(crate) async fn accept_grpc(listener: TcpListener, state: Arc<State>) {
+/// Accepts forever on the gRPC port, serving each connection as h2c only (h2 over TLS when `tls`
+/// is given).
+pub(crate) async fn accept_grpc(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.max_header_list_size(H2_MAX_HEADER_LIST);
     let builder = Arc::new(builder);
     loop {
         let stream = accept(&listener).await;
-        let task = serve_grpc(stream, Arc::clone(&state), Arc::clone(&builder));
-        state.tasks.spawn(task);
+        let (state2, builder, tls) = (Arc::clone(&state), Arc::clone(&builder), tls.clone());
+        state.tasks.spawn(async move {
+            if let Some(stream) = handshake(stream, tls.as_ref()).await {
+                serve_grpc(stream, state2, builder).await;
+            }
+        });
     }
 }
 
@@ -82,7 +121,7 @@ async fn accept(listener: &TcpListener) -> TcpStream {
 }
 
 async fn serve_grpc(
-    stream: TcpStream,
+    stream: MockStream,
     state: Arc<State>,
     builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
 ) {
@@ -99,7 +138,7 @@ async fn serve_grpc(
 }
 
 async fn serve_http(
-    stream: TcpStream,
+    stream: MockStream,
     state: Arc<State>,
     builder: Arc<auto::Builder<TokioExecutor>>,
 ) {
@@ -352,9 +391,9 @@ impl Body for Tracked {
     }
 }
 
-/// A TCP stream that counts the bytes read from it.
+/// A connection that counts the bytes read from it.
 struct CountingIo {
-    inner: TcpStream,
+    inner: MockStream,
     tracker: Arc<ConnTracker>,
 }
 
@@ -412,7 +451,7 @@ impl AsyncWrite for CountingIo {
 impl Drop for CountingIo {
     fn drop(&mut self) {
         if self.tracker.reset.load(Ordering::Relaxed) {
-            if let Err(err) = self.inner.set_zero_linger() {
+            if let Err(err) = self.inner.tcp().set_zero_linger() {
                 eprintln!("mock-backend: SO_LINGER 0 failed: {err}");
             }
         }

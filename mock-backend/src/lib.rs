@@ -9,8 +9,10 @@
 //!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
 //!   `POST keepalive?idle_ms=N[&advertise=1][&reset=1]` (idle close by RST with `reset=1`), `POST goaway?after=N`,
 //!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
-//! - the optional gRPC port serves h2c only ([`grpc`]: `hopping.test.v1.Echo`, `GET /health` and
-//!   `grpc.health.v1.Health/Check`).
+//! - the optional gRPC port serves h2c ([`grpc`]: `hopping.test.v1.Echo`, `GET /health` and
+//!   `grpc.health.v1.Health/Check`);
+//! - with [`MockConfig::tls`] both ports speak TLS instead of cleartext ([`tls`]: ALPN `h2`,
+//!   `http/1.1` on the main port, `h2` on the gRPC port).
 //!
 //! Every response carries `x-node-id`. The knobs live in one shared `State` of atomics and watch
 //! channels, so every connection sees a change at once. Every connection and WebSocket task is
@@ -22,6 +24,7 @@ mod conn;
 mod control;
 pub mod grpc;
 mod http;
+pub mod tls;
 mod ws;
 
 use std::collections::VecDeque;
@@ -63,6 +66,8 @@ pub struct MockConfig {
     pub grpc_port: Option<u16>,
     /// Address both listeners bind to. Default `127.0.0.1`.
     pub listen_host: IpAddr,
+    /// TLS on both ports instead of cleartext; `None` = cleartext.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl MockConfig {
@@ -76,6 +81,7 @@ impl MockConfig {
             zone: None,
             grpc_port: None,
             listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            tls: None,
         }
     }
 }
@@ -87,6 +93,8 @@ pub struct BoundMock {
     grpc: Option<TcpListener>,
     http_addr: SocketAddr,
     grpc_addr: Option<SocketAddr>,
+    /// TLS acceptors of the main and gRPC ports, when TLS is on.
+    tls: Option<(tls::Acceptor, tls::Acceptor)>,
     state: Arc<State>,
 }
 
@@ -120,6 +128,13 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
     let version_header = label("version", &config.version)?;
     let zone_header = label("zone", &config.zone)?;
 
+    let tls = match &config.tls {
+        None => None,
+        Some(files) => Some((
+            tls::Acceptor(tls::acceptor(files, &[b"h2", b"http/1.1"])?),
+            tls::Acceptor(tls::acceptor(files, &[b"h2"])?),
+        )),
+    };
     let http = listen((config.listen_host, config.port).into())
         .with_context(|| format!("binding {}:{}", config.listen_host, config.port))?;
     let http_addr = http.local_addr().context("reading the bound address")?;
@@ -163,6 +178,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         grpc,
         http_addr,
         grpc_addr,
+        tls,
         state,
     })
 }
@@ -185,10 +201,11 @@ impl BoundMock {
     /// None today (accept errors are retried); the `Result` leaves room for fatal listener errors.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let state = self.state;
-        let http_loop = conn::accept_http(self.http, Arc::clone(&state));
+        let (http_tls, grpc_tls) = self.tls.map(|(h, g)| (h.0, g.0)).unzip();
+        let http_loop = conn::accept_http(self.http, Arc::clone(&state), http_tls);
         let grpc_loop = async {
             match self.grpc {
-                Some(listener) => conn::accept_grpc(listener, Arc::clone(&state)).await,
+                Some(listener) => conn::accept_grpc(listener, Arc::clone(&state), grpc_tls).await,
                 None => std::future::pending().await,
             }
         };

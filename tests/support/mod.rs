@@ -4,16 +4,16 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+pub mod certs;
 pub mod dns;
 pub mod h2c;
 pub mod h2raw;
-pub mod http;
-pub mod webdriver;
-pub mod redis_cluster;
-pub mod redis_sentinel;
 pub mod h2ws;
 pub mod http;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod tls;
+pub mod webdriver;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -124,7 +124,8 @@ where
     }
 }
 
-async fn wait_port(port: u16, timeout: Duration) {
+/// Waits until loopback `port` accepts TCP connections, failing after `timeout`.
+pub async fn wait_port(port: u16, timeout: Duration) {
     wait_until(timeout, &format!("port {port} to accept"), || async move {
         TcpStream::connect(("127.0.0.1", port)).await.is_ok()
     })

@@ -381,7 +381,7 @@ fn routes_json(t: &RouteTable, rollback_available: bool) -> Value {
         .map(|c| {
             json!({
                 "name": &*c.name,
-                "protocol": match c.protocol { crate::config::Protocol::Http1 => "http1", crate::config::Protocol::H2c => "h2c" },
+                "protocol": c.protocol.as_str(),
                 "lb": c.lb.as_str(),
                 "nodes": c.nodes.iter().map(|n| json!({
                     "id": &*n.id, "addr": n.addr, "weight": n.weight,

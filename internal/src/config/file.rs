@@ -103,6 +103,8 @@ pub struct AffinityFile {
     pub key_prefix: Option<String>,
     /// Timeout for one Redis call, humantime.
     pub redis_timeout: Option<String>,
+    /// `rediss://`: PEM file of the CA that signs the Redis server's certificate; empty = system roots.
+    pub redis_ca: Option<String>,
 }
 
 /// `[health]` or a cluster's `health = {..}` override; every key optional so overrides merge.
@@ -189,8 +191,10 @@ pub struct LimitsFile {
 pub struct ClusterFile {
     /// Cluster name.
     pub name: String,
-    /// `"http1"` or `"h2c"`.
+    /// `"http1"`, `"h2c"` or `"h2"`.
     pub protocol: Option<String>,
+    /// TLS to the nodes (SPEC section 10).
+    pub tls: Option<TlsFile>,
     /// Per-cluster health overrides.
     pub health: Option<HealthFile>,
     /// Picker name.
@@ -219,6 +223,22 @@ pub struct DiscoveryFile {
     pub metadata: BTreeMap<String, String>,
     /// Drain period of a node whose record disappeared, humantime.
     pub drain_period: Option<String>,
+}
+
+/// `clusters[].tls = { sni, ca, verify, client_cert, client_key }` (empty strings = not set).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsFile {
+    /// Server name sent and verified; empty = the host part of each node's `addr`.
+    pub sni: Option<String>,
+    /// PEM CA file; empty = the system roots.
+    pub ca: Option<String>,
+    /// Verify the node certificate (default true).
+    pub verify: Option<bool>,
+    /// PEM client certificate chain for mTLS.
+    pub client_cert: Option<String>,
+    /// PEM private key of `client_cert`.
+    pub client_key: Option<String>,
 }
 
 /// One `[[clusters.nodes]]` entry.

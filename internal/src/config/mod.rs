@@ -10,6 +10,8 @@ pub mod file;
 pub mod size;
 pub mod server_tls;
 mod spans;
+#[cfg(test)]
+mod tls_tests;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -217,6 +219,9 @@ pub struct AffinityConfig {
     pub key_prefix: String,
     /// Timeout per Redis call.
     pub redis_timeout: Duration,
+    /// `affinity.redis_ca`: the CA file's PEM bytes for `rediss://` (read and checked at load);
+    /// `None` = the system roots.
+    pub redis_ca: Option<Vec<u8>>,
 }
 
 /// `[limits]`; see README "Limits and hardening".
@@ -341,6 +346,24 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 cleartext, prior knowledge.
     H2c,
+    /// HTTP/2 over TLS, negotiated by ALPN `h2` (needs `tls`).
+    H2,
+}
+
+impl Protocol {
+    /// The config spelling (`protocol` key, SPEC section 3): `http1`, `h2c`, `h2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::H2c => "h2c",
+            Protocol::H2 => "h2",
+        }
+    }
+
+    /// True for the HTTP/2 protocols (`h2c`, `h2`).
+    pub fn is_h2(self) -> bool {
+        matches!(self, Protocol::H2c | Protocol::H2)
+    }
 }
 
 /// Picker (`lb`).
@@ -376,6 +399,8 @@ pub struct ClusterConfig {
     pub name: String,
     /// Upstream protocol.
     pub protocol: Protocol,
+    /// TLS to the nodes (`tls`), loaded; `None` = cleartext.
+    pub tls: Option<std::sync::Arc<crate::tls::client::ClusterTls>>,
     /// Health settings.
     pub health: HealthConfig,
     /// Picker.

@@ -309,6 +309,79 @@ fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
             a.redis_timeout.as_ref(),
             DEFAULT_REDIS_TIMEOUT,
         ),
+        redis_ca: redis_ca(c, a.redis_ca.as_deref()),
+    }
+}
+
+/// Reads and checks `affinity.redis_ca` (PEM with at least one certificate); `None` when unset.
+fn redis_ca(c: &mut Check, path: Option<&str>) -> Option<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    let path = path.filter(|p| !p.is_empty())?;
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            c.err("affinity.redis_ca", format!("cannot read {path:?}: {e}"));
+            return None;
+        }
+    };
+    match rustls::pki_types::CertificateDer::pem_slice_iter(&bytes).collect::<Result<Vec<_>, _>>() {
+        Ok(list) if !list.is_empty() => Some(bytes),
+        Ok(_) => {
+            c.err(
+                "affinity.redis_ca",
+                format!("{path:?} holds no PEM certificate"),
+            );
+            None
+        }
+        Err(e) => {
+            c.err(
+                "affinity.redis_ca",
+                format!("{path:?} is not valid PEM: {e}"),
+            );
+            None
+        }
+    }
+}
+
+/// Loads `clusters[i].tls` (key `key`); checks `protocol = "h2"` has it. `None` = cleartext.
+fn cluster_tls(
+    c: &mut Check,
+    key: &str,
+    t: Option<&super::file::TlsFile>,
+    protocol: Protocol,
+) -> Option<std::sync::Arc<crate::tls::client::ClusterTls>> {
+    use crate::tls::client::{ClusterTls, TlsSpec};
+    let Some(t) = t else {
+        if protocol == Protocol::H2 {
+            c.err(
+                format!("{key}.protocol"),
+                "\"h2\" is HTTP/2 over TLS: the cluster needs tls = { .. } (or use \"h2c\")",
+            );
+        }
+        return None;
+    };
+    if protocol == Protocol::H2c {
+        c.err(
+            format!("{key}.protocol"),
+            "\"h2c\" is cleartext HTTP/2: use \"h2\" for HTTP/2 over TLS",
+        );
+    }
+    let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+    let spec = TlsSpec {
+        sni: set(&t.sni),
+        ca: set(&t.ca),
+        verify: t.verify.unwrap_or(true),
+        client_cert: set(&t.client_cert),
+        client_key: set(&t.client_key),
+    };
+    match ClusterTls::load(&spec) {
+        Ok(tls) => Some(std::sync::Arc::new(tls)),
+        Err(issues) => {
+            for (sub, msg) in issues {
+                c.err(format!("{key}.tls.{sub}"), msg);
+            }
+            None
+        }
     }
 }
 
@@ -592,8 +665,13 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
             &format!("{key}.protocol"),
             cl.protocol.as_ref(),
             Protocol::Http1,
-            &[("http1", Protocol::Http1), ("h2c", Protocol::H2c)],
+            &[
+                ("http1", Protocol::Http1),
+                ("h2c", Protocol::H2c),
+                ("h2", Protocol::H2),
+            ],
         );
+        let tls = cluster_tls(c, &key, cl.tls.as_ref(), protocol);
         let lb = c.one_of(
             &format!("{key}.lb"),
             cl.lb.as_ref(),
@@ -615,7 +693,7 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         if health.kind == ProbeKind::Grpc && protocol == Protocol::Http1 {
             c.err(
                 format!("{key}.protocol"),
-                "health.kind = \"grpc\" needs an HTTP/2 protocol (\"h2c\"): gRPC runs over HTTP/2",
+                "health.kind = \"grpc\" needs an HTTP/2 protocol (\"h2c\" or \"h2\"): gRPC runs over HTTP/2",
             );
         }
         let discovery = cl
@@ -665,6 +743,7 @@ fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         out.push(ClusterConfig {
             name: cl.name.clone(),
             protocol,
+            tls,
             health,
             lb,
             nodes,

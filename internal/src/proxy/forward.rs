@@ -71,13 +71,18 @@ pub(crate) fn build(
         Protocol::Http1 => {
             *req.uri_mut() = Uri::from(path_and_query.clone());
         }
-        Protocol::H2c => {
+        Protocol::H2c | Protocol::H2 => {
             *req.version_mut() = http::Version::HTTP_2;
+            let scheme = if node.settings.protocol == Protocol::H2 {
+                "https"
+            } else {
+                "http"
+            };
             let authority = headers
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or(node.addr.as_str());
-            *req.uri_mut() = format!("http://{authority}{path_and_query}")
+            *req.uri_mut() = format!("{scheme}://{authority}{path_and_query}")
                 .parse()
                 .unwrap_or_else(|_| Uri::from_static("/"));
             req.headers_mut().remove(header::HOST);

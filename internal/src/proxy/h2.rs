@@ -1,5 +1,6 @@
-//! Upstream h2c for `protocol = "h2c"` clusters (SPEC section 5): one multiplexed connection per
-//! node, shared by all of its requests, on hyper's low-level `client::conn::http2`.
+//! Upstream HTTP/2 for `protocol = "h2c"` and `protocol = "h2"` (TLS, ALPN `h2`) clusters (SPEC
+//! sections 5 and 10): one multiplexed connection per node, shared by all of its requests, on
+//! hyper's low-level `client::conn::http2`.
 //!
 //! Owns the per-node connection slot. Requests that find no usable connection join one shared
 //! dial instead of each opening their own (a burst of N requests to a fresh node opens one
@@ -23,11 +24,11 @@ use futures_util::future::{FutureExt, Shared};
 use http::Request;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 
 use super::upstream::{is_unprocessed, SendError, Sent};
 use super::ProxyBody;
 use crate::registry::{Node, NodeId};
+use crate::tls::client::{self as tls, Alpn, ClusterTls};
 
 /// Interval of h2 PINGs on an upstream connection, so a dead node is noticed on an idle one.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
@@ -118,7 +119,15 @@ impl H2Pool {
                 None => {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let fut: DialFuture = Box::pin(
-                        dial(node.addr.clone(), connect_timeout, id, self.max_header_list).map(|r| r.map_err(Arc::new)),
+                        dial(
+                            node.addr.clone(),
+                            node.id.clone(),
+                            node.settings.tls.clone(),
+                            connect_timeout,
+                            id,
+                            self.max_header_list,
+                        )
+                        .map(|r| r.map_err(Arc::new)),
                     );
                     let d = fut.shared();
                     slot.dial = Some(d.clone());
@@ -138,7 +147,18 @@ impl H2Pool {
                 }
             }
         }
-        result.map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+        // The error is shared by every waiter; each gets its own copy with the same text (a
+        // handshake error keeps its type, so the 502 still names the TLS reason).
+        result.map_err(|e| match tls::handshake_error(&e) {
+            Some(hs) => std::io::Error::new(
+                e.kind(),
+                tls::HandshakeError {
+                    node: hs.node.clone(),
+                    reason: hs.reason.clone(),
+                },
+            ),
+            None => std::io::Error::new(e.kind(), e.to_string()),
+        })
     }
 
     /// Drops connection `id` of `node` from its slot, if it is still the pooled one.
@@ -211,23 +231,17 @@ impl H2Pool {
     }
 }
 
-/// Opens connection `id` to `addr` within `connect_timeout` and spawns its driver task.
+/// Opens connection `id` to node `node` at `addr` within `connect_timeout` (over TLS with ALPN
+/// `h2` when `tls` is given) and spawns its driver task.
 async fn dial(
     addr: String,
+    node: NodeId,
+    tls: Option<Arc<ClusterTls>>,
     connect_timeout: Duration,
     id: u64,
     max_header_list: u32,
 ) -> std::io::Result<Conn> {
-    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr.as_str())).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("connect timed out after {connect_timeout:?}"),
-            ))
-        }
-    };
-    let _ = tcp.set_nodelay(true);
+    let tcp = tls::connect(&addr, &node, tls.as_deref(), Alpn::H2, connect_timeout).await?;
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEPALIVE_INTERVAL)

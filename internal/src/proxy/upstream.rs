@@ -4,7 +4,9 @@
 //! connection the node closed after the request went out (stale, replayable when idempotent), or
 //! failed after sending (SPEC section 4 retry rules).
 //!
-//! h2c connections (one per node, shared) live in [`super::h2`].
+//! h2c and h2 connections (one per node, shared) live in [`super::h2`]. Connections to nodes of a
+//! cluster with `tls` are TLS ([`crate::tls::client::connect`]); a failed handshake is a connect
+//! failure like a refused TCP connect.
 //!
 //! Pooled HTTP/1.1 connections are checked before reuse, expire after `upstream_idle_timeout`, and
 //! a node's advertised `Keep-Alive: timeout=N` caps that (CASE-21). Connection tasks are spawned
@@ -18,12 +20,12 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::ProxyBody;
 use crate::config::Protocol;
 use crate::registry::Node;
+use crate::tls::client::{self as tls, Alpn, NodeStream};
 
 /// Idle HTTP/1.1 connections kept per node; more are closed when returned.
 const MAX_IDLE_PER_NODE: usize = 256;
@@ -49,11 +51,20 @@ impl SendError {
     /// Text for logs and the 502 body.
     pub fn detail(&self) -> String {
         match self {
-            SendError::Connect(e, _) => format!("connect: {e}"),
+            SendError::Connect(e, _) => connect_detail(e),
             SendError::NotSent(e, _) => format!("connection closed before sending: {e}"),
             SendError::Sent(e) => describe(e),
             SendError::Stale(e) => format!("pooled connection closed by the node: {}", describe(e)),
         }
+    }
+}
+
+/// A failed connect for logs and the 502 body: a TLS handshake error as is (it names the alert or
+/// the verification error, SPEC section 10), anything else as `connect: <error>`.
+pub fn connect_detail(e: &std::io::Error) -> String {
+    match tls::handshake_error(e) {
+        Some(hs) => hs.to_string(),
+        None => format!("connect: {e}"),
     }
 }
 
@@ -173,27 +184,20 @@ impl Upstream {
             .expect("pool mutex is never poisoned: no panics while held")
     }
 
-    /// Opens a TCP connection to `node` within the connect timeout.
+    /// Opens a connection to `node` within the connect timeout: TCP, plus the TLS handshake
+    /// offering ALPN `http/1.1` when its cluster has `tls` (HTTP/1.1 requests and WebSocket dials).
     ///
     /// # Errors
-    /// The connect error or `TimedOut`.
-    pub async fn connect(&self, node: &Node) -> std::io::Result<TcpStream> {
-        let tcp = match tokio::time::timeout(
+    /// The connect error, `TimedOut`, or a failed handshake ([`tls::handshake_error`] names it).
+    pub async fn connect(&self, node: &Node) -> std::io::Result<NodeStream> {
+        tls::connect(
+            &node.addr,
+            &node.id,
+            node.settings.tls.as_deref(),
+            Alpn::Http1,
             self.connect_timeout,
-            TcpStream::connect(node.addr.as_str()),
         )
         .await
-        {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connect timed out after {:?}", self.connect_timeout),
-                ))
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        Ok(tcp)
     }
 
     /// Sends `req` to `node` on a pooled or new connection. A pooled connection that turns out
@@ -204,7 +208,7 @@ impl Upstream {
     pub async fn send(&self, node: &Node, req: Request<ProxyBody>) -> Result<Sent, SendError> {
         match node.settings.protocol {
             Protocol::Http1 => self.send_h1(node, req).await,
-            Protocol::H2c => self.h2.send(node, self.connect_timeout, req).await,
+            Protocol::H2c | Protocol::H2 => self.h2.send(node, self.connect_timeout, req).await,
         }
     }
 

@@ -13,10 +13,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 
-use super::probe::ProbeOutcome;
-use crate::config::{HealthConfig, Protocol};
+use super::probe::{ProbeOutcome, Target};
+use crate::config::HealthConfig;
+use crate::tls::client::{self as tls, Alpn};
 
 /// Path of the health method (gRPC PROTOCOL-HTTP2: `/<package>.<service>/<method>`).
 pub const HEALTH_CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
@@ -58,14 +58,15 @@ pub mod proto {
     }
 }
 
-/// Takes a node `addr` (`host:port`), its cluster's `protocol` and health settings; returns the
-/// outcome of one `Health/Check` call on a new connection of that protocol. A stream refused by a
-/// GOAWAY is retried once on a new connection (it says nothing about the node).
-pub async fn probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
-    match connect_and_check(addr, protocol, &h.grpc_service).await {
+/// Takes the probe's target (node address and id, cluster protocol and TLS) and health settings;
+/// returns the outcome of one `Health/Check` call on a new connection made by the cluster's
+/// connector (h2c, or h2 over TLS with ALPN `h2`). A stream refused by a GOAWAY is retried once on
+/// a new connection (it says nothing about the node).
+pub(super) async fn probe(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
+    match connect_and_check(t, &h.grpc_service).await {
         Ok(outcome) => outcome,
         Err(e) if super::probe::is_goaway_refusal(&e) => {
-            connect_and_check(addr, protocol, &h.grpc_service)
+            connect_and_check(t, &h.grpc_service)
                 .await
                 .unwrap_or_else(|e| ProbeOutcome::Fail(format!("grpc request: {e}")))
         }
@@ -74,23 +75,12 @@ pub async fn probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOut
 }
 
 /// Opens the probe connection the way the cluster's data connections are opened, then checks.
-async fn connect_and_check(
-    addr: &str,
-    protocol: Protocol,
-    service: &str,
-) -> Result<ProbeOutcome, hyper::Error> {
-    // The cluster's connector: today h2c is a plain TCP connection (validation refuses gRPC probes
-    // on "http1" clusters, which still reach here only through a reload race and then speak h2c).
-    let io = match protocol {
-        Protocol::H2c | Protocol::Http1 => match TcpStream::connect(addr).await {
-            Ok(tcp) => {
-                let _ = tcp.set_nodelay(true);
-                tcp
-            }
-            Err(e) => return Ok(ProbeOutcome::Fail(format!("connect: {e}"))),
-        },
+async fn connect_and_check(t: &Target<'_>, service: &str) -> Result<ProbeOutcome, hyper::Error> {
+    let io = match tls::connect(t.addr, t.id, t.tls, Alpn::H2, t.timeout).await {
+        Ok(s) => s,
+        Err(e) => return Ok(ProbeOutcome::Fail(format!("connect: {e}"))),
     };
-    check(io, addr, service).await
+    check(io, t.addr, service).await
 }
 
 /// Takes an established connection `io` (cleartext or TLS, already past ALPN), the `authority`

@@ -42,7 +42,13 @@ use crate::config::{HealthConfig, Protocol};
 pub const MAX_CONCURRENT_PROBES: usize = 64;
 
 struct Task {
-    key: (String, Protocol, HealthConfig, Arc<str>),
+    key: (
+        String,
+        Protocol,
+        Option<Arc<crate::tls::client::ClusterTls>>,
+        HealthConfig,
+        Arc<str>,
+    ),
     cancel: CancellationToken,
     handle: JoinHandle<()>,
 }
@@ -159,6 +165,7 @@ impl HealthChecker {
             let key = (
                 node.addr.clone(),
                 node.settings.protocol,
+                node.settings.tls.clone(),
                 node.settings.health.clone(),
                 node.cluster.clone(),
             );
@@ -284,7 +291,16 @@ async fn run(
 /// `None` if the semaphore is closed (never, while the checker lives).
 async fn probe_with_permit(node: &Node, permits: &Semaphore) -> Option<ProbeOutcome> {
     let _permit = permits.acquire().await.ok()?;
-    Some(probe(&node.addr, node.settings.protocol, &node.settings.health).await)
+    Some(
+        probe(
+            &node.addr,
+            &node.id,
+            node.settings.protocol,
+            node.settings.tls.as_deref(),
+            &node.settings.health,
+        )
+        .await,
+    )
 }
 
 /// Feeds one probe outcome to the node's ladder, applying the last-node rule to timeouts.

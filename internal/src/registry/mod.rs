@@ -171,6 +171,8 @@ pub struct NodeSettings {
     pub health: HealthConfig,
     /// Upstream protocol of its cluster.
     pub protocol: Protocol,
+    /// TLS to the node (its cluster's `tls`); `None` = cleartext.
+    pub tls: Option<Arc<crate::tls::client::ClusterTls>>,
 }
 
 /// One node as the current route table sees it: config plus shared runtime.

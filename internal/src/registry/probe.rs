@@ -1,8 +1,9 @@
-//! One probe of one node: a TCP connect, `GET <path>` over HTTP/1.1 or h2c with status-range and
-//! optional JSON-pointer checks, or a gRPC health call ([`super::grpc_probe`]) (SPEC section 3
-//! `[health]`). Never retries a real failure; an h2 stream refused because the node is going away
-//! (GOAWAY) is retried once on a new connection, since that says nothing about the node's health
-//! (CASE-18).
+//! One probe of one node: a TCP connect, `GET <path>` over HTTP/1.1, h2c or h2 (over TLS when
+//! the cluster has `tls`, with the same verification as requests) with status-range and
+//! optional JSON-pointer checks, or a gRPC health call ([`super::grpc_probe`]) over the same
+//! connector (SPEC section 3 `[health]`). Never retries a real failure; an h2
+//! stream refused because the node is going away (GOAWAY) is retried once on a new connection,
+//! since that says nothing about the node's health (CASE-18).
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 use crate::config::{HealthConfig, ProbeKind, Protocol};
+use crate::tls::client::{self as tls, Alpn, ClusterTls};
 
 /// Most a probe reads of a response body for the JSON check (bytes).
 const MAX_PROBE_BODY: usize = 64 * 1024;
@@ -34,9 +36,23 @@ impl ProbeOutcome {
     }
 }
 
-/// Probes `addr` (`host:port`) once with `h`, within `h.timeout` overall.
-pub async fn probe(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
-    match tokio::time::timeout(h.timeout, probe_inner(addr, protocol, h)).await {
+/// Probes node `id` at `addr` (`host:port`) once with `h`, within `h.timeout` overall; http probes
+/// go over TLS when `tls` is given (a failed handshake is a failed probe naming its reason).
+pub async fn probe(
+    addr: &str,
+    id: &str,
+    protocol: Protocol,
+    tls: Option<&ClusterTls>,
+    h: &HealthConfig,
+) -> ProbeOutcome {
+    let target = Target {
+        addr,
+        id,
+        protocol,
+        tls,
+        timeout: h.timeout,
+    };
+    match tokio::time::timeout(h.timeout, probe_inner(&target, h)).await {
         Ok(outcome) => outcome,
         Err(_) => ProbeOutcome::Timeout(h.timeout),
     }
@@ -57,21 +73,31 @@ pub async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()>
     }
 }
 
-async fn probe_inner(addr: &str, protocol: Protocol, h: &HealthConfig) -> ProbeOutcome {
+/// Where one probe goes: the node's address and id, its cluster's protocol and TLS settings, and
+/// the probe's timeout (bounds the TLS handshake too).
+pub(super) struct Target<'a> {
+    pub(super) addr: &'a str,
+    pub(super) id: &'a str,
+    pub(super) protocol: Protocol,
+    pub(super) tls: Option<&'a ClusterTls>,
+    pub(super) timeout: Duration,
+}
+
+async fn probe_inner(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
     match h.kind {
         ProbeKind::Tcp => {
-            return match TcpStream::connect(addr).await {
+            return match TcpStream::connect(t.addr).await {
                 Ok(_) => ProbeOutcome::Pass,
                 Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
             };
         }
-        ProbeKind::Grpc => return super::grpc_probe::probe(addr, protocol, h).await,
+        ProbeKind::Grpc => return super::grpc_probe::probe(t, h).await,
         ProbeKind::Http => {}
     }
-    match http_probe(addr, protocol, h).await {
+    match http_probe(t, h).await {
         Ok(outcome) => outcome,
         // A stream refused by a GOAWAY is not the node's failure: try once on a new connection.
-        Err(e) if is_goaway_refusal(&e) => http_probe(addr, protocol, h)
+        Err(e) if is_goaway_refusal(&e) => http_probe(t, h)
             .await
             .unwrap_or_else(|e| ProbeOutcome::Fail(format!("request: {e}"))),
         Err(e) => ProbeOutcome::Fail(format!("request: {e}")),
@@ -90,17 +116,18 @@ pub(super) fn is_goaway_refusal(e: &hyper::Error) -> bool {
     e.is_canceled()
 }
 
-async fn http_probe(
-    addr: &str,
-    protocol: Protocol,
-    h: &HealthConfig,
-) -> Result<ProbeOutcome, hyper::Error> {
-    let tcp = match TcpStream::connect(addr).await {
-        Ok(t) => t,
-        Err(e) => return Ok(ProbeOutcome::Fail(format!("connect: {e}"))),
+async fn http_probe(t: &Target<'_>, h: &HealthConfig) -> Result<ProbeOutcome, hyper::Error> {
+    let (addr, protocol) = (t.addr, t.protocol);
+    let alpn = if protocol == Protocol::H2 {
+        Alpn::H2
+    } else {
+        Alpn::Http1
     };
-    let _ = tcp.set_nodelay(true);
-    let io = TokioIo::new(tcp);
+    let stream = match tls::connect(addr, t.id, t.tls, alpn, t.timeout).await {
+        Ok(s) => s,
+        Err(e) => return Ok(ProbeOutcome::Fail(connect_detail(&e))),
+    };
+    let io = TokioIo::new(stream);
     let req = http::Request::get(h.path.as_str())
         .header(http::header::HOST, addr)
         .header(http::header::USER_AGENT, "hopping-gateway-health")
@@ -112,12 +139,13 @@ async fn http_probe(
             tokio::spawn(conn);
             send.send_request(req).await?
         }
-        Protocol::H2c => {
+        Protocol::H2c | Protocol::H2 => {
             let (mut send, conn) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
             tokio::spawn(conn);
             let (mut parts, body) = req.into_parts();
-            parts.uri = format!("http://{addr}{}", h.path)
+            let scheme = if t.tls.is_some() { "https" } else { "http" };
+            parts.uri = format!("{scheme}://{addr}{}", h.path)
                 .parse()
                 .unwrap_or(parts.uri);
             parts.headers.remove(http::header::HOST);
@@ -140,6 +168,14 @@ async fn http_probe(
         Err(e) => return Ok(ProbeOutcome::Fail(format!("body: {e}"))),
     };
     Ok(check_json(&body, &expect.pointer, &expect.equals))
+}
+
+/// A failed connect as a probe detail: the handshake error as is, else `connect: <error>`.
+fn connect_detail(e: &std::io::Error) -> String {
+    match tls::handshake_error(e) {
+        Some(hs) => hs.to_string(),
+        None => format!("connect: {e}"),
+    }
 }
 
 /// Checks that the JSON `body` holds the string `equals` at RFC 6901 `pointer`.

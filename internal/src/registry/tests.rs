@@ -388,6 +388,7 @@ fn transitions_are_counted_per_cluster_node_and_state() {
         NodeSettings {
             health: h.clone(),
             protocol: Protocol::Http1,
+            tls: None,
         },
     );
     assert!(fresh);

@@ -293,6 +293,7 @@ fn build_cluster(c: &ClusterConfig, registry: &Registry) -> Cluster {
     let settings = NodeSettings {
         health: c.health.clone(),
         protocol: c.protocol,
+        tls: c.tls.clone(),
     };
     let nodes = c
         .nodes

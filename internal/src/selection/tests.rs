@@ -39,6 +39,7 @@ fn nodes(specs: &[(u32, &[(&str, &str)])]) -> Vec<Arc<Node>> {
                 NodeSettings {
                     health: health.clone(),
                     protocol: Protocol::Http1,
+                    tls: None,
                 },
             )
             .0

@@ -79,6 +79,8 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// `affinity.max_entries`: bound of the local cache and of the write-back set.
     pub max_entries: usize,
+    /// `affinity.redis_ca`: PEM bytes of the CA for `rediss://`; `None` = the system roots.
+    pub ca: Option<Vec<u8>>,
 }
 
 /// Redis-backed bindings with a local cache; see the module docs. Cheap to share behind the hopper.
@@ -116,7 +118,7 @@ impl RedisStore {
         settings: RedisSettings,
         metrics: Arc<Metrics>,
     ) -> Result<RedisStore, StoreError> {
-        let target = RedisTarget::parse(&settings.url)?;
+        let target = RedisTarget::parse(&settings.url)?.with_ca(settings.ca.clone());
         let follow = target.resolves_master();
         let (refresh_tx, refresh_rx) = mpsc::channel(REFRESH_QUEUE);
         let cap = settings.max_entries.max(1);

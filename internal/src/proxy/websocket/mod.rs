@@ -64,8 +64,8 @@ pub(super) struct Negotiated {
 /// Why opening an upstream leg failed.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DialError {
-    /// TCP connect failed or timed out: nothing was sent.
-    #[error("connect: {0}")]
+    /// TCP connect (or the TLS handshake) failed or timed out: nothing was sent.
+    #[error("{}", super::upstream::connect_detail(.0))]
     Connect(#[source] std::io::Error),
     /// The HTTP/1.1 exchange failed after the request went out.
     #[error("handshake: {}", super::upstream::describe(.0))]

@@ -44,6 +44,9 @@ pub enum RedisTarget {
     Single {
         /// The URL, unchanged.
         url: String,
+        /// `rediss://` only: PEM bytes of the CA that signs the server's certificate
+        /// (`affinity.redis_ca`); `None` = the system roots.
+        ca: Option<Vec<u8>>,
     },
     /// `redis+cluster://[user[:password]@]h1:p1,h2:p2`: seed nodes of a Redis Cluster, each as a
     /// `redis://[user[:password]@]host:port` URL.
@@ -145,12 +148,13 @@ impl RedisTarget {
         {
             RedisTarget::Single {
                 url: url.to_string(),
+                ca: None,
             }
         } else {
             return Err(shape("unsupported scheme: use redis://, rediss://, redis+cluster:// or redis+sentinel://"));
         };
         match &target {
-            RedisTarget::Single { url } => check(url)?,
+            RedisTarget::Single { url, .. } => check(url)?,
             RedisTarget::Cluster { nodes } => nodes.iter().try_for_each(|n| check(n))?,
             RedisTarget::Sentinel {
                 sentinels, node, ..
@@ -160,6 +164,32 @@ impl RedisTarget {
             }
         }
         Ok(target)
+    }
+
+    /// Sets the CA (PEM bytes of `affinity.redis_ca`) that a `rediss://` server's certificate must
+    /// chain to; other targets and schemes ignore it.
+    pub fn with_ca(mut self, pem: Option<Vec<u8>>) -> RedisTarget {
+        if let RedisTarget::Single { url, ca } = &mut self {
+            if url.starts_with("rediss://") {
+                *ca = pem;
+            }
+        }
+        self
+    }
+
+    /// A client for one server at `url`: over TLS verified against `ca` when given (rediss://),
+    /// else as the redis crate opens the URL (rediss:// with the system roots).
+    fn single_client(url: &str, ca: Option<&Vec<u8>>) -> RedisResult<Client> {
+        match ca {
+            Some(pem) => Client::build_with_tls(
+                url,
+                ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => Client::open(url),
+        }
     }
 
     /// True for Sentinel: a failed connection should be rebuilt, because the master may have moved.
@@ -239,8 +269,8 @@ impl RedisTarget {
             ConnectionManager::new_with_config(client, cfg)
         };
         match self {
-            RedisTarget::Single { url } => {
-                let mut c = manager(Client::open(url.as_str())?).await?;
+            RedisTarget::Single { url, ca } => {
+                let mut c = manager(Self::single_client(url, ca.as_ref())?).await?;
                 check_master(&mut c).await?;
                 Ok((Conn::Manager(c), None))
             }
@@ -277,7 +307,7 @@ impl RedisTarget {
     /// The redis crate's error when the URL is unusable or no sentinel names a master.
     pub(super) async fn pubsub_clients(&self, timeout: Duration) -> RedisResult<Vec<Client>> {
         match self {
-            RedisTarget::Single { url } => Ok(vec![Client::open(url.as_str())?]),
+            RedisTarget::Single { url, ca } => Ok(vec![Self::single_client(url, ca.as_ref())?]),
             RedisTarget::Cluster { nodes } => {
                 nodes.iter().map(|n| Client::open(n.as_str())).collect()
             }
@@ -406,7 +436,8 @@ mod tests {
             assert_eq!(
                 RedisTarget::parse(url).expect(url),
                 RedisTarget::Single {
-                    url: url.to_string()
+                    url: url.to_string(),
+                    ca: None,
                 }
             );
         }

@@ -101,6 +101,7 @@ impl TestRedis {
             ttl,
             timeout: Duration::from_millis(250),
             max_entries: 1000,
+            ca: None,
         }
     }
 }
@@ -455,6 +456,7 @@ async fn bad_url_is_a_startup_error() {
         ttl: Duration::from_secs(1),
         timeout: Duration::from_millis(250),
         max_entries: 10,
+        ca: None,
     };
     let err = RedisStore::connect(s, Arc::new(Metrics::new()))
         .await
