@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+pub mod format;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -106,6 +108,8 @@ pub struct Metrics {
     registry: Registry,
     /// `hopping_count_total{reason}`.
     pub hops: Family<ReasonLabel, Counter>,
+    /// `gateway_passive_ejections_suppressed_total{cluster}` (CASE-32).
+    pub ejections_suppressed: Family<ClusterLabel, Counter>,
     /// `hopping_latency_seconds`: failure seen -> connection served again.
     pub hop_latency: Histogram,
     /// `gateway_requests_total{route,node,code}`.
@@ -229,7 +233,14 @@ impl Metrics {
             "Node health state changes by the state entered",
             health_transitions.clone(),
         );
+        let ejections_suppressed = Family::<ClusterLabel, Counter>::default();
+        registry.register(
+            "gateway_passive_ejections_suppressed",
+            "Passive ejections not made because of max_ejection_percent or the last ready node",
+            ejections_suppressed.clone(),
+        );
         Metrics {
+            ejections_suppressed,
             registry,
             hops,
             hop_latency,
@@ -272,7 +283,15 @@ impl Metrics {
         ConnectionGauge(g)
     }
 
-    /// The Prometheus text exposition (OpenMetrics-compatible).
+    /// The exposition in `format` (SPEC section 8; see [`format`]).
+    pub fn encode_as(&self, format: format::Format) -> String {
+        match format {
+            format::Format::OpenMetrics => self.encode(),
+            format::Format::Prometheus => format::to_prometheus_text(&self.encode()),
+        }
+    }
+
+    /// The OpenMetrics text exposition (with `# EOF`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -320,7 +320,14 @@ async fn serve_data(
     let svc_dc = dc.clone();
     let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
-    let io = crate::proxy::framing::FramingWatch::new(tcp, dc.framing.clone());
+    // It also judges each head before hyper reads it, so malformed heads get JSON answers.
+    let limits = &proxy.settings.limits;
+    let io = crate::proxy::framing::FramingWatch::new(
+        tcp,
+        dc.framing.clone(),
+        limits.into(),
+        limits.header_read_timeout,
+    );
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();

@@ -8,6 +8,8 @@ mod cases;
 mod core;
 mod drain;
 mod h2;
+mod hard_http;
+mod hard_ops;
 mod health;
 mod redis;
 mod reload;

@@ -21,6 +21,7 @@ use crate::config::Limits;
 /// [`ProxyError::UriTooLong`] past `max_request_line`, [`ProxyError::HeadersTooLarge`] past
 /// `max_header_bytes` or `max_headers`.
 pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError> {
+    check_target(req)?;
     let uri = req.uri();
     let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len())
         + uri
@@ -75,6 +76,42 @@ pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError
     Ok(())
 }
 
+/// RFC 9112 section 3.2: a request-target is origin-form (`/path?query`), absolute-form
+/// (`http://host/path`; every HTTP/2 request is read as this), `*` for `OPTIONS` only, or
+/// authority-form (`host:port`) for `CONNECT` only. `CONNECT` itself is not judged here.
+///
+/// # Errors
+/// [`ProxyError::BadRequest`] for any other form (400, connection closed).
+pub fn check_target<B>(req: &Request<B>) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    if req.method() == http::Method::CONNECT {
+        return Ok(());
+    }
+    if uri.path() == "*" {
+        return if req.method() == http::Method::OPTIONS {
+            Ok(())
+        } else {
+            Err(ProxyError::BadRequest(
+                "request-target \"*\" is only allowed with OPTIONS",
+            ))
+        };
+    }
+    if uri.scheme().is_some() {
+        return Ok(());
+    }
+    if uri.authority().is_some() {
+        return Err(ProxyError::BadRequest(
+            "authority-form request-target is only allowed with CONNECT",
+        ));
+    }
+    if !uri.path().starts_with('/') {
+        return Err(ProxyError::BadRequest(
+            "request-target is neither origin-form nor absolute-form",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +147,24 @@ mod tests {
                 ),
                 "{bad:?}"
             );
+        }
+        // RFC 9112 section 3.2 request-target forms.
+        for (method, target, ok) in [
+            ("GET", "/a?b", true),
+            ("GET", "http://app.example.test/a", true),
+            ("OPTIONS", "*", true),
+            ("GET", "*", false),
+            ("POST", "*", false),
+            ("GET", "app.example.test:443", false),
+            ("OPTIONS", "app.example.test:80", false),
+            ("CONNECT", "app.example.test:443", true),
+        ] {
+            let r = Request::builder()
+                .method(method)
+                .uri(target)
+                .body(())
+                .expect("valid");
+            assert_eq!(check_target(&r).is_ok(), ok, "{method} {target}");
         }
         let long = format!("/{}", "a".repeat(17 * 1024));
         assert!(matches!(
