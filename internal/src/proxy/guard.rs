@@ -2,12 +2,13 @@
 //! (SPEC section 4 limits; CASES 13, 16). A refused head gets a JSON 4xx and, where the framing is
 //! ambiguous, the connection is closed so no smuggled bytes are ever read as a request.
 //!
-//! hyper already refuses duplicate or malformed `Content-Length`, unknown transfer codings,
-//! obs-fold and colon-less lines with 400, heads past its buffer with 431 and targets past
-//! 65,534 bytes with 414. This module adds: any `Transfer-Encoding` other than exactly `chunked`,
-//! more than one `Host` line, the request-target limit (414), and the header block size and count
-//! limits (431), all with JSON bodies. `Content-Length` together with `Transfer-Encoding` is caught
-//! on the raw bytes by [`super::framing`], since hyper drops one of the two before this runs.
+//! On HTTP/1.x, [`super::head`] has already judged the raw head before hyper parsed it (malformed or
+//! conflicting `Content-Length`, transfer codings, obs-fold, colon-less lines, control characters,
+//! the request-line and header-block limits), so hyper's own empty-bodied refusals never happen.
+//! This module checks the parsed request, for every protocol: the request-target form (RFC 9112
+//! section 3.2), any `Transfer-Encoding` other than exactly `chunked`, more than one `Host` line,
+//! the request-target limit (414), and the header block size and count limits (431), all with
+//! JSON bodies.
 
 use http::{header, Request};
 
