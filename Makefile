@@ -32,7 +32,7 @@ fmt:
 bench: build
 	./bench/run.sh
 
-## cargo-fuzz targets (config parser, conn ids, request heads), FUZZ_SECONDS each (default 60).
+## cargo-fuzz targets (config parser, conn ids, request heads, raw head judge), FUZZ_SECONDS each (default 60).
 fuzz:
 	./scripts/fuzz.sh
 

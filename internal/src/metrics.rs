@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+pub mod format;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -122,6 +124,8 @@ pub struct Metrics {
     pub events: crate::events::Events,
     /// `hopping_count_total{reason}`.
     pub hops: Family<ReasonLabel, Counter>,
+    /// `gateway_passive_ejections_suppressed_total{cluster}` (CASE-32).
+    pub ejections_suppressed: Family<ClusterLabel, Counter>,
     /// `hopping_latency_seconds`: failure seen -> connection served again.
     pub hop_latency: Histogram,
     /// `gateway_requests_total{route,node,code}`.
@@ -278,6 +282,7 @@ impl Metrics {
             "gateway_h2_goaway_sent",
             "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
             h2_goaway.clone(),
+        );
         let tls_handshakes = Family::<ResultLabel, Counter>::default();
         registry.register(
             "gateway_tls_handshakes",
@@ -296,8 +301,15 @@ impl Metrics {
             "Certificate reloads by result",
             tls_cert_reloads.clone(),
         );
+        let ejections_suppressed = Family::<ClusterLabel, Counter>::default();
+        registry.register(
+            "gateway_passive_ejections_suppressed",
+            "Passive ejections not made because of max_ejection_percent or the last ready node",
+            ejections_suppressed.clone(),
+        );
         Metrics {
             events: crate::events::Events::new(),
+            ejections_suppressed,
             registry,
             tls_handshakes,
             tls_cert_expiry,
@@ -359,7 +371,15 @@ impl Metrics {
         ConnectionGauge(g)
     }
 
-    /// The Prometheus text exposition (OpenMetrics-compatible).
+    /// The exposition in `format` (SPEC section 8; see [`format`]).
+    pub fn encode_as(&self, format: format::Format) -> String {
+        match format {
+            format::Format::OpenMetrics => self.encode(),
+            format::Format::Prometheus => format::to_prometheus_text(&self.encode()),
+        }
+    }
+
+    /// The OpenMetrics text exposition (with `# EOF`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -440,13 +440,20 @@ async fn serve_data<I>(
     let svc_dc = dc.clone();
     let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
-    let io = crate::proxy::framing::FramingWatch::new(io, dc.framing.clone());
+    // It also judges each head before hyper reads it, so malformed heads get JSON answers.
+    let limits = &proxy.settings.limits;
+    let io = crate::proxy::framing::FramingWatch::new(
+        io,
+        dc.framing.clone(),
+        limits.into(),
+        limits.header_read_timeout,
+    );
     // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
     let abuse_metrics = proxy.metrics.clone();
     let io = crate::proxy::h2_watch::H2Watch::new(
         io,
-        proxy.settings.limits.h2.max_resets_per_second.get(),
-        proxy.settings.limits.header_read_timeout,
+        limits.h2.max_resets_per_second.get(),
+        limits.header_read_timeout,
         Arc::new(move |a: crate::proxy::h2_frames::Abuse| {
             abuse_metrics
                 .h2_goaway

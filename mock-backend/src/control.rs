@@ -3,7 +3,7 @@
 //! Owns the request-side view of the shared `State`: health switch (or flapping pattern), the
 //! gRPC-only health switch, delay, hang, idle
 //! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
-//! behaves as `/abort`), and request stats.
+//! behaves as `/abort`), status-all (every request answers one status), and request stats.
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
@@ -29,6 +29,7 @@ enum Action {
     Keepalive,
     Goaway,
     AbortAll,
+    StatusAll,
 }
 
 impl Action {
@@ -44,6 +45,7 @@ impl Action {
             "keepalive" => Self::Keepalive,
             "goaway" => Self::Goaway,
             "abort-all" => Self::AbortAll,
+            "status-all" => Self::StatusAll,
             _ => return None,
         })
     }
@@ -59,7 +61,8 @@ impl Action {
             | Self::ResetStats
             | Self::Keepalive
             | Self::Goaway
-            | Self::AbortAll => Method::POST,
+            | Self::AbortAll
+            | Self::StatusAll => Method::POST,
         }
     }
 }
@@ -100,6 +103,7 @@ pub(crate) fn handle(
         Action::Keepalive => set_keepalive(state, query),
         Action::Goaway => set_goaway(state, query),
         Action::AbortAll => set_abort_all(state, query),
+        Action::StatusAll => set_status_all(state, query),
     }
 }
 
@@ -239,6 +243,25 @@ fn set_abort_all(state: &State, query: Option<&str>) -> Response<RespBody> {
         StatusCode::OK,
         &json!({"node": state.id, "abort_all": true, "after_bytes": after}),
     )
+}
+
+/// `status-all?code=N` (200..=599): every request except the health paths answers N, as
+/// `/status/N` (a node failing real traffic while passing its probes); `code=0` turns it off.
+fn set_status_all(state: &State, query: Option<&str>) -> Response<RespBody> {
+    match parse_u64(query, "code") {
+        Some(code) if code == 0 || (200..=599).contains(&code) => {
+            state.status_all.store(code, Ordering::Relaxed);
+            json_response(
+                StatusCode::OK,
+                &json!({"node": state.id, "status_all": code}),
+            )
+        }
+        _ => error_response(
+            state,
+            StatusCode::BAD_REQUEST,
+            "status-all takes code=N (200..=599, or 0 = off)",
+        ),
+    }
 }
 
 fn parse_u64(query: Option<&str>, key: &str) -> Option<u64> {

@@ -99,6 +99,10 @@ async fn route(
         let after = state.abort_after.load(Ordering::Relaxed);
         return Err(abort(req, (after != u64::MAX).then_some(after)).await);
     }
+    let forced = state.status_all.load(Ordering::Relaxed);
+    if forced != 0 && !probe {
+        return Ok(status(state, &forced.to_string()));
+    }
     Ok(match path.as_str() {
         "/health" => health(state),
         "/actuator/health/business" => business_health(state),

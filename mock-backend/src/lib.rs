@@ -168,6 +168,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         goaway_after: AtomicU64::new(0),
         abort_all: AtomicBool::new(false),
         abort_after: AtomicU64::new(u64::MAX),
+        status_all: AtomicU64::new(0),
         stats: Mutex::new(Stats::default()),
         shutdown: watch::Sender::new(false),
         tasks: TaskSet::default(),
@@ -282,6 +283,9 @@ struct State {
     abort_all: AtomicBool,
     /// Body bytes read before such an abort; `u64::MAX` = the whole body.
     abort_after: AtomicU64,
+    /// `POST /control/status-all?code=N`: every non-control, non-health request answers N (as
+    /// `/status/N`); 0 = off.
+    status_all: AtomicU64,
     stats: Mutex<Stats>,
     /// Flips to `true` once, when the node stops.
     shutdown: watch::Sender<bool>,

@@ -13,6 +13,8 @@ mod grpc_errors;
 mod grpc_health;
 mod h2;
 mod h2_abuse;
+mod hard_http;
+mod hard_ops;
 mod health;
 mod operator;
 mod redis;

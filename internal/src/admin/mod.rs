@@ -105,6 +105,11 @@ impl Admin {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         // Drain the request body (bounded) so keep-alive works; admin calls carry no meaningful body.
         let _ = http_body_util::Limited::new(req.into_body(), 64 * 1024)
             .collect()
@@ -145,11 +150,16 @@ impl Admin {
                 if let Some(t) = &self.tls {
                     t.refresh_expiry();
                 }
-                let mut r = Response::new(full(self.metrics.encode()));
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
+                // SPEC section 8: 0.0.4 text unless OpenMetrics is asked for.
+                use crate::metrics::format::{self, Format};
+                let fmt = format::negotiate(accept.as_deref());
+                let mut r = Response::new(full(self.metrics.encode_as(fmt)));
+                let ct = match fmt {
+                    Format::Prometheus => format::PROMETHEUS_TEXT,
+                    Format::OpenMetrics => format::OPENMETRICS_TEXT,
+                };
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
                 r
             }
             (&Method::GET, ["admin", "nodes"]) => json_resp(StatusCode::OK, &self.nodes()),

@@ -137,6 +137,8 @@ pub struct HealthFile {
     pub slow_start: Option<String>,
     /// Passive errors in a row that eject at once; 0 = off.
     pub passive_consecutive_errors: Option<u32>,
+    /// Most nodes of a cluster (percent) passive ejection may take at once.
+    pub max_ejection_percent: Option<u32>,
 }
 
 /// `expect_json = { pointer, equals }`.

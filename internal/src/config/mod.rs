@@ -6,6 +6,7 @@
 //! line and column. This module spawns nothing and never touches the network.
 
 mod discovery;
+mod collect;
 pub mod file;
 pub mod size;
 pub mod server_tls;
@@ -58,6 +59,9 @@ pub const DEFAULT_RECOVER_AFTER: u32 = 2;
 pub const DEFAULT_SLOW_START: Duration = Duration::from_secs(30);
 /// Five consecutive real-traffic errors eject at once, well before the next probe.
 pub const DEFAULT_PASSIVE_ERRORS: u32 = 5;
+/// Envoy's outlier-detection default: a shared fault seen by every node (their common dependency is
+/// down) takes at most half of a cluster out through passive ejection, never all of it.
+pub const DEFAULT_MAX_EJECTION_PERCENT: u8 = 50;
 /// Whole-request timeout: generous for APIs; never applied to WebSocket or streams.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Two retries: with three nodes, every other node is tried once.
@@ -337,6 +341,9 @@ pub struct HealthConfig {
     pub slow_start: Option<Duration>,
     /// Passive errors that eject; `None` = passive ejection off.
     pub passive_consecutive_errors: Option<NonZeroU32>,
+    /// Passive ejection never takes more than this percent (0-100) of the cluster's nodes at
+    /// once, counting nodes ejected by probes, nor its last ready node (CASE-32).
+    pub max_ejection_percent: u8,
 }
 
 /// Upstream protocol of a cluster.

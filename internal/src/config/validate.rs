@@ -94,16 +94,18 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
         file: file.to_string(),
         issues,
     };
-    let de = match toml::Deserializer::parse(text) {
-        Ok(de) => de,
+    // A syntax error leaves no document to look further into: it is the one error reported.
+    let doc: toml::Table = match text.parse() {
+        Ok(doc) => doc,
         Err(e) => return Err(mk(vec![syntax_issue(&index, &e, "-".into())])),
     };
-    let parsed: FileConfig = match serde_path_to_error::deserialize(de) {
-        Ok(f) => f,
-        Err(e) => {
-            let path = e.path().to_string();
-            let key = if path == "." { "-".to_string() } else { path };
-            return Err(mk(vec![syntax_issue(&index, e.inner(), key)]));
+    let located = |(key, message): (String, String)| {
+        let (line, column) = index.locate(&key);
+        ConfigIssue {
+            key,
+            line,
+            column,
+            message,
         }
     };
     let mut cfg = from_file(&parsed).map_err(|issues| {
@@ -124,6 +126,29 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
         server_tls::locate(t, &index, file);
     }
     Ok(cfg)
+    // Every serde-level error (unknown keys, wrong types), then every semantic one of what is left.
+    let (parsed, serde_issues) = super::collect::deserialize_all(doc);
+    let semantic = match &parsed {
+        Some(f) => match from_file(f) {
+            Ok(cfg) if serde_issues.is_empty() => return Ok(cfg),
+            Ok(_) => Vec::new(),
+            Err(issues) => issues,
+        },
+        None => Vec::new(),
+    };
+    let mut issues: Vec<ConfigIssue> = semantic
+        .into_iter()
+        .filter(|(key, _)| {
+            !serde_issues
+                .iter()
+                .any(|(reported, _)| super::collect::covered(key, reported))
+        })
+        .chain(serde_issues.iter().cloned())
+        .map(located)
+        .collect();
+    // File order (stable: issues on one key keep the order they were found in).
+    issues.sort_by_key(|i| (i.line, i.column));
+    Err(mk(issues))
 }
 
 fn syntax_issue(index: &SpanIndex, e: &toml::de::Error, key: String) -> ConfigIssue {
@@ -536,6 +561,7 @@ fn merge_health(base: &HealthFile, over: Option<&HealthFile>) -> HealthFile {
         passive_consecutive_errors: o
             .passive_consecutive_errors
             .or(base.passive_consecutive_errors),
+        max_ejection_percent: o.max_ejection_percent.or(base.max_ejection_percent),
     }
 }
 
@@ -604,6 +630,15 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
             "must be between 1 and 100",
         );
     }
+    let max_ejection_percent = h
+        .max_ejection_percent
+        .unwrap_or(u32::from(DEFAULT_MAX_EJECTION_PERCENT));
+    if max_ejection_percent > 100 {
+        c.err(
+            format!("{key}.max_ejection_percent"),
+            "must be between 0 and 100",
+        );
+    }
     let recover_after = h.recover_after.unwrap_or(DEFAULT_RECOVER_AFTER);
     if recover_after == 0 {
         c.err(format!("{key}.recover_after"), "must be at least 1");
@@ -641,6 +676,7 @@ fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
             h.passive_consecutive_errors
                 .unwrap_or(DEFAULT_PASSIVE_ERRORS),
         ),
+        max_ejection_percent: max_ejection_percent.min(100) as u8,
     }
 }
 

@@ -29,6 +29,10 @@ pub struct Placement {
     pub hopped_from: Option<(Arc<str>, &'static str)>,
     /// Version-filter miss to report.
     pub version_miss: Option<VersionMiss>,
+    /// Set when this request counted a hop: when the failure behind it was first seen (the bound
+    /// node's ejection or drain, else the hop decision itself), the start of the hop's
+    /// `hopping_latency_seconds` observation.
+    pub hop_seen: Option<Instant>,
 }
 
 /// Owns the affinity store and the hop decision.
@@ -91,6 +95,7 @@ impl Hopper {
                 node: s.node,
                 hopped_from: None,
                 version_miss: s.version_miss,
+                hop_seen: None,
             };
         };
         let bound = self.store.get(conn).await;
@@ -101,6 +106,7 @@ impl Hopper {
                 node: bound_node.cloned(),
                 hopped_from: None,
                 version_miss: None,
+                hop_seen: None,
             };
         }
         let s = selection::select(table, cluster, c, now);
@@ -111,6 +117,7 @@ impl Hopper {
                 node: bound_node.cloned(),
                 hopped_from: None,
                 version_miss: s.version_miss,
+                hop_seen: None,
             };
         }
         let Some(chosen) = s.node else {
@@ -118,6 +125,7 @@ impl Hopper {
                 node: None,
                 hopped_from: None,
                 version_miss: s.version_miss,
+                hop_seen: None,
             };
         };
         let Some(old) = bound else {
@@ -133,19 +141,26 @@ impl Hopper {
                 node: Some(node),
                 hopped_from: None,
                 version_miss: s.version_miss,
+                hop_seen: None,
             };
         };
         let reason = unusable_reason(bound_node, c, now).unwrap_or("rebalance");
-        let node = self.hop(conn, &old, chosen, cluster, c, reason, now).await;
+        let (node, counted) = self.hop(conn, &old, chosen, cluster, c, reason, now).await;
+        let seen = bound_node
+            .and_then(|n| n.runtime.unusable_since())
+            .filter(|t| *t <= now)
+            .unwrap_or(now);
         Placement {
             node: Some(node),
             hopped_from: Some((old, reason)),
             version_miss: s.version_miss,
+            hop_seen: counted.then_some(seen),
         }
     }
 
     /// Rebinds `conn` from `old` to `to` (compare-and-set), logs and counts the hop, and returns the
-    /// node the id ends up on (a racing replica's choice when it won and is usable).
+    /// node the id ends up on (a racing replica's choice when it won and is usable) and whether
+    /// this call counted the hop (the caller then owes one `hopping_latency_seconds` observation).
     #[allow(clippy::too_many_arguments)]
     pub async fn hop(
         &self,
@@ -156,7 +171,7 @@ impl Hopper {
         c: &Criteria<'_>,
         reason: &'static str,
         now: Instant,
-    ) -> Arc<Node> {
+    ) -> (Arc<Node>, bool) {
         let (winner, swapped) = self.store.hop_cas(conn, old, &to.id).await;
         let node = match cluster.node(&winner) {
             Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => n.clone(),
@@ -164,10 +179,11 @@ impl Hopper {
         };
         // Only the request whose compare-and-set changed the binding counts and logs the hop; the
         // others of a racing burst follow it (CASE-17: the binding moves once).
-        if swapped && winner == node.id {
+        let counted = swapped && winner == node.id;
+        if counted {
             self.counted(conn, old, &node.id, reason);
         }
-        node
+        (node, counted)
     }
 
     /// Counts, logs and publishes (SPEC section 11 `hop` event) one hop.
@@ -183,12 +199,21 @@ impl Hopper {
         });
     }
 
-    /// Records that `conn` now lives on `node` after a retry moved it away from `old`.
-    pub async fn moved(&self, conn: &str, old: &str, node: &Arc<Node>, reason: &'static str) {
+    /// Records that `conn` now lives on `node` after a retry moved it away from `old`; true if
+    /// this call counted the hop (see [`Hopper::hop`]).
+    pub async fn moved(
+        &self,
+        conn: &str,
+        old: &str,
+        node: &Arc<Node>,
+        reason: &'static str,
+    ) -> bool {
         let (winner, swapped) = self.store.hop_cas(conn, old, &node.id).await;
-        if swapped && winner == node.id {
+        let counted = swapped && winner == node.id;
+        if counted {
             self.counted(conn, old, &node.id, reason);
         }
+        counted
     }
 }
 
@@ -301,9 +326,13 @@ cluster = "c"
         let b = p.node.expect("placed");
         assert_eq!(&*b.id, "b");
         b.runtime.eject(&b.settings.health, "test", now);
+        let ejected_at = b.runtime.unusable_since().expect("ejected: unusable");
+        let later = Instant::now();
         let p = hopper
-            .place(Some("conn-2"), &table, &cluster, &crit(None), now)
+            .place(Some("conn-2"), &table, &cluster, &crit(None), later)
             .await;
+        // The hop's latency runs from the ejection, not from the request that noticed it.
+        assert_eq!(p.hop_seen, Some(ejected_at));
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
         assert_eq!(
             p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)),
@@ -326,8 +355,8 @@ cluster = "c"
         let b = cluster.node("b").expect("node b").clone();
         assert_eq!(&*hopper.store().bind("conn-r", &Arc::from("a")).await, "a");
         // Two requests saw "a" fail and both move the id (to the same node, as a burst would).
-        for _ in 0..2 {
-            let n = hopper
+        for i in 0..2 {
+            let (n, counted) = hopper
                 .hop(
                     "conn-r",
                     "a",
@@ -339,8 +368,9 @@ cluster = "c"
                 )
                 .await;
             assert_eq!(&*n.id, "b");
+            assert_eq!(counted, i == 0, "only the first call counts the hop");
         }
-        hopper.moved("conn-r", "a", &b, "connect_error").await;
+        assert!(!hopper.moved("conn-r", "a", &b, "connect_error").await);
         let count = metrics
             .hops
             .get_or_create(&crate::metrics::ReasonLabel {

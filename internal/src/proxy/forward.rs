@@ -47,6 +47,44 @@ pub struct Attempt {
     pub wanted: Wanted,
     /// Request start.
     pub start: Instant,
+    /// When the failure behind a hop counted while placing the request was first seen
+    /// ([`crate::hopper::Placement::hop_seen`]).
+    pub hop_seen: Option<Instant>,
+}
+
+/// The `hopping_latency_seconds` observations a request owes: one per hop it counted, from when
+/// that hop's failure was first seen to when the request is served again (a node's response head)
+/// or given up. Observed on drop, so every exit of [`forward`] pays exactly once per hop.
+#[derive(Debug)]
+pub(crate) struct HopClock {
+    metrics: Arc<crate::metrics::Metrics>,
+    seen: Vec<Instant>,
+}
+
+impl HopClock {
+    /// A clock owing the hop counted at placement, if any.
+    pub(crate) fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
+        HopClock {
+            metrics,
+            seen: placed.into_iter().collect(),
+        }
+    }
+
+    /// Owes one more observation, for a hop whose failure was seen at `seen`.
+    pub(crate) fn push(&mut self, seen: Instant) {
+        self.seen.push(seen);
+    }
+}
+
+impl Drop for HopClock {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for t in self.seen.drain(..) {
+            self.metrics
+                .hop_latency
+                .observe(now.saturating_duration_since(t).as_secs_f64());
+        }
+    }
 }
 
 fn is_idempotent(m: &Method) -> bool {
@@ -155,6 +193,7 @@ pub(crate) async fn forward(
     let deadline = ctx.start + budget.unwrap_or(ctx.route.config.timeout);
     let mut up_headers = up_headers;
     let mut failure_seen: Option<Instant> = None;
+    let mut clock = HopClock::new(p.metrics.clone(), ctx.hop_seen);
     let health = |n: &Node| n.settings.health.clone();
     loop {
         log.node = Some(node.id.clone());
@@ -195,9 +234,8 @@ pub(crate) async fn forward(
                 } else {
                     node.runtime.record_passive_success();
                 }
-                if let Some(t) = failure_seen {
-                    p.metrics.hop_latency.observe(t.elapsed().as_secs_f64());
-                }
+                // Served again: the hops of this request end here.
+                drop(clock);
                 p.metrics
                     .request_duration
                     .observe(ctx.start.elapsed().as_secs_f64());
@@ -233,7 +271,18 @@ pub(crate) async fn forward(
                 };
                 retry_log(&p, &ctx, &node, &next, "connect_error", &detail);
                 body = back.into_body();
-                node = moved(&p, &ctx, &node, next, "connect_error", log, &tried).await;
+                node = moved(
+                    &p,
+                    &ctx,
+                    &node,
+                    next,
+                    "connect_error",
+                    log,
+                    &tried,
+                    &mut clock,
+                    failure_seen,
+                )
+                .await;
             }
             SendError::Sent(e) | SendError::Stale(e) => {
                 // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
@@ -324,7 +373,18 @@ pub(crate) async fn forward(
                 post_send_retries += 1;
                 retry_log(&p, &ctx, &node, &next, "reset", &detail);
                 body = b;
-                node = moved(&p, &ctx, &node, next, "reset", log, &tried).await;
+                node = moved(
+                    &p,
+                    &ctx,
+                    &node,
+                    next,
+                    "reset",
+                    log,
+                    &tried,
+                    &mut clock,
+                    failure_seen,
+                )
+                .await;
             }
         }
     }
@@ -343,7 +403,9 @@ fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static 
 
 /// Moves a bound conn id along with a retry; returns the node to try next. When a concurrent
 /// request moved the id first (compare-and-set lost), this one follows it there if that node is
-/// usable and untried, so the id moves once and its requests land together (CASE-17).
+/// usable and untried, so the id moves once and its requests land together (CASE-17). A hop
+/// counted here is owed to `clock`, timed from `seen` (the request's first failed attempt).
+#[allow(clippy::too_many_arguments)]
 async fn moved(
     p: &Proxy,
     ctx: &Attempt,
@@ -352,6 +414,8 @@ async fn moved(
     reason: &'static str,
     log: &mut LogCtx,
     tried: &[NodeId],
+    clock: &mut HopClock,
+    seen: Option<Instant>,
 ) -> Arc<Node> {
     let Some(conn) = &ctx.conn_id else {
         return next;
@@ -370,17 +434,15 @@ async fn moved(
         exclude: tried,
         zone: p.settings.zone.as_deref(),
     };
-    p.hopper
-        .hop(
-            conn,
-            &old.id,
-            next,
-            &ctx.route.cluster,
-            &c,
-            reason,
-            Instant::now(),
-        )
-        .await
+    let now = Instant::now();
+    let (node, counted) = p
+        .hopper
+        .hop(conn, &old.id, next, &ctx.route.cluster, &c, reason, now)
+        .await;
+    if counted {
+        clock.push(seen.unwrap_or(now));
+    }
+    node
 }
 
 fn respond_with(
@@ -399,6 +461,18 @@ fn respond_with(
     let mut log = log;
     let incoming = super::grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
     let grpc_status = log.grpc_status.clone();
+    // A response to HEAD, a 204 or a 304 ends at its head (CASE-27): its connection is reusable
+    // even when the client side drops the empty body unpolled.
+    let ended_at_head = incoming.is_end_stream();
+    // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
+    // node's mistake (RFC 9110 section 8.6): never passed on, and its connection may hold stray
+    // body bytes, so it is closed rather than pooled.
+    let framed_204 = parts.status == http::StatusCode::NO_CONTENT
+        && (parts.headers.contains_key(header::CONTENT_LENGTH)
+            || parts.headers.contains_key(header::TRANSFER_ENCODING));
+    if parts.status == http::StatusCode::NO_CONTENT {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
     headers::strip_hop_by_hop(&mut parts.headers);
     // TE is a request header; a node has no business sending it back.
     parts.headers.remove(header::TE);
@@ -415,7 +489,7 @@ fn respond_with(
     let mut lease = sent.lease;
     let done: super::body::Completion = Box::new(move |bytes_out, complete| {
         drop(inflight);
-        if complete {
+        if (complete || ended_at_head) && !framed_204 {
             if let Some(l) = lease.take() {
                 proxy.upstream.give_back(l, keepalive);
             }

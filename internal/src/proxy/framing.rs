@@ -8,33 +8,43 @@
 //! lets a server reject it, and a gateway should.
 //!
 //! [`FramingWatch`] wraps the downstream socket and follows HTTP/1.x framing on the bytes as they
-//! are read (heads, `Content-Length` bodies, chunked bodies), numbering request heads. A head with
-//! both fields is recorded in the connection's [`FramingLog`]; the proxy asks it for every HTTP/1.x
-//! request ([`FramingLog::check_next`]) before anything else, answers 400 and closes the connection,
-//! so no byte of it, or of what it smuggles, is forwarded. Bytes pass through unchanged. The watch
-//! stops following (and checks nothing more on that connection) at the HTTP/2 preface, an upgrade
-//! or `CONNECT` request (the proxy closes the connection after an upgrade that is not accepted),
-//! or a head hyper itself will refuse (obs-fold, malformed framing, oversized). Spawns nothing.
+//! are read (heads, `Content-Length` bodies, chunked bodies), numbering request heads. Each head
+//! line is held until [`super::head`] has judged it, then released to hyper unchanged; body bytes
+//! pass at once. A head that breaks a rule (both framing fields, or anything hyper's parser would
+//! refuse with its own empty-bodied 400) is never shown to hyper: hyper reads a stand-in end of
+//! head instead, the refusal is recorded in the connection's [`FramingLog`], and the proxy, which
+//! asks the log first for every HTTP/1.x request ([`FramingLog::check_next`]), answers it with the
+//! JSON error and closes the connection, so no byte of it, or of what it smuggles, is forwarded.
+//! While a head is held the watch runs the header read timeout itself (hyper starts its own only
+//! once it sees bytes). The watch stops following (bytes pass unchanged) at the HTTP/2 preface, an
+//! upgrade or `CONNECT` request (the proxy closes the connection after an upgrade that is not
+//! accepted). Spawns nothing.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::head::{self, HeadFacts, HeadLimits, Refusal};
 use super::respond::ProxyError;
 
-/// Longest line followed; longer ones are refused by hyper anyway (its buffer limits), so the
-/// watch stops there rather than buffer more.
+/// Longest chunk-size or trailer line followed; past it the watch stops following (hyper refuses
+/// such a body by itself, as a body error after the head was answered).
 const MAX_LINE: usize = 128 * 1024;
+
+/// Bytes read from the socket per read while holding a head.
+const READ_CHUNK: usize = 16 * 1024;
 
 /// What the watch saw on one downstream connection, shared with the proxy.
 #[derive(Debug, Default)]
 pub struct FramingLog {
-    /// 1-based index of the first head with conflicting framing; 0 = none.
-    first_conflict: AtomicU64,
+    /// The refused head: its 1-based index and why. At most one: nothing after it is read.
+    refused: OnceLock<(u64, Refusal)>,
     /// HTTP/1.x requests handed to the proxy so far.
     requests: AtomicU64,
 }
@@ -48,28 +58,23 @@ impl FramingLog {
     /// Counts the next HTTP/1.x request of the connection (call once per request, in order).
     ///
     /// # Errors
-    /// [`ProxyError::BadRequest`] if its head carried both `Content-Length` and `Transfer-Encoding`
-    /// (400, connection closed).
+    /// The refusal of its head ([`head`]): 400, 414 or 431, the connection closed.
     pub fn check_next(&self) -> Result<(), ProxyError> {
         let n = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.first_conflict.load(Ordering::Acquire) == n {
-            return Err(ProxyError::BadRequest(
-                "Content-Length together with Transfer-Encoding",
-            ));
+        match self.refused.get() {
+            Some((index, why)) if *index == n => Err(why.clone().into_error()),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    fn conflict(&self, index: u64) {
-        let _ = self
-            .first_conflict
-            .compare_exchange(0, index, Ordering::AcqRel, Ordering::Acquire);
+    fn refuse(&self, index: u64, why: Refusal) {
+        let _ = self.refused.set((index, why));
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Reading a request head line by line.
+    /// Reading a request head line by line; lines are held until judged.
     Head,
     /// A `Content-Length` body: bytes left.
     Body(u64),
@@ -81,19 +86,10 @@ enum State {
     ChunkEnd,
     /// Trailer lines after the last chunk.
     Trailers,
-    /// Not following any more.
+    /// Not following any more: bytes pass unchanged.
     Passive,
-}
-
-/// Facts gathered from one head.
-#[derive(Debug, Default)]
-struct HeadFacts {
-    started: bool,
-    content_length: Option<Vec<u8>>,
-    content_lengths: u32,
-    transfer_encoding: Option<Vec<u8>>,
-    upgrade: bool,
-    refused: bool,
+    /// A head was refused: nothing more is read or passed on.
+    Refused,
 }
 
 /// The framing follower; see the module docs.
@@ -102,25 +98,45 @@ struct Scanner {
     state: State,
     line: Vec<u8>,
     head: HeadFacts,
+    /// The current head's request line was seen (and released).
+    started: bool,
     heads: u64,
+    limits: HeadLimits,
 }
 
+/// What hyper reads in place of a head refused at its request line: a head it parses, whose
+/// request the proxy answers with the refusal (hyper never sees the refused bytes).
+const STAND_IN: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
+
 impl Scanner {
-    fn new() -> Self {
+    fn new(limits: HeadLimits) -> Self {
         Scanner {
             state: State::Head,
             line: Vec::new(),
             head: HeadFacts::default(),
+            started: false,
             heads: 0,
+            limits,
         }
     }
 
-    fn feed(&mut self, mut bytes: &[u8], log: &FramingLog) {
+    /// True while part of a head is held (the head read timeout runs).
+    fn holding(&self) -> bool {
+        self.state == State::Head && (self.started || !self.line.is_empty())
+    }
+
+    /// Consumes `bytes`, appending what hyper may read to `out`.
+    fn feed(&mut self, mut bytes: &[u8], log: &FramingLog, out: &mut Vec<u8>) {
         while !bytes.is_empty() {
             match self.state {
-                State::Passive => return,
+                State::Refused => return,
+                State::Passive => {
+                    out.extend_from_slice(bytes);
+                    return;
+                }
                 State::Body(left) | State::ChunkData(left) => {
                     let take = usize::try_from(left).map_or(bytes.len(), |l| l.min(bytes.len()));
+                    out.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
                     let left = left - take as u64;
                     self.state = match (self.state, left) {
@@ -130,40 +146,129 @@ impl Scanner {
                         (_, l) => State::ChunkData(l),
                     };
                 }
-                State::Head | State::ChunkSize | State::ChunkEnd | State::Trailers => {
-                    let Some(nl) = bytes.iter().position(|b| *b == b'\n') else {
-                        self.push_line(bytes);
-                        return;
-                    };
-                    self.push_line(&bytes[..nl]);
-                    bytes = &bytes[nl + 1..];
-                    if self.state == State::Passive {
+                State::ChunkSize | State::ChunkEnd | State::Trailers => {
+                    // Body framing lines pass at once; they are followed, not judged.
+                    let nl = bytes.iter().position(|b| *b == b'\n');
+                    let upto = nl.map_or(bytes.len(), |i| i + 1);
+                    out.extend_from_slice(&bytes[..upto]);
+                    let part = &bytes[..nl.unwrap_or(bytes.len())];
+                    bytes = &bytes[upto..];
+                    if self.line.len() + part.len() > MAX_LINE {
+                        self.state = State::Passive;
+                        self.line = Vec::new();
+                        continue;
+                    }
+                    self.line.extend_from_slice(part);
+                    if nl.is_some() {
+                        let mut line = std::mem::take(&mut self.line);
+                        if line.last() == Some(&b'\r') {
+                            line.pop();
+                        }
+                        self.body_line(&line);
+                        line.clear();
+                        self.line = line;
+                    }
+                }
+                State::Head => {
+                    let nl = bytes.iter().position(|b| *b == b'\n');
+                    let part = &bytes[..nl.unwrap_or(bytes.len())];
+                    bytes = &bytes[nl.map_or(bytes.len(), |i| i + 1)..];
+                    self.line.extend_from_slice(part);
+                    if nl.is_none() {
+                        // Too long already: refused before the rest arrives.
+                        if let Some(why) = self.overlong() {
+                            self.refuse(why, log, out);
+                        }
                         return;
                     }
                     let mut line = std::mem::take(&mut self.line);
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
-                    }
-                    self.line_done(&line, log);
+                    self.head_line(&mut line, log, out);
                     line.clear();
-                    self.line = line;
+                    if self.line.is_empty() {
+                        self.line = line;
+                    }
                 }
             }
         }
     }
 
-    fn push_line(&mut self, part: &[u8]) {
-        if self.line.len() + part.len() > MAX_LINE {
-            self.state = State::Passive;
-            self.line = Vec::new();
-            return;
+    /// The refusal for a partial head line that is already past its limit.
+    fn overlong(&self) -> Option<Refusal> {
+        if !self.started {
+            (self.line.len() + 1 > self.limits.max_request_line)
+                .then_some(Refusal::UriTooLong(self.limits.max_request_line))
+        } else {
+            (self.head.bytes + self.line.len() > self.limits.max_header_bytes).then(|| {
+                Refusal::HeadersTooLarge(format!("{} bytes", self.limits.max_header_bytes))
+            })
         }
-        self.line.extend_from_slice(part);
     }
 
-    fn line_done(&mut self, line: &[u8], log: &FramingLog) {
+    /// Records the refusal of the current head and hands hyper a complete head in its place.
+    fn refuse(&mut self, why: Refusal, log: &FramingLog, out: &mut Vec<u8>) {
+        if !self.started {
+            self.heads += 1;
+            out.extend_from_slice(STAND_IN);
+        } else {
+            // The released lines were all valid; the head ends here for hyper.
+            out.extend_from_slice(b"\r\n");
+        }
+        log.refuse(self.heads, why);
+        self.state = State::Refused;
+        self.line = Vec::new();
+    }
+
+    /// Judges one head line (without its LF) and releases it, or refuses the head.
+    fn head_line(&mut self, line: &mut Vec<u8>, log: &FramingLog, out: &mut Vec<u8>) {
+        let had_cr = line.last() == Some(&b'\r');
+        if had_cr {
+            line.pop();
+        }
+        let release = |line: &[u8], out: &mut Vec<u8>| {
+            out.extend_from_slice(line);
+            out.extend_from_slice(if had_cr { &b"\r\n"[..] } else { &b"\n"[..] });
+        };
+        if !self.started {
+            // Empty lines before a request line are ignored (RFC 9112 section 2.2).
+            if line.is_empty() {
+                release(line, out);
+                return;
+            }
+            if line.starts_with(b"PRI * HTTP/2.0") {
+                release(line, out);
+                self.state = State::Passive;
+                return;
+            }
+            match head::request_line(line, &self.limits) {
+                Ok(l) => {
+                    self.started = true;
+                    self.heads += 1;
+                    self.head = HeadFacts {
+                        line: l,
+                        ..HeadFacts::default()
+                    };
+                    release(line, out);
+                    if l.connect {
+                        self.state = State::Passive;
+                    }
+                }
+                Err(why) => self.refuse(why, log, out),
+            }
+            return;
+        }
+        if line.is_empty() {
+            release(line, out);
+            self.end_of_head();
+            return;
+        }
+        match head::field_line(line, &mut self.head, &self.limits) {
+            Ok(()) => release(line, out),
+            Err(why) => self.refuse(why, log, out),
+        }
+    }
+
+    fn body_line(&mut self, line: &[u8]) {
         match self.state {
-            State::Head => self.head_line(line, log),
             State::ChunkSize => {
                 let size = line.split(|b| *b == b';').next().unwrap_or_default();
                 let size = std::str::from_utf8(size)
@@ -189,92 +294,37 @@ impl Scanner {
                     self.state = State::Head;
                 }
             }
-            State::Body(_) | State::ChunkData(_) | State::Passive => {}
+            _ => {}
         }
     }
 
-    fn head_line(&mut self, line: &[u8], log: &FramingLog) {
-        if !self.head.started {
-            // Empty lines before a request line are ignored (RFC 9112 section 2.2).
-            if line.is_empty() {
-                return;
-            }
-            self.head.started = true;
-            if line.starts_with(b"PRI * HTTP/2.0") || line.starts_with(b"CONNECT ") {
-                self.state = State::Passive;
-            }
-            return;
-        }
-        if line.is_empty() {
-            self.end_of_head(log);
-            return;
-        }
-        if line[0] == b' ' || line[0] == b'\t' {
-            // obs-fold: hyper refuses the head.
-            self.head.refused = true;
-            return;
-        }
-        let Some(colon) = line.iter().position(|b| *b == b':') else {
-            self.head.refused = true;
-            return;
-        };
-        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
-        if name.eq_ignore_ascii_case(b"content-length") {
-            self.head.content_lengths += 1;
-            self.head.content_length = Some(value.to_vec());
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            self.head.transfer_encoding = Some(value.to_vec());
-        } else if name.eq_ignore_ascii_case(b"upgrade") {
-            self.head.upgrade = true;
-        }
-    }
-
-    fn end_of_head(&mut self, log: &FramingLog) {
-        self.heads += 1;
+    fn end_of_head(&mut self) {
         let head = std::mem::take(&mut self.head);
-        self.state = if head.transfer_encoding.is_some() && head.content_lengths > 0 {
-            log.conflict(self.heads);
+        self.started = false;
+        self.state = if head.upgrade {
             State::Passive
-        } else if head.refused || head.upgrade {
-            State::Passive
-        } else if let Some(te) = head.transfer_encoding {
-            // hyper frames by chunked when it is the last coding, and refuses the head otherwise.
-            let last = te
-                .rsplit(|b| *b == b',')
-                .next()
-                .map(trim)
-                .unwrap_or_default();
-            if last.eq_ignore_ascii_case(b"chunked") {
-                State::ChunkSize
-            } else {
-                State::Passive
-            }
-        } else if let Some(cl) = head.content_length {
-            match std::str::from_utf8(&cl)
-                .ok()
-                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-            {
-                Some(0) => State::Head,
-                Some(n) => State::Body(n),
-                None => State::Passive,
-            }
+        } else if head.chunked {
+            State::ChunkSize
         } else {
-            State::Head
+            match head.content_length {
+                Some(0) | None => State::Head,
+                Some(n) => State::Body(n),
+            }
         };
     }
 }
 
-fn trim(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|b| *b != b' ' && *b != b'\t')
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|b| *b != b' ' && *b != b'\t')
-        .map_or(start, |e| e + 1);
-    &v[start..end.max(start)]
+/// What hyper reads of `wire` when it arrives in pieces of `step` bytes (at least 1), and the
+/// refusal, if any (the 1-based head index and why). For tests and the `raw_head` fuzz target;
+/// the watch itself feeds the scanner the same way.
+pub fn replay(wire: &[u8], step: usize, limits: HeadLimits) -> (Vec<u8>, Option<(u64, Refusal)>) {
+    let log = FramingLog::new();
+    let mut s = Scanner::new(limits);
+    let mut out = Vec::new();
+    for piece in wire.chunks(step.max(1)) {
+        s.feed(piece, &log, &mut out);
+    }
+    (out, log.refused.get().cloned())
 }
 
 pin_project_lite::pin_project! {
@@ -284,16 +334,29 @@ pin_project_lite::pin_project! {
         inner: T,
         scanner: Scanner,
         log: Arc<FramingLog>,
+        // Judged bytes hyper has not read yet, from `pos`.
+        out: Vec<u8>,
+        pos: usize,
+        scratch: Box<[u8]>,
+        head_timeout: Duration,
+        // Runs while a head is held: hyper's own header timer starts only once it sees bytes.
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     }
 }
 
 impl<T> FramingWatch<T> {
-    /// Wraps `inner`, recording into `log`.
-    pub fn new(inner: T, log: Arc<FramingLog>) -> Self {
+    /// Wraps `inner`, recording into `log`; heads are judged against `limits` and must arrive
+    /// within `head_timeout` of their first byte (SPEC section 4 `header_read_timeout`).
+    pub fn new(inner: T, log: Arc<FramingLog>, limits: HeadLimits, head_timeout: Duration) -> Self {
         FramingWatch {
             inner,
-            scanner: Scanner::new(),
+            scanner: Scanner::new(limits),
             log,
+            out: Vec::new(),
+            pos: 0,
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            head_timeout,
+            deadline: None,
         }
     }
 }
@@ -304,13 +367,52 @@ impl<T: AsyncRead> AsyncRead for FramingWatch<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.project();
-        let before = buf.filled().len();
-        let polled = this.inner.poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &polled {
-            this.scanner.feed(&buf.filled()[before..], this.log);
+        let mut this = self.project();
+        loop {
+            if *this.pos < this.out.len() {
+                let n = buf.remaining().min(this.out.len() - *this.pos);
+                buf.put_slice(&this.out[*this.pos..*this.pos + n]);
+                *this.pos += n;
+                if *this.pos == this.out.len() {
+                    this.out.clear();
+                    *this.pos = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.scanner.state == State::Refused {
+                // The refused head's stand-in is answered with `Connection: close`; nothing after
+                // it is read, so hyper is never woken for more.
+                return Poll::Pending;
+            }
+            if this.scanner.state == State::Passive {
+                return this.inner.as_mut().poll_read(cx, buf);
+            }
+            let mut rb = ReadBuf::new(&mut this.scratch[..]);
+            match this.inner.as_mut().poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    let was_holding = this.scanner.holding();
+                    this.scanner.feed(rb.filled(), this.log, this.out);
+                    if !this.scanner.holding() {
+                        *this.deadline = None;
+                    } else if !was_holding || this.deadline.is_none() {
+                        *this.deadline = Some(Box::pin(tokio::time::sleep(*this.head_timeout)));
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if let Some(d) = this.deadline.as_mut() {
+                        if d.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "request head not complete within the header read timeout",
+                            )));
+                        }
+                    }
+                    return Poll::Pending;
+                }
+            }
         }
-        polled
     }
 }
 
@@ -348,49 +450,103 @@ impl<T: AsyncWrite> AsyncWrite for FramingWatch<T> {
 mod tests {
     use super::*;
 
-    /// Feeds `wire` in pieces of `step` bytes; returns the first conflict index and the heads seen.
-    fn scan(wire: &[u8], step: usize) -> (u64, u64) {
+    const L: HeadLimits = HeadLimits {
+        max_request_line: 16384,
+        max_header_bytes: 32768,
+        max_headers: 100,
+    };
+
+    /// Feeds `wire` in pieces of `step` bytes; returns what hyper reads, the refusal and the heads seen.
+    fn scan(wire: &[u8], step: usize) -> (Vec<u8>, Option<(u64, Refusal)>, u64) {
         let log = FramingLog::new();
-        let mut s = Scanner::new();
+        let mut s = Scanner::new(L);
+        let mut out = Vec::new();
         for piece in wire.chunks(step) {
-            s.feed(piece, &log);
+            s.feed(piece, &log, &mut out);
         }
-        (log.first_conflict.load(Ordering::Acquire), s.heads)
+        (out, log.refused.get().cloned(), s.heads)
     }
 
     #[test]
-    fn follows_bodies_and_finds_the_conflicting_head() {
-        let wire = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+    fn follows_bodies_and_refuses_the_conflicting_head() {
+        let honest = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
 GET /b HTTP/1.1\r\nHost: x\r\n\r\n\
-POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nab\ncd\r\n0\r\nX-T: 1\r\n\r\n\
-POST /d HTTP/1.1\r\nContent-Length: 52\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: x\r\n\r\n";
+POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nab\ncd\r\n0\r\nX-T: 1\r\n\r\n";
+        let mut wire = honest.to_vec();
+        wire.extend_from_slice(b"POST /d HTTP/1.1\r\nContent-Length: 52\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
         for step in [1, 3, 7, wire.len()] {
-            assert_eq!(scan(wire, step), (4, 4), "step {step}");
+            let (out, refused, heads) = scan(&wire, step);
+            assert_eq!(
+                refused,
+                Some((
+                    4,
+                    Refusal::BadRequest("Content-Length together with Transfer-Encoding")
+                )),
+                "step {step}"
+            );
+            assert_eq!(heads, 4);
+            // Hyper reads the honest requests unchanged, then the refused head up to the bad line.
+            let mut expected = honest.to_vec();
+            expected.extend_from_slice(b"POST /d HTTP/1.1\r\nContent-Length: 52\r\n\r\n");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&expected),
+                "step {step}"
+            );
         }
-        // Reverse order, a body containing a fake head, LF-only lines.
+        // A body containing a fake head, LF-only lines.
         let wire =
             b"POST /a HTTP/1.1\nContent-Length: 38\n\nGET /x HTTP/1.1\r\nContent-Length: 1\r\n\r\n\
 POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n42\r\n";
-        assert_eq!(scan(wire, 5), (2, 2));
+        let (_, refused, heads) = scan(wire, 5);
+        assert_eq!(refused.map(|r| r.0), Some(2));
+        assert_eq!(heads, 2);
     }
 
     #[test]
-    fn honest_traffic_has_no_conflict_and_upgrades_stop_the_watch() {
-        let wire = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert_eq!(scan(wire, 2), (0, 2));
-        let wire = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n\x81\x05Content-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(scan(wire, 4), (0, 1));
-        let wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-        assert_eq!(scan(wire, 4), (0, 0));
+    fn honest_traffic_passes_unchanged_and_upgrades_stop_the_watch() {
+        for wire in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n\x81\x05Content-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x01",
+            b"CONNECT a:443 HTTP/1.1\r\nX: \x01\r\n\r\n",
+        ] {
+            for step in [1, 2, 4, wire.len()] {
+                let (out, refused, _) = scan(wire, step);
+                assert_eq!(out, wire, "step {step}");
+                assert_eq!(refused, None);
+            }
+        }
+    }
+
+    #[test]
+    fn refused_heads_get_a_stand_in_and_nothing_after_them_passes() {
+        let (out, refused, heads) = scan(
+            b"GET /a HTTP/1.1\r\nX-Conn-Id: a\x01b\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+            3,
+        );
+        assert_eq!(out, b"GET /a HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            refused,
+            Some((1, Refusal::BadRequest("control character in a field value")))
+        );
+        assert_eq!(heads, 1);
+        let (out, refused, _) = scan(b"GET / HTTP/1.1\r\n\r\nGET /\x7f HTTP/1.1\r\n\r\n", 4);
+        assert_eq!(out, b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+        assert_eq!(refused.map(|r| r.0), Some(2));
+        // Too long before its end arrives: refused at once.
+        let long = format!("GET /{}", "a".repeat(20_000));
+        let (_, refused, _) = scan(long.as_bytes(), 1000);
+        assert_eq!(refused, Some((1, Refusal::UriTooLong(16384))));
     }
 
     #[test]
     fn check_next_refuses_only_the_flagged_request() {
         let log = FramingLog::new();
-        log.conflict(2);
-        log.conflict(3);
+        log.refuse(2, Refusal::BadRequest("x"));
+        log.refuse(3, Refusal::BadRequest("y"));
         assert!(log.check_next().is_ok());
-        assert!(matches!(log.check_next(), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(log.check_next(), Err(ProxyError::BadRequest("x"))));
         assert!(log.check_next().is_ok());
     }
 }

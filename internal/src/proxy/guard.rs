@@ -2,12 +2,13 @@
 //! (SPEC section 4 limits; CASES 13, 16). A refused head gets a JSON 4xx and, where the framing is
 //! ambiguous, the connection is closed so no smuggled bytes are ever read as a request.
 //!
-//! hyper already refuses duplicate or malformed `Content-Length`, unknown transfer codings,
-//! obs-fold and colon-less lines with 400, heads past its buffer with 431 and targets past
-//! 65,534 bytes with 414. This module adds: any `Transfer-Encoding` other than exactly `chunked`,
-//! more than one `Host` line, the request-target limit (414), and the header block size and count
-//! limits (431), all with JSON bodies. `Content-Length` together with `Transfer-Encoding` is caught
-//! on the raw bytes by [`super::framing`], since hyper drops one of the two before this runs.
+//! On HTTP/1.x, [`super::head`] has already judged the raw head before hyper parsed it (malformed or
+//! conflicting `Content-Length`, transfer codings, obs-fold, colon-less lines, control characters,
+//! the request-line and header-block limits), so hyper's own empty-bodied refusals never happen.
+//! This module checks the parsed request, for every protocol: the request-target form (RFC 9112
+//! section 3.2), any `Transfer-Encoding` other than exactly `chunked`, more than one `Host` line,
+//! the request-target limit (414), and the header block size and count limits (431), all with
+//! JSON bodies.
 
 use http::{header, Request};
 
@@ -21,6 +22,7 @@ use crate::config::Limits;
 /// [`ProxyError::UriTooLong`] past `max_request_line`, [`ProxyError::HeadersTooLarge`] past
 /// `max_header_bytes` or `max_headers`.
 pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError> {
+    check_target(req)?;
     let uri = req.uri();
     let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len())
         + uri
@@ -75,6 +77,42 @@ pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError
     Ok(())
 }
 
+/// RFC 9112 section 3.2: a request-target is origin-form (`/path?query`), absolute-form
+/// (`http://host/path`; every HTTP/2 request is read as this), `*` for `OPTIONS` only, or
+/// authority-form (`host:port`) for `CONNECT` only. `CONNECT` itself is not judged here.
+///
+/// # Errors
+/// [`ProxyError::BadRequest`] for any other form (400, connection closed).
+pub fn check_target<B>(req: &Request<B>) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    if req.method() == http::Method::CONNECT {
+        return Ok(());
+    }
+    if uri.path() == "*" {
+        return if req.method() == http::Method::OPTIONS {
+            Ok(())
+        } else {
+            Err(ProxyError::BadRequest(
+                "request-target \"*\" is only allowed with OPTIONS",
+            ))
+        };
+    }
+    if uri.scheme().is_some() {
+        return Ok(());
+    }
+    if uri.authority().is_some() {
+        return Err(ProxyError::BadRequest(
+            "authority-form request-target is only allowed with CONNECT",
+        ));
+    }
+    if !uri.path().starts_with('/') {
+        return Err(ProxyError::BadRequest(
+            "request-target is neither origin-form nor absolute-form",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +148,24 @@ mod tests {
                 ),
                 "{bad:?}"
             );
+        }
+        // RFC 9112 section 3.2 request-target forms.
+        for (method, target, ok) in [
+            ("GET", "/a?b", true),
+            ("GET", "http://app.example.test/a", true),
+            ("OPTIONS", "*", true),
+            ("GET", "*", false),
+            ("POST", "*", false),
+            ("GET", "app.example.test:443", false),
+            ("OPTIONS", "app.example.test:80", false),
+            ("CONNECT", "app.example.test:443", true),
+        ] {
+            let r = Request::builder()
+                .method(method)
+                .uri(target)
+                .body(())
+                .expect("valid");
+            assert_eq!(check_target(&r).is_ok(), ok, "{method} {target}");
         }
         let long = format!("/{}", "a".repeat(17 * 1024));
         assert!(matches!(

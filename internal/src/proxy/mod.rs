@@ -18,6 +18,7 @@ pub mod guard;
 pub mod h2;
 pub mod h2_frames;
 pub mod h2_watch;
+pub mod head;
 pub mod headers;
 pub mod respond;
 pub mod upstream;
@@ -399,6 +400,7 @@ impl Proxy {
                 changed
             });
         }
+        let client_id = req.headers().contains_key(&self.settings.affinity_header);
         let host_hdr = host_value(&req, host.as_deref());
         let path_and_query = upstream_path(&req, &norm, route.config.strip_prefix.as_deref());
         // Both borrow the request, whose header map is taken next.
@@ -424,7 +426,9 @@ impl Proxy {
                 HeaderValue::from_static("https"),
             );
         }
-        if let Some(id) = &conn_id {
+        // An id the gateway issued goes to the node; the client's own header stays as sent, or
+        // stays away when the client nominated it in `Connection` (RFC 9110 section 7.6.1).
+        if let Some(id) = conn_id.as_ref().filter(|_| !client_id) {
             if let Ok(v) = HeaderValue::from_str(id) {
                 up_headers.insert(self.settings.affinity_header.clone(), v);
             }
@@ -441,12 +445,15 @@ impl Proxy {
             issued,
             wanted,
             start,
+            hop_seen: placement.hop_seen,
         };
         if is_ws {
             // The socket may live for days: its log context must not keep hyper's read buffer
             // (which the parsed target shares) alive, so the target is copied.
             log.uri = log.uri.to_string().parse().unwrap_or_default();
             let upgrade = hyper::upgrade::on(&mut req);
+            // A hop counted at placement is served again once the node answers the upgrade.
+            let _clock = forward::HopClock::new(self.metrics.clone(), placement.hop_seen);
             return websocket::proxy(
                 self.clone(),
                 ctx,

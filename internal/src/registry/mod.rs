@@ -149,6 +149,9 @@ pub struct NodeRuntime {
     draining: AtomicBool,
     /// Milliseconds since the registry epoch when slow start began; 0 = not ramping.
     ramp_started_ms: AtomicU64,
+    /// Milliseconds since the epoch (plus one) when the node last stopped being usable (ejected
+    /// or draining); 0 = usable. The start of `hopping_latency_seconds` for hops it causes.
+    unusable_since_ms: AtomicU64,
     consecutive_failures: AtomicU32,
     inflight: AtomicU64,
     /// Set by the first active probe result (readiness waits for the first round, SPEC section 11).
@@ -162,6 +165,9 @@ pub struct NodeRuntime {
     cluster: Mutex<Arc<str>>,
     /// Where transitions are counted; `None` in unit tests.
     metrics: Option<Arc<Metrics>>,
+    /// The nodes of its cluster in the newest table, for the passive-ejection cap; `None` until a
+    /// table placed it (then no cap applies).
+    peers: Mutex<Option<Arc<passive::Peers>>>,
 }
 
 /// Settings a node's runtime needs from its cluster (refreshed on every table build).
@@ -225,6 +231,7 @@ impl NodeRuntime {
             health: AtomicU8::new(HEALTH_HEALTHY),
             draining: AtomicBool::new(false),
             ramp_started_ms: AtomicU64::new(0),
+            unusable_since_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             inflight: AtomicU64::new(0),
             probed: AtomicBool::new(false),
@@ -232,6 +239,7 @@ impl NodeRuntime {
             counters: Mutex::new(Counters::default()),
             signal,
             epoch: Instant::now(),
+            peers: Mutex::new(None),
         }
     }
 
@@ -316,9 +324,35 @@ impl NodeRuntime {
         *self.signal.borrow()
     }
 
+    /// When the node last stopped being usable (ejected or draining), while it still is not.
+    pub fn unusable_since(&self) -> Option<Instant> {
+        match self.unusable_since_ms.load(Ordering::Acquire) {
+            0 => None,
+            // Stored plus one, so 0 stays free to mean "usable".
+            ms => Some(self.epoch + Duration::from_millis(ms - 1)),
+        }
+    }
+
+    fn mark_usable(&self, usable: bool) {
+        if usable {
+            self.unusable_since_ms.store(0, Ordering::Release);
+        } else {
+            let ms = Instant::now()
+                .saturating_duration_since(self.epoch)
+                .as_millis() as u64;
+            let _ = self.unusable_since_ms.compare_exchange(
+                0,
+                ms.saturating_add(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+
     fn publish(&self) {
         let usable = !self.draining.load(Ordering::Acquire)
             && self.health.load(Ordering::Acquire) != HEALTH_EJECTED;
+        self.mark_usable(usable);
         self.signal.send_if_modified(|s| {
             let changed = s.usable != usable;
             s.usable = usable;
@@ -467,6 +501,7 @@ impl NodeRuntime {
     /// Starts draining: no new work; long-lived connections get until `deadline` (SPEC section 5).
     pub fn start_drain(&self, deadline: Instant) {
         self.draining.store(true, Ordering::Release);
+        self.mark_usable(false);
         self.signal.send_modify(|s| {
             s.usable = false;
             s.drain_deadline = Some(deadline);
@@ -569,6 +604,20 @@ impl Registry {
         (Arc::new(node), fresh)
     }
 
+    /// Tells each node of one cluster who its peers are (every table build; CASE-32 cap).
+    pub fn set_peers(&self, nodes: &[Arc<Node>]) {
+        let peers = Arc::new(passive::Peers::new(
+            nodes.iter().map(|n| Arc::downgrade(&n.runtime)).collect(),
+        ));
+        for n in nodes {
+            *n.runtime
+                .peers
+                .lock()
+                .expect("peers mutex is never poisoned: no panics while held") =
+                Some(peers.clone());
+        }
+    }
+
     /// The runtime of node `id`, if known.
     pub fn get(&self, id: &str) -> Option<Arc<NodeRuntime>> {
         self.runtimes
@@ -594,3 +643,5 @@ impl Registry {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cap;

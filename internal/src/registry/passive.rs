@@ -17,12 +17,14 @@
 
 use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
+use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{ChangeReason, NodeRuntime, NodeState, HEALTH_EJECTED};
 use crate::config::HealthConfig;
+use crate::metrics::ClusterLabel;
 
 /// First passive backoff; doubles with every passive ejection that follows without a stable recovery.
 pub const BASE_PASSIVE_BACKOFF: Duration = Duration::from_secs(1);
@@ -38,6 +40,52 @@ pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
     let exp =
         BASE_PASSIVE_BACKOFF.saturating_mul(1u32.checked_shl(prior.min(16)).unwrap_or(u32::MAX));
     exp.min(MAX_PASSIVE_BACKOFF).max(interval)
+}
+
+/// The nodes of one cluster, shared by their runtimes, so a passive ejection can see how many of
+/// them are out (CASE-32, `max_ejection_percent`).
+#[derive(Debug)]
+pub struct Peers {
+    nodes: Vec<Weak<NodeRuntime>>,
+    /// Held from the cap check to the ejection, so two nodes never both pass the cap.
+    eject: Mutex<()>,
+}
+
+impl Peers {
+    /// The cluster of `nodes`.
+    pub fn new(nodes: Vec<Weak<NodeRuntime>>) -> Self {
+        Peers {
+            nodes,
+            eject: Mutex::new(()),
+        }
+    }
+
+    /// Why ejecting `node` now would break the cap, if it would: more than `percent` of the
+    /// cluster's nodes ejected at once (by probes or passively; floor of the share, as Envoy counts
+    /// it), or no other node left ready (neither ejected nor draining).
+    fn capped(&self, node: &NodeRuntime, percent: u8) -> Option<&'static str> {
+        let mut total = 0usize;
+        let mut ejected = 0usize;
+        let mut ready_others = 0usize;
+        for peer in self.nodes.iter().filter_map(Weak::upgrade) {
+            total += 1;
+            if std::ptr::eq(&*peer, node) {
+                continue;
+            }
+            if peer.health.load(Ordering::Acquire) == HEALTH_EJECTED {
+                ejected += 1;
+            } else if !peer.is_draining() {
+                ready_others += 1;
+            }
+        }
+        if ready_others == 0 {
+            return Some("it is the cluster's last ready node");
+        }
+        if (ejected + 1) * 100 > total * usize::from(percent) {
+            return Some("max_ejection_percent of the cluster is ejected already");
+        }
+        None
+    }
 }
 
 /// How many good answers a node had given when a connect to it began
@@ -63,6 +111,36 @@ impl NodeRuntime {
         c.passive_errors = c.passive_errors.saturating_add(1);
         let before = self.health.load(Ordering::Acquire);
         if c.passive_errors < limit || before == HEALTH_EJECTED {
+            return None;
+        }
+        let peers = self
+            .peers
+            .lock()
+            .expect("peers mutex is never poisoned: no panics while held")
+            .clone();
+        // Lock order: this node's counters, then its cluster's ejection lock (never another
+        // node's counters), so concurrent ejections in one cluster cannot deadlock.
+        let _cap = peers.as_ref().map(|p| {
+            p.eject
+                .lock()
+                .expect("eject mutex is never poisoned: no panics while held")
+        });
+        if let Some(why) = peers
+            .as_deref()
+            .and_then(|p| p.capped(self, h.max_ejection_percent))
+        {
+            // The streak starts over: the node is judged again after as many fresh errors.
+            c.passive_errors = 0;
+            drop(c);
+            let cluster = self.cluster();
+            if let Some(m) = &self.metrics {
+                m.ejections_suppressed
+                    .get_or_create(&ClusterLabel {
+                        cluster: cluster.clone(),
+                    })
+                    .inc();
+            }
+            tracing::info!(cluster = %cluster, node = %self.id, detail, reason = why, "passive ejection suppressed");
             return None;
         }
         if c.recovered_at

@@ -299,7 +299,8 @@ fn build_cluster(c: &ClusterConfig, registry: &Registry) -> Cluster {
         .nodes
         .iter()
         .map(|n| registry.node(&name, n, settings.clone()).0)
-        .collect();
+        .collect::<Vec<_>>();
+    registry.set_peers(&nodes);
     Cluster {
         name,
         protocol: c.protocol,

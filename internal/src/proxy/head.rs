@@ -1,0 +1,317 @@
+//! The rules an HTTP/1.x request head must meet before hyper sees it (SPEC section 4: every answer
+//! the gateway makes carries the JSON body, including those for heads that fail to parse).
+//!
+//! hyper's parser (httparse underneath) refuses some heads by itself, with an empty-bodied 400 that
+//! no gateway code can shape: control characters or DEL in a field value, obs-fold, a line without
+//! a colon, a malformed or conflicting `Content-Length`, an unknown transfer coding, a target past
+//! its limits. [`super::framing`] holds each head line until it has been judged here, so those heads
+//! never reach hyper: the refusal is recorded and answered by the proxy (a JSON 400/414/431, the
+//! connection closed, nothing forwarded). The rules are hyper's own (the request line goes through
+//! httparse exactly as hyper parses it) plus those RFC 9112 adds for a server in front of others:
+//! one `Transfer-Encoding`, exactly `chunked` (section 6.1); not together with `Content-Length`
+//! (section 6.3); no conflicting `Content-Length` values (section 6.3); no obs-fold (section 5.2).
+//! Pure functions; spawns nothing.
+
+use super::respond::ProxyError;
+use crate::config::Limits;
+
+/// hyper's own bound on a request-target (it answers 414 at `u16::MAX` bytes and past).
+const HYPER_MAX_TARGET: usize = u16::MAX as usize - 1;
+
+/// The head limits of SPEC section 4 (`[limits]`), as the raw head is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadLimits {
+    /// Bytes of request line, CRLF included (`max_request_line`).
+    pub max_request_line: usize,
+    /// Bytes of header block, each field counted as `name: value\r\n` (`max_header_bytes`).
+    pub max_header_bytes: usize,
+    /// Header fields (`max_headers`).
+    pub max_headers: usize,
+}
+
+impl From<&Limits> for HeadLimits {
+    fn from(l: &Limits) -> Self {
+        HeadLimits {
+            max_request_line: l.max_request_line,
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
+        }
+    }
+}
+
+/// Why a head was refused; becomes the proxy's answer through [`Refusal::into_error`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed (400).
+    BadRequest(&'static str),
+    /// Request line past `max_request_line` bytes (414).
+    UriTooLong(usize),
+    /// Header block past its byte or field limit, e.g. `32768 bytes` (431).
+    HeadersTooLarge(String),
+}
+
+impl Refusal {
+    /// The proxy error that answers this refusal (each closes the connection).
+    pub fn into_error(self) -> ProxyError {
+        match self {
+            Refusal::BadRequest(m) => ProxyError::BadRequest(m),
+            Refusal::UriTooLong(limit) => ProxyError::UriTooLong { limit },
+            Refusal::HeadersTooLarge(limit) => ProxyError::HeadersTooLarge { limit },
+        }
+    }
+}
+
+/// What a judged request line says about the rest of the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestLine {
+    /// `HTTP/1.0` (no transfer codings allowed).
+    pub http10: bool,
+    /// A `CONNECT` request: what follows is not HTTP/1.x framing.
+    pub connect: bool,
+}
+
+/// Framing facts gathered from one head's field lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadFacts {
+    /// The request line.
+    pub line: RequestLine,
+    /// Field lines so far.
+    pub fields: usize,
+    /// Header bytes so far, counted as [`HeadLimits::max_header_bytes`] says.
+    pub bytes: usize,
+    /// The `Content-Length`, if one was given.
+    pub content_length: Option<u64>,
+    /// `Transfer-Encoding: chunked` was given.
+    pub chunked: bool,
+    /// An `Upgrade` field was given: the bytes after the head may not be HTTP/1.x.
+    pub upgrade: bool,
+}
+
+/// Judges a request line (`line` without its CR LF).
+///
+/// # Errors
+/// [`Refusal::UriTooLong`] past the request-line limit or hyper's target limit;
+/// [`Refusal::BadRequest`] for whatever httparse refuses or an unparsable target.
+pub fn request_line(line: &[u8], limits: &HeadLimits) -> Result<RequestLine, Refusal> {
+    if line.len() + 2 > limits.max_request_line {
+        return Err(Refusal::UriTooLong(limits.max_request_line));
+    }
+    let mut framed = Vec::with_capacity(line.len() + 4);
+    framed.extend_from_slice(line);
+    framed.extend_from_slice(b"\r\n\r\n");
+    let mut no_fields = [];
+    let mut req = httparse::Request::new(&mut no_fields);
+    match req.parse(&framed) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(Refusal::BadRequest("malformed request line")),
+        Err(e) => {
+            return Err(Refusal::BadRequest(match e {
+                httparse::Error::Token => "invalid method in the request line",
+                httparse::Error::Version => "unsupported HTTP version in the request line",
+                httparse::Error::NewLine => "malformed line ending in the request line",
+                _ => "malformed request line",
+            }))
+        }
+    }
+    let target = req.path.unwrap_or_default();
+    if target.len() > HYPER_MAX_TARGET {
+        return Err(Refusal::UriTooLong(
+            limits.max_request_line.min(HYPER_MAX_TARGET),
+        ));
+    }
+    if http::Uri::try_from(target).is_err() {
+        return Err(Refusal::BadRequest("invalid request-target"));
+    }
+    Ok(RequestLine {
+        http10: req.version == Some(0),
+        connect: req.method == Some("CONNECT"),
+    })
+}
+
+/// True for an RFC 9110 `tchar`, the bytes of a field name.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// True for a byte allowed in a field value: HTAB, SP, VCHAR and obs-text (RFC 9110 section 5.5);
+/// never another control character or DEL.
+fn is_value_byte(b: u8) -> bool {
+    b == b'\t' || (b >= 0x20 && b != 0x7f)
+}
+
+/// Judges one field line (`line` without its CR LF, not empty) and records its framing in `facts`.
+///
+/// # Errors
+/// [`Refusal::HeadersTooLarge`] past the field count or byte limit; [`Refusal::BadRequest`] for
+/// obs-fold, a line without a colon, a bad name, a control character in the value, and every
+/// `Content-Length`/`Transfer-Encoding` problem of the module docs.
+pub fn field_line(line: &[u8], facts: &mut HeadFacts, limits: &HeadLimits) -> Result<(), Refusal> {
+    facts.fields += 1;
+    if facts.fields > limits.max_headers {
+        return Err(Refusal::HeadersTooLarge(format!(
+            "{} fields",
+            limits.max_headers
+        )));
+    }
+    if line[0] == b' ' || line[0] == b'\t' {
+        return Err(Refusal::BadRequest(
+            "obs-fold: a field line starts with whitespace",
+        ));
+    }
+    let Some(colon) = line.iter().position(|b| *b == b':') else {
+        return Err(Refusal::BadRequest("field line without a colon"));
+    };
+    let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
+    if name.is_empty() || !name.iter().all(|b| is_tchar(*b)) {
+        return Err(Refusal::BadRequest("invalid field name"));
+    }
+    if !value.iter().all(|b| is_value_byte(*b)) {
+        return Err(Refusal::BadRequest("control character in a field value"));
+    }
+    facts.bytes += name.len() + value.len() + 4;
+    if facts.bytes > limits.max_header_bytes {
+        return Err(Refusal::HeadersTooLarge(format!(
+            "{} bytes",
+            limits.max_header_bytes
+        )));
+    }
+    if name.eq_ignore_ascii_case(b"content-length") {
+        if facts.chunked {
+            return Err(Refusal::BadRequest(
+                "Content-Length together with Transfer-Encoding",
+            ));
+        }
+        let n = std::str::from_utf8(value)
+            .ok()
+            .filter(|v| !v.is_empty() && v.len() <= 19 && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or(Refusal::BadRequest("invalid Content-Length"))?;
+        if facts.content_length.is_some_and(|prev| prev != n) {
+            return Err(Refusal::BadRequest("conflicting Content-Length values"));
+        }
+        facts.content_length = Some(n);
+    } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        if facts.content_length.is_some() {
+            return Err(Refusal::BadRequest(
+                "Content-Length together with Transfer-Encoding",
+            ));
+        }
+        if facts.line.http10 {
+            return Err(Refusal::BadRequest(
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ));
+        }
+        if facts.chunked || !value.eq_ignore_ascii_case(b"chunked") {
+            return Err(Refusal::BadRequest(
+                "Transfer-Encoding other than a single \"chunked\"",
+            ));
+        }
+        facts.chunked = true;
+    } else if name.eq_ignore_ascii_case(b"upgrade") {
+        facts.upgrade = true;
+    }
+    Ok(())
+}
+
+/// `v` without leading and trailing SP/HTAB (optional whitespace, RFC 9110 section 5.6.3).
+pub fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| *b != b' ' && *b != b'\t')
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| *b != b' ' && *b != b'\t')
+        .map_or(start, |e| e + 1);
+    &v[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: HeadLimits = HeadLimits {
+        max_request_line: 16384,
+        max_header_bytes: 32768,
+        max_headers: 100,
+    };
+
+    fn fields(lines: &[&[u8]]) -> Result<HeadFacts, Refusal> {
+        let mut f = HeadFacts::default();
+        for l in lines {
+            field_line(l, &mut f, &L)?;
+        }
+        Ok(f)
+    }
+
+    #[test]
+    fn request_lines_as_httparse_reads_them() {
+        assert_eq!(
+            request_line(b"GET /a?b HTTP/1.1", &L),
+            Ok(RequestLine::default())
+        );
+        assert!(request_line(b"GET /a HTTP/1.0", &L).is_ok_and(|l| l.http10));
+        assert!(request_line(b"CONNECT a:443 HTTP/1.1", &L).is_ok_and(|l| l.connect));
+        for bad in [
+            &b"GET /a HTTP/1.2"[..],
+            b"GET /a\x01 HTTP/1.1",
+            b"G(T /a HTTP/1.1",
+            b"GET  /a HTTP/1.1",
+            b"GET /a",
+            b"GET /a HTTP/1.1\r",
+        ] {
+            assert!(
+                matches!(request_line(bad, &L), Err(Refusal::BadRequest(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = format!("GET /{} HTTP/1.1", "a".repeat(17_000));
+        assert_eq!(
+            request_line(long.as_bytes(), &L),
+            Err(Refusal::UriTooLong(16384))
+        );
+    }
+
+    #[test]
+    fn field_lines_refused_where_hyper_would_refuse() {
+        for bad in [
+            &[&b"X-Conn-Id: a\x01b"[..]][..],
+            &[b"X-Conn-Id: a\x7fb"],
+            &[b"X-A: 1", b" folded"],
+            &[b"X-A: 1", b"\tfolded"],
+            &[b"No-Colon"],
+            &[b"Bad Name: 1"],
+            &[b": empty name"],
+            &[b"Content-Length: 5, 5"],
+            &[b"Content-Length: +5"],
+            &[b"Content-Length: 5", b"Content-Length: 6"],
+            &[b"Content-Length: 5", b"Transfer-Encoding: chunked"],
+            &[b"Transfer-Encoding: chunked", b"Content-Length: 5"],
+            &[b"Transfer-Encoding: xchunked"],
+            &[b"Transfer-Encoding: gzip, chunked"],
+            &[b"Transfer-Encoding: chunked", b"Transfer-Encoding: chunked"],
+        ] {
+            assert!(
+                matches!(fields(bad), Err(Refusal::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+        let ok = fields(&[
+            b"Host: x",
+            b"Content-Length: 5",
+            b"Content-Length: 5",
+            b"X-Text: caf\xc3\xa9\tok",
+        ])
+        .expect("valid");
+        assert_eq!(ok.content_length, Some(5));
+        let ok = fields(&[b"Transfer-Encoding: Chunked\t", b"Upgrade: websocket"]).expect("valid");
+        assert!(ok.chunked && ok.upgrade);
+        let many: Vec<Vec<u8>> = (0..101).map(|i| format!("X-{i}: v").into_bytes()).collect();
+        let many: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            fields(&many),
+            Err(Refusal::HeadersTooLarge("100 fields".into()))
+        );
+    }
+}
