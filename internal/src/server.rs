@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::admin::drains::Drains;
 use crate::admin::Admin;
 use crate::config::{Config, IdMode, StoreKind};
 use crate::drain;
@@ -162,18 +163,23 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         shutdown: watch.clone(),
     });
     let ready = Arc::new(AtomicBool::new(true));
+    // Drains other replicas stored are applied before the first request is served (SPEC section 7).
+    let drains = Arc::new(Drains::new(routing.clone(), hopper.clone()));
+    drains.sync().await;
     let admin = Arc::new(Admin {
         routing: routing.clone(),
         hopper: hopper.clone(),
         metrics: metrics.clone(),
         token: cfg.server.admin_token.clone(),
         ready: ready.clone(),
+        drains: drains.clone(),
     });
     tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
     tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
     tasks.spawn(accept_admin(admin_l, admin, watch.clone()));
+    tasks.spawn(drains.run(watch.clone()));
     tasks.spawn(crate::routing::reload::watch_triggers(
         routing.clone(),
         opts.file,

@@ -1,7 +1,10 @@
 //! The admin listener (SPEC section 8): nodes, drain/undrain, routes, reload/rollback, bindings,
 //! metrics, liveness and readiness. Loopback by default; a bearer token when `admin_token` is set
 //! (compared in constant time) for every call but `GET /healthz` and `GET /readyz`. Never served on
-//! the data port.
+//! the data port. Drains go through [`drains::Drains`], which shares them with the other replicas
+//! on one Redis.
+
+pub mod drains;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +42,8 @@ pub struct Admin {
     pub token: Option<String>,
     /// False once shutdown started (readiness).
     pub ready: Arc<AtomicBool>,
+    /// Operator drains, shared through Redis.
+    pub drains: Arc<drains::Drains>,
 }
 
 type AdminBody = Full<Bytes>;
@@ -114,7 +119,7 @@ impl Admin {
             }
             (&Method::GET, ["admin", "nodes"]) => json_resp(StatusCode::OK, &self.nodes()),
             (&Method::POST, ["admin", "nodes", id, action @ ("drain" | "undrain")]) => {
-                self.drain(id, action, &query)
+                self.drain(id, action, &query).await
             }
             (&Method::GET, ["admin", "routes"]) => json_resp(
                 StatusCode::OK,
@@ -166,6 +171,7 @@ impl Admin {
                     "warmup_percent": table.node_warmup_percent(&n.id, now),
                     "consecutive_failures": n.runtime.consecutive_failures(),
                     "inflight": n.runtime.inflight(),
+                    "drain_deadline_ms": self.drains.deadline_ms(n),
                     "metadata": n.metadata.iter().collect::<BTreeMap<_, _>>(),
                 })
             })
@@ -173,16 +179,16 @@ impl Admin {
         Value::Array(nodes)
     }
 
-    fn drain(&self, id: &str, action: &str, query: &str) -> Response<AdminBody> {
+    async fn drain(&self, id: &str, action: &str, query: &str) -> Response<AdminBody> {
         let table = self.routing.table();
         let Some(node) = table.node(id) else {
             return error(StatusCode::NOT_FOUND, &format!("unknown node {id}"));
         };
         if action == "undrain" {
-            node.runtime.undrain();
+            let shared = self.drains.undrain(&node).await;
             return json_resp(
                 StatusCode::OK,
-                &json!({"node": id, "state": node.state().as_str()}),
+                &json!({"node": id, "state": node.state().as_str(), "shared": shared}),
             );
         }
         let period = match crate::selection::version::query_param(query, "period") {
@@ -197,10 +203,11 @@ impl Admin {
             },
             None => DEFAULT_DRAIN_PERIOD,
         };
-        node.runtime.start_drain(Instant::now() + period);
+        let (rec, shared) = self.drains.drain(&node, period).await;
         json_resp(
             StatusCode::ACCEPTED,
-            &json!({"node": id, "state": "draining", "period_ms": period.as_millis() as u64}),
+            &json!({"node": id, "state": "draining", "period_ms": rec.period_ms,
+                    "deadline_ms": rec.deadline_ms, "shared": shared}),
         )
     }
 

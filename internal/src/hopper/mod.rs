@@ -222,6 +222,7 @@ cluster = "c"
             avoid_versions: &[],
             exclude: &[],
             zone: None,
+            key: None,
         }
     }
 
