@@ -13,3 +13,6 @@ mod redis;
 mod reload;
 mod websocket;
 mod ws_fleet;
+mod shared_drain;
+mod stable_selection;
+mod fleet;
