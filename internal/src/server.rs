@@ -29,6 +29,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::status::Readiness;
+use crate::admin::drains::Drains;
 use crate::admin::Admin;
 use crate::config::{Config, IdMode, StoreKind};
 use crate::drain;
@@ -186,6 +187,9 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         shutdown: watch.clone(),
     });
     let readiness = Arc::new(Readiness::new());
+    // Drains other replicas stored are applied before the first request is served (SPEC section 7).
+    let drains = Arc::new(Drains::new(routing.clone(), hopper.clone()));
+    drains.sync().await;
     let admin = Arc::new(Admin {
         routing: routing.clone(),
         hopper: hopper.clone(),
@@ -193,6 +197,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         token: cfg.server.admin_token.clone(),
         readiness: readiness.clone(),
         tls: tls.as_ref().map(|t| t.certs.clone()),
+        drains: drains.clone(),
     });
     tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
 
@@ -223,6 +228,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         ));
         tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
     }
+    tasks.spawn(drains.run(watch.clone()));
     tasks.spawn(crate::routing::reload::watch_triggers(
         routing.clone(),
         opts.file,

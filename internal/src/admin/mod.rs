@@ -4,7 +4,9 @@
 //! set (compared in constant time) for every call but `GET /healthz`, `GET /readyz` and the page
 //! itself (which carries no node data and asks for the token). Never served on the data port; the
 //! optional `health_listen` listener serves only the two probes ([`Admin::handle_health`]).
+//! Drains go through [`drains::Drains`], which shares them with the other replicas on one Redis.
 
+pub mod drains;
 pub mod sse;
 pub mod status;
 
@@ -51,6 +53,8 @@ pub struct Admin {
     pub readiness: Arc<status::Readiness>,
     /// The TLS listener's certificates, when `[server.tls]` is set: reloaded with the routes.
     pub tls: Option<Arc<crate::tls::server::TlsCerts>>,
+    /// Operator drains, shared through Redis.
+    pub drains: Arc<drains::Drains>,
 }
 
 /// The status page: one self-contained document (style and script inline, nothing fetched from
@@ -164,7 +168,7 @@ impl Admin {
             }
             (&Method::GET, ["admin", "nodes"]) => json_resp(StatusCode::OK, &self.nodes()),
             (&Method::POST, ["admin", "nodes", id, action @ ("drain" | "undrain")]) => {
-                self.drain(id, action, &query)
+                self.drain(id, action, &query).await
             }
             (&Method::GET, ["admin", "routes"]) => json_resp(
                 StatusCode::OK,
@@ -253,6 +257,7 @@ impl Admin {
                     "warmup_percent": table.node_warmup_percent(&n.id, now),
                     "consecutive_failures": n.runtime.consecutive_failures(),
                     "inflight": n.runtime.inflight(),
+                    "drain_deadline_ms": self.drains.deadline_ms(n),
                     "metadata": n.metadata.iter().collect::<BTreeMap<_, _>>(),
                     "source": match &source {
                         NodeSource::Static => "static".to_string(),
@@ -268,16 +273,16 @@ impl Admin {
         Value::Array(nodes)
     }
 
-    fn drain(&self, id: &str, action: &str, query: &str) -> Response<AdminBody> {
+    async fn drain(&self, id: &str, action: &str, query: &str) -> Response<AdminBody> {
         let table = self.routing.table();
         let Some(node) = table.node(id) else {
             return error(StatusCode::NOT_FOUND, &format!("unknown node {id}"));
         };
         if action == "undrain" {
-            node.runtime.undrain();
+            let shared = self.drains.undrain(&node).await;
             return json_resp(
                 StatusCode::OK,
-                &json!({"node": id, "state": node.state().as_str()}),
+                &json!({"node": id, "state": node.state().as_str(), "shared": shared}),
             );
         }
         let period = match crate::selection::version::query_param(query, "period") {
@@ -292,10 +297,11 @@ impl Admin {
             },
             None => DEFAULT_DRAIN_PERIOD,
         };
-        node.runtime.start_drain(Instant::now() + period);
+        let (rec, shared) = self.drains.drain(&node, period).await;
         json_resp(
             StatusCode::ACCEPTED,
-            &json!({"node": id, "state": "draining", "period_ms": period.as_millis() as u64}),
+            &json!({"node": id, "state": "draining", "period_ms": rec.period_ms,
+                    "deadline_ms": rec.deadline_ms, "shared": shared}),
         )
     }
 

@@ -259,6 +259,7 @@ cluster = "c"
             avoid_versions: &[],
             exclude: &[],
             zone: None,
+            key: None,
         }
     }
 

@@ -143,6 +143,7 @@ fn another(p: &Proxy, ctx: &Attempt, tried: &[NodeId]) -> Option<Arc<Node>> {
         avoid_versions: &ctx.wanted.avoid,
         exclude: tried,
         zone: p.settings.zone.as_deref(),
+        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
     };
     selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
 }
@@ -433,6 +434,7 @@ async fn moved(
         avoid_versions: &ctx.wanted.avoid,
         exclude: tried,
         zone: p.settings.zone.as_deref(),
+        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
     };
     let now = Instant::now();
     let (node, counted) = p

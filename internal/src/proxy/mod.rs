@@ -360,6 +360,7 @@ impl Proxy {
             avoid_versions: &wanted.avoid,
             exclude: &[],
             zone: self.settings.zone.as_deref(),
+            key: conn_id.as_deref().or(wanted.split_key.as_deref()),
         };
         let placement = self
             .hopper

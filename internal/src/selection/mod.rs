@@ -1,8 +1,14 @@
 //! Selection: candidate filters (canary version, zone), then a picker over effective weights
 //! (SPEC section 6). Pure functions of the table snapshot and the request's [`Criteria`]: nothing
 //! here keeps request data in shared fields, so every piece is testable alone.
+//!
+//! A request that carries a conn id (or was placed in a hash split by its split key) is given to
+//! the node [`rendezvous`] hashing chooses for that key over the filtered candidates, whatever the
+//! `lb` (but `least_request`, which picks by load): replicas agree on a new id's node without
+//! coordination (SPEC section 7). Requests without a key are balanced by the `lb` picker.
 
 pub mod picker;
+pub mod rendezvous;
 pub mod version;
 pub mod zone;
 
@@ -26,6 +32,9 @@ pub struct Criteria<'a> {
     pub exclude: &'a [NodeId],
     /// The gateway's zone.
     pub zone: Option<&'a str>,
+    /// Stable-selection key: the conn id, else the split key that put the request in a split
+    /// bucket; `None` balances by `lb` (SPEC section 7).
+    pub key: Option<&'a str>,
 }
 
 /// A selectable node with its effective weight.
@@ -81,7 +90,7 @@ pub fn select(table: &RouteTable, cluster: &Cluster, c: &Criteria<'_>, now: Inst
     let all = candidates(table, cluster, c.exclude, now);
     let (filtered, version_miss) = version::filter(all, c);
     let filtered = zone::filter(filtered, c.zone);
-    let node = picker::pick(cluster, &filtered, &mut rand::rng());
+    let node = picker::pick_for(cluster, &filtered, c.key, &mut rand::rng());
     Selection { node, version_miss }
 }
 

@@ -10,6 +10,10 @@
 //! - `least_request`: equal weights: power of two choices on in-flight requests; unequal weights:
 //!   weighted random over `weight / (in-flight + 1)` (Envoy's rule), so shares follow weights at
 //!   rest and shift away from loaded nodes.
+//!
+//! [`pick_for`] is the entry point for a request: with a stable-selection key (conn id or split
+//! key) and any `lb` but `least_request`, the node is the key's weighted rendezvous choice
+//! ([`super::rendezvous`]); otherwise [`pick`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,6 +25,23 @@ use crate::registry::Node;
 use crate::routing::Cluster;
 
 use super::Candidate;
+
+/// Picks from `cands` for a request with stable-selection `key` (SPEC section 7): the weighted
+/// rendezvous choice for the key unless the cluster's `lb` is `least_request` or there is no key,
+/// then [`pick`]. `None` if `cands` is empty.
+pub fn pick_for<R: Rng + ?Sized>(
+    cluster: &Cluster,
+    cands: &[Candidate],
+    key: Option<&str>,
+    rng: &mut R,
+) -> Option<Arc<Node>> {
+    match key {
+        Some(key) if cluster.lb != Picker::LeastRequest => {
+            super::rendezvous::pick(cands, key).map(|i| cands[i].node.clone())
+        }
+        _ => pick(cluster, cands, rng),
+    }
+}
 
 /// Picks from `cands` with the cluster's picker; `None` if empty.
 pub fn pick<R: Rng + ?Sized>(

@@ -214,6 +214,7 @@ fn canary_nodes() -> Vec<Candidate> {
 
 fn criteria<'a>(version: Option<&'a str>, avoid: &'a [String]) -> Criteria<'a> {
     Criteria {
+        key: None,
         version,
         metadata_key: "version",
         avoid_versions: avoid,
@@ -358,6 +359,7 @@ fn wanted_reads_header_then_query() {
     let v = |version: Option<&str>| Wanted {
         version: version.map(str::to_string),
         avoid: Vec::new(),
+        split_key: None,
     };
     assert_eq!(
         wanted(&c, &headers(&[("x-version", "v2")]), Some("version=v1")),
@@ -426,7 +428,8 @@ fn split_buckets_are_stable_and_sized() {
         wanted(&c, &headers(&[]), None),
         Wanted {
             version: None,
-            avoid: vec!["v2".into()]
+            avoid: vec!["v2".into()],
+            split_key: None,
         }
     );
     // An explicit version beats the split.
@@ -479,7 +482,8 @@ fn split_keys_from_cookie_and_query() {
         wanted(&none, &headers(&[]), Some("uid=7")),
         Wanted {
             version: None,
-            avoid: vec!["v3".into()]
+            avoid: vec!["v3".into()],
+            split_key: None,
         }
     );
 }

@@ -64,6 +64,9 @@ pub struct Wanted {
     pub version: Option<String>,
     /// Split versions this request must avoid (it fell outside every bucket).
     pub avoid: Vec<String>,
+    /// The split key that put the request in a bucket: its node is then the key's stable
+    /// (rendezvous) choice among the bucket's nodes (SPEC section 7).
+    pub split_key: Option<String>,
 }
 
 /// Reads the version header, else the version query parameter; else assigns a split bucket by a
@@ -80,7 +83,7 @@ pub fn wanted(
     {
         return Wanted {
             version: Some(v.to_string()),
-            avoid: Vec::new(),
+            ..Wanted::default()
         };
     }
     if let Some(v) = query
@@ -89,7 +92,7 @@ pub fn wanted(
     {
         return Wanted {
             version: Some(v),
-            avoid: Vec::new(),
+            ..Wanted::default()
         };
     }
     if canary.split.is_empty() {
@@ -111,6 +114,7 @@ pub fn wanted(
                 return Wanted {
                     version: Some(s.version.clone()),
                     avoid: Vec::new(),
+                    split_key: Some(key),
                 };
             }
         }
@@ -119,6 +123,7 @@ pub fn wanted(
     Wanted {
         version: None,
         avoid: canary.split.iter().map(|s| s.version.clone()).collect(),
+        split_key: None,
     }
 }
 

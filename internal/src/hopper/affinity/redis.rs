@@ -18,6 +18,7 @@
 //! cache be dropped once it is back), the maintainer (reconnect, probe, write-back) and the refresher
 //! (sliding TTL). Errors are counted per op and logged at most once per [`LOG_INTERVAL`].
 
+mod events;
 mod shared;
 mod target;
 mod tasks;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Binding, MemoryStore};
 use crate::metrics::Metrics;
 
+pub use self::events::{DrainRecord, EventMessage, FleetEvent};
 use self::shared::{
     same_or_new, ErrorLog, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, GET_SCRIPT, HOP_SCRIPT,
     NO_ARGS,

@@ -379,6 +379,7 @@ fn pick_other(p: &Proxy, ctx: &Attempt, exclude: &[NodeId]) -> Option<Arc<Node>>
         avoid_versions: &ctx.wanted.avoid,
         exclude,
         zone: p.settings.zone.as_deref(),
+        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
     };
     selection::select(&table, &cluster, &c, Instant::now()).node
 }
