@@ -5,7 +5,9 @@
 //! [`proxy::Proxy::handle`], which loads the live [`routing::RouteTable`] once, matches a route, asks
 //! the [`hopper::Hopper`] for a node (the bound node, or a [`selection`] result that it rebinds and
 //! counts as a hop), rewrites headers and forwards with retries over [`proxy::upstream`].
-//! Every failure becomes a response in [`proxy::respond`].
+//! Every failure becomes a response in [`proxy::respond`]. With `[server.tls]`, [`tls`] terminates TLS
+//! on a second listener (SNI certificates behind an atomic swap, live reload) and hands the
+//! decrypted stream to the same connection handler.
 //!
 //! Background tasks: per-node health probes ([`registry::health`]), reload triggers
 //! ([`routing::reload`]), DNS discovery ([`discovery`]), the admin listener ([`admin`]), connection tasks. All of them watch the
