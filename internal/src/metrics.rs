@@ -108,6 +108,8 @@ pub struct RetryLabels {
 pub struct VersionLabel {
     /// The crate version (`hopping-gateway --version`).
     pub version: &'static str,
+}
+
 /// `name` label of a certificate (its first server name, or its file).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {

@@ -108,29 +108,16 @@ pub(crate) fn load_str(text: &str, file: &str) -> Result<Config, ConfigError> {
             message,
         }
     };
-    let mut cfg = from_file(&parsed).map_err(|issues| {
-        mk(issues
-            .into_iter()
-            .map(|(key, message)| {
-                let (line, column) = index.locate(&key);
-                ConfigIssue {
-                    key,
-                    line,
-                    column,
-                    message,
-                }
-            })
-            .collect())
-    })?;
-    if let Some(t) = cfg.server.tls.as_mut() {
-        server_tls::locate(t, &index, file);
-    }
-    Ok(cfg)
     // Every serde-level error (unknown keys, wrong types), then every semantic one of what is left.
     let (parsed, serde_issues) = super::collect::deserialize_all(doc);
     let semantic = match &parsed {
         Some(f) => match from_file(f) {
-            Ok(cfg) if serde_issues.is_empty() => return Ok(cfg),
+            Ok(mut cfg) if serde_issues.is_empty() => {
+                if let Some(t) = cfg.server.tls.as_mut() {
+                    server_tls::locate(t, &index, file);
+                }
+                return Ok(cfg);
+            }
             Ok(_) => Vec::new(),
             Err(issues) => issues,
         },
