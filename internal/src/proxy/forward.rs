@@ -305,7 +305,18 @@ pub(crate) async fn forward(
                         if let Some(next) = another(&p, &ctx, &tried) {
                             retry_log(&p, &ctx, &node, &next, "refused_stream", &detail);
                             body = b;
-                            node = moved(&p, &ctx, &node, next, "reset", log, &tried).await;
+                            node = moved(
+                                &p,
+                                &ctx,
+                                &node,
+                                next,
+                                "reset",
+                                log,
+                                &tried,
+                                &mut clock,
+                                failure_seen,
+                            )
+                            .await;
                             continue;
                         }
                         return Err(ProxyError::Connect {

@@ -243,10 +243,11 @@ async fn probe_new_nodes(live: &RouteTable, cfg: &Config, cluster: &str) -> Vec<
         .map(|n| (n.id.clone(), n.addr.clone()))
         .collect();
     let (protocol, health) = (c.protocol, Arc::new(c.health.clone()));
+    let tls = c.tls.clone();
     let probes = fresh.into_iter().map(move |(id, addr)| {
-        let health = health.clone();
+        let (health, tls) = (health.clone(), tls.clone());
         async move {
-            let outcome = probe(&addr, protocol, &health).await;
+            let outcome = probe(&addr, &id, protocol, tls.as_deref(), &health).await;
             match outcome {
                 ProbeOutcome::Pass => None,
                 ProbeOutcome::Fail(why) => Some((id, why)),

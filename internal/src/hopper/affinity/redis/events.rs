@@ -232,7 +232,7 @@ async fn subscribe_events(
 
 /// One subscribed connection on any of the target's pub/sub candidates, or `None`.
 async fn open(s: &Shared, channel: &str) -> Option<::redis::aio::PubSub> {
-    let clients = tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients())
+    let clients = tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients(s.connect_timeout))
         .await
         .ok()?
         .ok()?;
