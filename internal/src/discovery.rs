@@ -149,10 +149,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     mut watch: drain::Watch,
 ) {
-    let resolver = resolver(server).map(Arc::new).map_err(Arc::new);
-    if let Err(e) = &resolver {
-        tracing::error!(error = %e, "DNS discovery has no resolver; discovery clusters keep no nodes until restart");
-    }
+    // Built when the first discovery cluster appears: a gateway without one never reads
+    // /etc/resolv.conf nor logs about it.
+    let mut shared: Option<SharedResolver> = None;
     let mut swaps = routing.subscribe_swaps();
     let mut tasks: HashMap<String, Task> = HashMap::new();
     let mut set = JoinSet::new();
@@ -175,10 +174,19 @@ pub async fn run(
             if tasks.contains_key(name) {
                 continue;
             }
+            let resolver = shared
+                .get_or_insert_with(|| {
+                    let r = resolver(server).map(Arc::new).map_err(Arc::new);
+                    if let Err(e) = &r {
+                        tracing::error!(error = %e, "DNS discovery has no resolver; discovery clusters keep their last nodes (none at start) until restart");
+                    }
+                    r
+                })
+                .clone();
             let cancel = CancellationToken::new();
             set.spawn(resolve_loop(
                 routing.clone(),
-                resolver.clone(),
+                resolver,
                 name.to_string(),
                 d.clone(),
                 metrics.clone(),
