@@ -31,6 +31,7 @@ fmt:
 ## Side-by-side benchmark against nginx and HAProxy (not part of test or CI).
 bench: build
 	./bench/run.sh
+	./bench/store-costs.sh | tee bench/results/store-costs.md
 
 ## cargo-fuzz targets (config parser, conn ids, request heads, raw head judge), FUZZ_SECONDS each (default 60).
 fuzz:

@@ -126,13 +126,22 @@ async fn knob(m: &Mock, path: &str) {
     assert_eq!(r.status, 200, "{path}: {}", r.text());
 }
 
-/// Binds conn id `id` to `node` by asking until the picker places it there (unbinding misses).
-async fn bind_to(gw: &Gateway, id: &str, node: &str) {
-    for _ in 0..12 {
-        let r = get(&gw.url("/echo/bind"), &[(HDR, id)]).await.expect("get");
+/// Binds a conn id to `node` and returns it: `id` itself, or the first `id~N` that lands there.
+/// New ids are placed by rendezvous hashing (SPEC section 7), so an id that lands elsewhere always
+/// would; a variant of it is tried instead (each miss is unbound again).
+async fn bind_to(gw: &Gateway, id: &str, node: &str) -> String {
+    for n in 0..64 {
+        let id = if n == 0 {
+            id.to_string()
+        } else {
+            format!("{id}~{n}")
+        };
+        let r = get(&gw.url("/echo/bind"), &[(HDR, &id)])
+            .await
+            .expect("get");
         assert_eq!(r.status, 200, "{}", r.text());
         if node_of(&r) == node {
-            return;
+            return id;
         }
         let r = request(
             "DELETE",
@@ -899,35 +908,35 @@ async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again()
     let mut b = Mock::start("node-b").await;
     let c = Mock::start("node-c").await;
     let gw = Gateway::start(&config("", TCP_HEALTH, &[&a, &b, &c], "retries = 2")).await;
-    bind_to(&gw, "c-3003", "node-b").await;
-    bind_to(&gw, "c-3004", "node-b").await;
+    let c3003 = bind_to(&gw, "c-3003", "node-b").await;
+    let c3004 = bind_to(&gw, "c-3004", "node-b").await;
     let hops0 = hops_total(&gw).await;
 
     b.kill().await;
     // At once, and again: a refused connect sent nothing, so it is retried elsewhere.
-    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+    let r = get(&gw.url("/echo/s"), &[(HDR, c3003.as_str())])
         .await
         .expect("get");
     assert_eq!(r.status, 200, "{}", r.text());
     let new_node = node_of(&r);
     assert_ne!(new_node, "node-b");
-    let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+    let r = get(&gw.url("/echo/s"), &[(HDR, c3003.as_str())])
         .await
         .expect("get");
     assert_eq!((r.status, node_of(&r)), (200, new_node.clone()));
     // Ten at once for c-3003 (already moved), and ten at once for c-3004, whose first requests
     // since the kill race each other to move it.
-    let burst = |id: &'static str| {
-        let url = gw.url("/echo/s");
+    let burst = |id: &str| {
+        let (url, id) = (gw.url("/echo/s"), id.to_string());
         async move {
-            let url = &url;
+            let (url, id) = (&url, id.as_str());
             futures_util::future::join_all(
                 (0..10).map(|_| async move { get(url, &[(HDR, id)]).await }),
             )
             .await
         }
     };
-    let (r3, r4) = tokio::join!(burst("c-3003"), burst("c-3004"));
+    let (r3, r4) = tokio::join!(burst(c3003.as_str()), burst(c3004.as_str()));
     let nodes3: Vec<(u16, String)> = r3
         .into_iter()
         .map(|r| r.expect("get"))
@@ -954,11 +963,11 @@ async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again()
         "each binding moved exactly once"
     );
     assert_eq!(
-        gw.admin_json("/admin/conns/c-3003").await["node"],
+        gw.admin_json(&format!("/admin/conns/{c3003}")).await["node"],
         new_node.as_str()
     );
     assert_eq!(
-        gw.admin_json("/admin/conns/c-3004").await["node"],
+        gw.admin_json(&format!("/admin/conns/{c3004}")).await["node"],
         moved4.as_str()
     );
 
@@ -967,7 +976,7 @@ async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again()
     gw.wait_node_state("node-b", "healthy", Duration::from_secs(10))
         .await;
     for _ in 0..3 {
-        let r = get(&gw.url("/echo/s"), &[(HDR, "c-3003")])
+        let r = get(&gw.url("/echo/s"), &[(HDR, c3003.as_str())])
             .await
             .expect("get");
         assert_eq!((r.status, node_of(&r)), (200, new_node.clone()));
@@ -999,7 +1008,7 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
     let mut b = Mock::start("node-b").await;
     let c = Mock::start("node-c").await;
     let gw = Gateway::start(&config("", HTTP_HEALTH, &[&a, &b, &c], "")).await;
-    bind_to(&gw, "c-19", "node-c").await;
+    let c19 = bind_to(&gw, "c-19", "node-c").await;
     a.kill().await;
     b.kill().await;
     c.set_down().await;
@@ -1028,7 +1037,9 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
         "slowest fallback {slowest:?}"
     );
     let t0 = Instant::now();
-    let r = get(&gw.url("/api/x"), &[(HDR, "c-19")]).await.expect("get");
+    let r = get(&gw.url("/api/x"), &[(HDR, c19.as_str())])
+        .await
+        .expect("get");
     let bound_took = t0.elapsed();
     assert_eq!((r.status, r.text()), (503, DEFAULT_FALLBACK.to_string()));
     assert!(
@@ -1052,7 +1063,9 @@ async fn case19_all_nodes_down_answer_the_fallback_fast_and_touch_no_node() {
         let r = get(&gw.url("/data"), &[]).await.expect("get");
         assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
     }
-    let r = get(&gw.url("/data"), &[(HDR, "c-19")]).await.expect("get");
+    let r = get(&gw.url("/data"), &[(HDR, c19.as_str())])
+        .await
+        .expect("get");
     assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
     eprintln!("FIGURE case19 slowest fallback {slowest:?}, bound {bound_took:?}");
 }
@@ -1065,8 +1078,8 @@ async fn case20_retries_respect_methods_and_bodies() {
     let mut a = Mock::start("node-a").await;
     let b = Mock::start("node-b").await;
     let gw = Gateway::start(&config("", SLOW_HEALTH, &[&a, &b], "retries = 2")).await;
-    bind_to(&gw, "c-20", "node-a").await;
-    bind_to(&gw, "c-20b", "node-a").await;
+    let c20 = bind_to(&gw, "c-20", "node-a").await;
+    let c20b = bind_to(&gw, "c-20b", "node-a").await;
     a.reset_stats().await;
     b.reset_stats().await;
     let order = br#"{"sku":"X1","qty":1}"#.to_vec();
@@ -1087,7 +1100,7 @@ async fn case20_retries_respect_methods_and_bodies() {
     let r = request(
         "POST",
         &gw.url("/echo/orders"),
-        &[(HDR, "c-20"), ("content-type", "application/json")],
+        &[(HDR, c20.as_str()), ("content-type", "application/json")],
         order.clone(),
     )
     .await
@@ -1107,7 +1120,7 @@ async fn case20_retries_respect_methods_and_bodies() {
         .expect("connect");
     let (mut rd, mut wr) = s.into_split();
     let head = format!(
-        "PUT /echo/files/f1 HTTP/1.1\r\nHost: x\r\nX-Conn-Id: c-20\r\nContent-Length: {}\r\n\r\n",
+        "PUT /echo/files/f1 HTTP/1.1\r\nHost: x\r\nX-Conn-Id: {c20}\r\nContent-Length: {}\r\n\r\n",
         big.len()
     );
     let writer = tokio::spawn(async move {
@@ -1136,7 +1149,7 @@ async fn case20_retries_respect_methods_and_bodies() {
     // (c) GET, node-a resets after reading it: retried on node-b, 200.
     knob(&a, "abort-all").await;
     a.reset_stats().await;
-    let r = get(&gw.url("/echo/orders/1"), &[(HDR, "c-20")])
+    let r = get(&gw.url("/echo/orders/1"), &[(HDR, c20.as_str())])
         .await
         .expect("get");
     assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
@@ -1156,7 +1169,7 @@ async fn case20_retries_respect_methods_and_bodies() {
     let r = request(
         "POST",
         &gw.url("/echo/orders"),
-        &[(HDR, "c-20b"), ("content-type", "application/json")],
+        &[(HDR, c20b.as_str()), ("content-type", "application/json")],
         order.clone(),
     )
     .await
@@ -2454,15 +2467,15 @@ async fn case09_goaway_with_an_error_code_is_502_for_a_post_and_a_retry_for_a_ge
         ),
     );
     let gw = Gateway::start(&toml).await;
-    bind_to(&gw, "c-4005", "node-f").await;
-    bind_to(&gw, "c-4006", "node-f").await;
+    let c4005 = bind_to(&gw, "c-4005", "node-f").await;
+    let c4006 = bind_to(&gw, "c-4006", "node-f").await;
     b.reset_stats().await;
 
     let r = request(
         "POST",
         &gw.url("/echo/boom"),
         &[
-            (HDR, "c-4005"),
+            (HDR, c4005.as_str()),
             ("content-type", "application/octet-stream"),
         ],
         vec![b'p'; 1024],
@@ -2475,7 +2488,7 @@ async fn case09_goaway_with_an_error_code_is_502_for_a_post_and_a_retry_for_a_ge
     assert_eq!(booms.load(Ordering::SeqCst), 1, "node-f saw the POST once");
     assert_eq!(non_probe_paths(&b).await, Vec::<String>::new());
 
-    let r = get(&gw.url("/echo/boom"), &[(HDR, "c-4006")])
+    let r = get(&gw.url("/echo/boom"), &[(HDR, c4006.as_str())])
         .await
         .expect("get");
     assert_eq!(

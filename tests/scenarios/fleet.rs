@@ -46,7 +46,11 @@ const DRAIN: &str = "2s";
 const NODES: [&str; 4] = ["node-1", "node-2", "node-3", "node-4"];
 
 fn config(redis: &Redis, mocks: &[Mock]) -> String {
-    let nodes: Vec<(&str, String)> = NODES.iter().zip(mocks).map(|(id, m)| (*id, m.addr())).collect();
+    let nodes: Vec<(&str, String)> = NODES
+        .iter()
+        .zip(mocks)
+        .map(|(id, m)| (*id, m.addr()))
+        .collect();
     format!(
         "[health]\ninterval = \"250ms\"\ntimeout = \"500ms\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\n\n\
          [affinity]\nstore = \"redis\"\nredis_url = \"{}\"\n\n{}\n\
@@ -79,7 +83,12 @@ async fn http_once(ports: &[u16], home: usize, id: &str, stats: &HttpStats) {
     let mut last_err = String::new();
     for k in 0..ports.len() * 2 {
         let port = ports[(home + k) % ports.len()];
-        match get(&format!("http://127.0.0.1:{port}/data"), &[("x-conn-id", id)]).await {
+        match get(
+            &format!("http://127.0.0.1:{port}/data"),
+            &[("x-conn-id", id)],
+        )
+        .await
+        {
             Ok(r) if r.status == 200 => {
                 let body = r.text();
                 let node = body
@@ -87,7 +96,11 @@ async fn http_once(ports: &[u16], home: usize, id: &str, stats: &HttpStats) {
                     .and_then(|s| s.split(' ').next())
                     .unwrap_or_default()
                     .to_string();
-                stats.last_node.lock().expect("lock").insert(id.to_string(), node);
+                stats
+                    .last_node
+                    .lock()
+                    .expect("lock")
+                    .insert(id.to_string(), node);
                 stats.ok.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -103,7 +116,11 @@ async fn http_once(ports: &[u16], home: usize, id: &str, stats: &HttpStats) {
         }
     }
     stats.failed.fetch_add(1, Ordering::Relaxed);
-    stats.first_failure.lock().expect("lock").get_or_insert(last_err);
+    stats
+        .first_failure
+        .lock()
+        .expect("lock")
+        .get_or_insert(last_err);
 }
 
 /// One WebSocket client's record.
@@ -142,7 +159,12 @@ async fn open(port: u16, id: &str) -> (Ws, String) {
 }
 
 /// Sends a numbered message every period while `sending`, checks every echo is the next number.
-async fn ws_client(mut ws: Ws, log: Arc<Mutex<WsLog>>, mut sending: watch::Receiver<bool>, first: Instant) {
+async fn ws_client(
+    mut ws: Ws,
+    log: Arc<Mutex<WsLog>>,
+    mut sending: watch::Receiver<bool>,
+    first: Instant,
+) {
     let mut tick = tokio::time::interval_at(first, MESSAGE_PERIOD);
     loop {
         tokio::select! {
@@ -237,14 +259,30 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
     let mut logs = Vec::new();
     let mut ws_tasks = Vec::new();
     for (i, (ws, node)) in opened.into_iter().enumerate() {
-        let log = Arc::new(Mutex::new(WsLog { node, hellos: 1, ..WsLog::default() }));
+        let log = Arc::new(Mutex::new(WsLog {
+            node,
+            hellos: 1,
+            ..WsLog::default()
+        }));
         let first = t0 + MESSAGE_PERIOD.mul_f64(i as f64 / SOCKETS as f64);
-        ws_tasks.push(tokio::spawn(ws_client(ws, log.clone(), sending_rx.clone(), first)));
+        ws_tasks.push(tokio::spawn(ws_client(
+            ws,
+            log.clone(),
+            sending_rx.clone(),
+            first,
+        )));
         logs.push(log);
     }
-    let on = |node: &str| logs.iter().filter(|l| l.lock().expect("lock").node == node).count();
+    let on = |node: &str| {
+        logs.iter()
+            .filter(|l| l.lock().expect("lock").node == node)
+            .count()
+    };
     let spread: Vec<usize> = NODES.iter().map(|n| on(n)).collect();
-    assert!(spread.iter().all(|n| *n > 150), "sockets spread over the nodes: {spread:?}");
+    assert!(
+        spread.iter().all(|n| *n > 150),
+        "sockets spread over the nodes: {spread:?}"
+    );
     wait_until(Duration::from_secs(30), "every HTTP id served once", || {
         let stats = stats.clone();
         async move { stats.last_node.lock().expect("lock").len() == IDS }
@@ -253,13 +291,21 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
 
     // 1. Rolling restart: drain on replica k % 3, kill, restart, undrain on the next replica.
     for (k, node) in NODES.iter().enumerate() {
-        let status = post(&gws[k % 3], &format!("/admin/nodes/{node}/drain?period={DRAIN}")).await;
+        let status = post(
+            &gws[k % 3],
+            &format!("/admin/nodes/{node}/drain?period={DRAIN}"),
+        )
+        .await;
         assert_eq!(status, 202, "drain {node}");
         wait_all(&gws, node, "draining", Duration::from_secs(5)).await;
-        wait_until(Duration::from_secs(20), &format!("every socket off {node}"), || {
-            let left = on(node);
-            async move { left == 0 }
-        })
+        wait_until(
+            Duration::from_secs(20),
+            &format!("every socket off {node}"),
+            || {
+                let left = on(node);
+                async move { left == 0 }
+            },
+        )
         .await;
         // In-flight HTTP on the node finished long ago (drain: no new requests since the call).
         mocks[k].restart().await;
@@ -274,29 +320,44 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
     redis.restart().await;
     let mut rc = redis.client().await;
     let served_before = stats.ok.load(Ordering::Relaxed);
-    wait_until(Duration::from_secs(30), "every HTTP id bound in Redis again", || {
-        let mut rc = rc.clone();
-        async move {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg("hopgw:conn:http-*")
-                .query_async(&mut rc)
-                .await
-                .unwrap_or_default();
-            keys.len() == IDS
-        }
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "every HTTP id bound in Redis again",
+        || {
+            let mut rc = rc.clone();
+            async move {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg("hopgw:conn:http-*")
+                    .query_async(&mut rc)
+                    .await
+                    .unwrap_or_default();
+                keys.len() == IDS
+            }
+        },
+    )
     .await;
-    assert!(stats.ok.load(Ordering::Relaxed) > served_before, "traffic flowed meanwhile");
+    assert!(
+        stats.ok.load(Ordering::Relaxed) > served_before,
+        "traffic flowed meanwhile"
+    );
 
     // 3. Replica 2 restarts gracefully (SIGTERM, then start on the same ports).
     gws[2].signal("TERM");
-    assert_eq!(gws[2].wait_exit(Duration::from_secs(30)).await, Some(0), "clean exit");
+    assert_eq!(
+        gws[2].wait_exit(Duration::from_secs(30)).await,
+        Some(0),
+        "clean exit"
+    );
     gws[2].restart().await;
     let restarted = stats.ok.load(Ordering::Relaxed);
-    wait_until(Duration::from_secs(10), "traffic after the replica restart", || {
-        let stats = stats.clone();
-        async move { stats.ok.load(Ordering::Relaxed) > restarted + 2 * IDS as u64 }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "traffic after the replica restart",
+        || {
+            let stats = stats.clone();
+            async move { stats.ok.load(Ordering::Relaxed) > restarted + 2 * IDS as u64 }
+        },
+    )
     .await;
 
     // Quiesce: stop HTTP, stop sending, wait for every echo.
@@ -319,18 +380,31 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
 
     // Assertions.
     let failed = stats.failed.load(Ordering::Relaxed);
-    assert_eq!(failed, 0, "failed HTTP requests; first: {:?}", stats.first_failure.lock().expect("lock"));
+    assert_eq!(
+        failed,
+        0,
+        "failed HTTP requests; first: {:?}",
+        stats.first_failure.lock().expect("lock")
+    );
     let mut errors = Vec::new();
     let (mut sent, mut hops) = (0, 0);
     for (i, l) in logs.iter().enumerate() {
         let l = l.lock().expect("lock");
         if !l.errors.is_empty() || l.echoed != l.sent {
-            errors.push(format!("ws-{i}: sent {} echoed {} errors {:?}", l.sent, l.echoed, l.errors));
+            errors.push(format!(
+                "ws-{i}: sent {} echoed {} errors {:?}",
+                l.sent, l.echoed, l.errors
+            ));
         }
         sent += l.sent;
         hops += l.hellos - 1;
     }
-    assert!(errors.is_empty(), "{} sockets failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    assert!(
+        errors.is_empty(),
+        "{} sockets failed: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
     let last = stats.last_node.lock().expect("lock").clone();
     let mut disagree = Vec::new();
     for i in 0..IDS {
@@ -342,15 +416,28 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
             .expect("GET");
         let mut views = vec![in_redis.clone()];
         for gw in &gws {
-            let r = get(&gw.admin(&format!("/admin/conns/{id}")), &[]).await.expect("admin");
-            views.push((r.status == 200).then(|| r.json()["node"].as_str().unwrap_or_default().to_string()));
+            let r = get(&gw.admin(&format!("/admin/conns/{id}")), &[])
+                .await
+                .expect("admin");
+            views.push(
+                (r.status == 200)
+                    .then(|| r.json()["node"].as_str().unwrap_or_default().to_string()),
+            );
         }
-        if in_redis.is_none() || views.iter().any(|v| *v != in_redis) || last.get(&id) != in_redis.as_ref() {
+        if in_redis.is_none()
+            || views.iter().any(|v| *v != in_redis)
+            || last.get(&id) != in_redis.as_ref()
+        {
             let served = last.get(&id).cloned();
             disagree.push((id, views, served));
         }
     }
-    assert!(disagree.is_empty(), "{} ids disagree: {:?}", disagree.len(), &disagree[..disagree.len().min(5)]);
+    assert!(
+        disagree.is_empty(),
+        "{} ids disagree: {:?}",
+        disagree.len(),
+        &disagree[..disagree.len().min(5)]
+    );
     sending.send_replace(false);
     drop(sending);
     for t in ws_tasks {
@@ -363,5 +450,9 @@ async fn fleet_survives_rolling_restarts_redis_restart_and_replica_restart() {
         stats.failovers.load(Ordering::Relaxed),
         started.elapsed()
     );
-    assert!(started.elapsed() < Duration::from_secs(120), "runtime {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "runtime {:?}",
+        started.elapsed()
+    );
 }

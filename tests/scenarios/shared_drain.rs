@@ -98,13 +98,21 @@ async fn drain_on_one_replica_applies_on_every_replica() {
     assert_eq!(hello["hopped_from"], "node-1", "{hello}");
     assert_eq!(hello["conn_id"], id.as_str(), "{hello}");
     ws.send(Message::text("after-hop")).await.expect("send");
-    let echo = timeout(Duration::from_secs(5), ws.next()).await.expect("echo in time");
+    let echo = timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("echo in time");
     assert!(matches!(echo, Some(Ok(Message::Text(_)))), "{echo:?}");
     // Undrain on B: A follows.
     let (status, body) = post(&b, "/admin/nodes/node-1/undrain").await;
-    assert_eq!((status, &body["shared"]), (200, &Value::Bool(true)), "{body}");
-    a.wait_node_state("node-1", "healthy", Duration::from_secs(5)).await;
-    b.wait_node_state("node-1", "healthy", Duration::from_secs(5)).await;
+    assert_eq!(
+        (status, &body["shared"]),
+        (200, &Value::Bool(true)),
+        "{body}"
+    );
+    a.wait_node_state("node-1", "healthy", Duration::from_secs(5))
+        .await;
+    b.wait_node_state("node-1", "healthy", Duration::from_secs(5))
+        .await;
     let mut c = redis.client().await;
     let key: Option<String> = redis::cmd("GET")
         .arg("hopgw:drain:node-1")
@@ -134,7 +142,10 @@ async fn replica_started_mid_drain_drains_too() {
         .await
         .expect("GET + PTTL");
     let v: Value = serde_json::from_str(&value).expect("JSON value");
-    assert_eq!(v, serde_json::json!({"deadline_ms": deadline, "period_ms": 60_000}));
+    assert_eq!(
+        v,
+        serde_json::json!({"deadline_ms": deadline, "period_ms": 60_000})
+    );
     // Default affinity.ttl is 1 h: 60 s + 1 h, minus the time since the call.
     let want = 60_000 + 3_600_000;
     assert!(pttl <= want && pttl > want - 10_000, "pttl {pttl}");

@@ -44,7 +44,10 @@ async fn replicas_with_reordered_nodes_agree_on_every_new_id() {
     let b = Gateway::start(&config(&[entry(3), entry(1), entry(0), entry(2)])).await;
     // Requests without an id on one replica must not shift where the next new id lands.
     for _ in 0..3 {
-        assert_eq!(get(&b.url("/data"), &[]).await.expect("request").status, 200);
+        assert_eq!(
+            get(&b.url("/data"), &[]).await.expect("request").status,
+            200
+        );
     }
     let mut differ = Vec::new();
     let mut per_node: HashMap<String, usize> = HashMap::new();
@@ -56,7 +59,11 @@ async fn replicas_with_reordered_nodes_agree_on_every_new_id() {
         }
         *per_node.entry(on_a).or_default() += 1;
     }
-    assert!(differ.is_empty(), "{} of {IDS} ids differ: {differ:?}", differ.len());
+    assert!(
+        differ.is_empty(),
+        "{} of {IDS} ids differ: {differ:?}",
+        differ.len()
+    );
     assert_eq!(per_node.len(), 4, "every node gets ids: {per_node:?}");
     for (node, n) in &per_node {
         assert!(*n >= 20, "{node} got only {n} of {IDS} ids: {per_node:?}");
@@ -65,14 +72,23 @@ async fn replicas_with_reordered_nodes_agree_on_every_new_id() {
     for i in 0..20 {
         let id = format!("stable-{i}");
         let before = node_for(&a, &id).await;
-        let del = request("DELETE", &a.admin(&format!("/admin/conns/{id}")), &[], Vec::new())
-            .await
-            .expect("delete");
+        let del = request(
+            "DELETE",
+            &a.admin(&format!("/admin/conns/{id}")),
+            &[],
+            Vec::new(),
+        )
+        .await
+        .expect("delete");
         assert_eq!(del.status, 204);
-        assert_eq!(node_for(&a, &id).await, before, "{id} rebinds to the same node");
+        assert_eq!(
+            node_for(&a, &id).await,
+            before,
+            "{id} rebinds to the same node"
+        );
     }
-    // The README walk-through's id lands on node-2 of node-1 and node-2, on any replica.
-    let pair = config(&[entry(0), entry(1)]);
-    let c = Gateway::start(&pair).await;
+    // The README walk-through's ids: demo-2 lands on node-1 and demo-1 on node-2 of those two.
+    let c = Gateway::start(&config(&[entry(1), entry(0)])).await;
+    assert_eq!(node_for(&c, "demo-2").await, "node-1");
     assert_eq!(node_for(&c, "demo-1").await, "node-2");
 }

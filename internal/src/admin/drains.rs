@@ -152,12 +152,12 @@ impl Drains {
                         deadline_ms,
                         period_ms,
                     };
-                    self.apply_drain(&n, rec, unix_ms(), true);
+                    self.apply_drain(n, rec, unix_ms(), true);
                 }
             }
             EventMessage::Undrain { node } => {
                 if let Some(n) = table.node(&node) {
-                    self.apply_undrain(&n);
+                    self.apply_undrain(n);
                 }
             }
         }

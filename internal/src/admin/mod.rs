@@ -279,7 +279,7 @@ impl Admin {
             return error(StatusCode::NOT_FOUND, &format!("unknown node {id}"));
         };
         if action == "undrain" {
-            let shared = self.drains.undrain(&node).await;
+            let shared = self.drains.undrain(node).await;
             return json_resp(
                 StatusCode::OK,
                 &json!({"node": id, "state": node.state().as_str(), "shared": shared}),
@@ -297,7 +297,7 @@ impl Admin {
             },
             None => DEFAULT_DRAIN_PERIOD,
         };
-        let (rec, shared) = self.drains.drain(&node, period).await;
+        let (rec, shared) = self.drains.drain(node, period).await;
         json_resp(
             StatusCode::ACCEPTED,
             &json!({"node": id, "state": "draining", "period_ms": rec.period_ms,

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Redis cost per affinity operation (issue 18, docs/scaling.md): one gateway, two mock nodes, one
+# redis-server on free ports. Counts Redis commands (INFO commandstats) per new binding, per hop
+# and per TTL refresh, bytes per binding (MEMORY USAGE), and the binding and hop rates one gateway
+# sustains (bench/store_load.py: keep-alive HTTP/1.1 connections, one new id per request, p99).
+# Prints one markdown table row per figure. Usage: bench/store-costs.sh [N ids, default 2000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-2000}
+P=${P:-32}
+BIN=target/release
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+RP=$(port); M1=$(port); M2=$(port); GP=$(port); AP=$(port)
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
+trap cleanup EXIT
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$RP" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+$BIN/mock-backend "$M1" node-1 >/dev/null 2>&1 & pids+=($!)
+$BIN/mock-backend "$M2" node-2 >/dev/null 2>&1 & pids+=($!)
+cat >"$dir/g.toml" <<EOF
+[affinity]
+store = "redis"
+redis_url = "redis://127.0.0.1:$RP/0"
+ttl = "8s"
+[[clusters]]
+name = "c"
+  [[clusters.nodes]]
+  id = "node-1"
+  addr = "127.0.0.1:$M1"
+  [[clusters.nodes]]
+  id = "node-2"
+  addr = "127.0.0.1:$M2"
+[[routes]]
+id = "r"
+match = { path_prefix = "/" }
+cluster = "c"
+EOF
+RUST_LOG=warn $BIN/hopping-gateway --config "$dir/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >/tmp/store-costs-gw.log 2>&1 & pids+=($!)
+for _ in $(seq 100); do curl -sf "127.0.0.1:$AP/readyz" >/dev/null && break; sleep 0.1; done
+rc() { redis-cli -p "$RP" "$@"; }
+calls() { rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {n+=$3} END {print n}'; }
+phase() { # $1 = label, $2 = id prefix: N requests over P connections; prints rate and p99
+  read -r rate p99 bad < <(python3 bench/store_load.py "$GP" "$N" "$2" "$P")
+  echo "| $1 | $rate/s | p99 $p99 ms, $bad non-200, $N requests over $P connections |"
+}
+stat() { rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v c="cmdstat_$1" '$1 == c {print $3}'; }
+echo "| figure | value | note |"
+echo "|---|---|---|"
+rc CONFIG RESETSTAT >/dev/null
+per() { python3 -c "print(round(($1)/$2, 2))"; }
+c0=$(calls); e0=$(stat eval)
+phase "new bindings/s" id-
+c1=$(calls); e1=$(stat eval)
+echo "| redis round trips per new binding | $(per "$e1-${e0:-0}" "$N") | EVAL calls (GET-miss script, then bind script) |"
+echo "| redis commands per new binding | $(per "$c1-$c0" "$N") | EVALs plus the GET/SET/PEXPIRE they run |"
+echo "| bytes per binding in redis | $(rc MEMORY USAGE "hopgw:conn:id-$((N-1))") | MEMORY USAGE of one key (jemalloc, 64-bit) |"
+phase "cached uses/s" id-
+c1b=$(calls)
+echo "| redis commands per cached use | $(per "$c1b-$c1" "$N") | served from the local cache |"
+sleep 4.5 # past half the 8 s TTL: the next use of a cached binding queues one refresh
+c2=$(calls); e2=$(stat eval)
+phase "cached uses with TTL refresh/s" id-
+sleep 0.5
+c3=$(calls); e3=$(stat eval)
+echo "| redis round trips per TTL refresh | $(per "$e3-$e2" "$N") | bind script (slides PX) |"
+echo "| redis commands per TTL refresh | $(per "$c3-$c2" "$N") | |"
+curl -s -X POST "127.0.0.1:$AP/admin/nodes/node-1/drain?period=1s" >/dev/null
+c4=$(calls); e4=$(stat eval); p4=$(stat publish)
+phase "requests/s while node-1 drains (half hop)" id-
+c5=$(calls); e5=$(stat eval); p5=$(stat publish)
+hops=$(curl -s "127.0.0.1:$AP/metrics" | awk '/^hopping_count_total\{reason="draining"\}/ {print $2}')
+h=${hops:-0}; h=${h%.*}
+echo "| hops made | $h | of $N ids |"
+echo "| redis round trips per hop | $(per "$e5-$e4+${p5:-0}-${p4:-0}" "$h") | CAS script + PUBLISH on <prefix>hops |"
+echo "| redis commands per hop | $(per "$c5-$c4" "$h") | |"
+echo "| PUBLISH per hop | $(per "${p5:-0}-${p4:-0}" "$h") | each delivered to every subscribed replica |"
+rss=$(awk '/VmRSS/ {print $2}' "/proc/${pids[3]}/status")
+echo "| gateway RSS with $((N)) cached bindings | ${rss} KiB | |"
