@@ -232,7 +232,10 @@ async fn admin_events_drop_a_reader_that_stops_reading() {
     let mut dropped_after = None;
     let mut sent = 0;
     let t0 = Instant::now();
-    while sent < EVENTS {
+    // At least EVENTS, and on until the drop is seen (how much the socket buffers absorb first
+    // depends on the kernel's autotuning), bounded by MAX_EVENTS and the time check below.
+    const MAX_EVENTS: usize = 300_000;
+    while sent < EVENTS || (dropped_after.is_none() && sent < MAX_EVENTS) {
         let batch: Vec<_> = (0..8)
             .map(|_| request("POST", &drain, &[], Vec::new()))
             .collect();
@@ -271,13 +274,11 @@ async fn admin_events_drop_a_reader_that_stops_reading() {
     }
     let got = slow.buf.len();
     assert!(find(&slow.buf, b": dropped").is_some() || got > 0);
+    // Nothing published after the drop reaches it: at most what was sent until then (about
+    // 90 bytes an event; the drop is checked every 400 events).
     assert!(
-        got < 2 * 1024 * 1024,
-        "a dropped reader gets a bounded amount: {got} bytes for {sent} events"
-    );
-    assert!(
-        sent * 80 > 2 * got,
-        "far less than everything: {got} bytes of {sent} events"
+        got <= (dropped_after + 1_000) * 100,
+        "a dropped reader gets a bounded amount: {got} bytes, dropped after {dropped_after} of {sent} events"
     );
     gw.logs
         .wait_for(&["event subscriber", "dropped"], Duration::from_secs(5))
