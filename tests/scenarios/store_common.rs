@@ -87,6 +87,13 @@ pub(crate) async fn numsub(c: &mut redis::aio::MultiplexedConnection, channel: &
 }
 
 /// `GET key` on `c` (any connection type).
-pub(crate) async fn redis_get(c: &mut impl redis::aio::ConnectionLike, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(c).await.expect("GET")
+pub(crate) async fn redis_get(
+    c: &mut impl redis::aio::ConnectionLike,
+    key: &str,
+) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("GET")
 }
