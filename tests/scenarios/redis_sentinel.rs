@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use integration_tests::redis_cluster::role;
 use integration_tests::{wait_until, Gateway, RedisSentinel};

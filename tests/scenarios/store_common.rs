@@ -1,7 +1,9 @@
 //! Helpers shared by the Redis store scenarios (`redis_outage`, `redis_sentinel`, `redis_cluster`):
 //! three mock nodes behind one route, gateways on a given Redis URL, and small probes.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
 
