@@ -20,6 +20,7 @@ mod health;
 mod operator;
 mod redis;
 mod redis_cluster;
+mod redis_outage;
 mod redis_sentinel;
 mod reload;
 mod shared_drain;

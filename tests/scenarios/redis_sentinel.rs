@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use integration_tests::redis_cluster::role;
 use integration_tests::{wait_until, Gateway, RedisSentinel};
@@ -26,10 +28,14 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
     let old = sentinel.master_port().await;
     assert_eq!(old, sentinel.data_ports[0]);
     let old_c = sentinel.client(old).await;
-    wait_until(Duration::from_secs(10), "both gateways subscribed on the master", || {
-        let mut c = old_c.clone();
-        async move { numsub(&mut c, "hopgw:hops").await == 2 }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "both gateways subscribed on the master",
+        || {
+            let mut c = old_c.clone();
+            async move { numsub(&mut c, "hopgw:hops").await == 2 }
+        },
+    )
     .await;
 
     // Load: a new id every few ms, alternating gateways; every answer recorded.
@@ -37,7 +43,8 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
     let served: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     let failed: Arc<Mutex<Vec<String>>> = Arc::default();
     let load = {
-        let (gws, stop, served, failed) = (gws.clone(), stop.clone(), served.clone(), failed.clone());
+        let (gws, stop, served, failed) =
+            (gws.clone(), stop.clone(), served.clone(), failed.clone());
         tokio::spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -54,9 +61,11 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         })
     };
     let served_ref = &served;
-    wait_until(Duration::from_secs(10), "load before the failover", || async move {
-        served_ref.lock().expect("lock").len() >= 100
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "load before the failover",
+        || async move { served_ref.lock().expect("lock").len() >= 100 },
+    )
     .await;
 
     let new = sentinel.failover().await;
@@ -71,7 +80,9 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         for (g, gw) in gws.iter().enumerate() {
             let id = format!("probe-{g}-{probe}");
             let node = node_for(gw, &id).await;
-            both &= redis_get(&mut new_c, &format!("hopgw:conn:{id}")).await.as_deref()
+            both &= redis_get(&mut new_c, &format!("hopgw:conn:{id}"))
+                .await
+                .as_deref()
                 == Some(node.as_str());
         }
         if both {
@@ -85,23 +96,33 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let resumed = switched.elapsed();
-    wait_until(Duration::from_secs(2), "both gateways re-subscribed on the new master", || {
-        let mut c = new_c.clone();
-        async move { numsub(&mut c, "hopgw:hops").await == 2 }
-    })
+    wait_until(
+        Duration::from_secs(2),
+        "both gateways re-subscribed on the new master",
+        || {
+            let mut c = new_c.clone();
+            async move { numsub(&mut c, "hopgw:hops").await == 2 }
+        },
+    )
     .await;
 
     // Keep the load on until Sentinel has demoted the old master (it resyncs from the new one,
     // dropping whatever was written to it after the promotion).
-    wait_until(Duration::from_secs(30), "the old master demoted to replica", || async move {
-        role(old).await.as_deref() == Some("slave")
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "the old master demoted to replica",
+        || async move { role(old).await.as_deref() == Some("slave") },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     load.await.expect("load task");
 
-    assert!(failed.lock().expect("lock").is_empty(), "failed requests: {:?}", failed.lock().expect("lock"));
+    assert!(
+        failed.lock().expect("lock").is_empty(),
+        "failed requests: {:?}",
+        failed.lock().expect("lock")
+    );
     let served = served.lock().expect("lock").clone();
     let served_ref = &served;
     let missing = Arc::new(Mutex::new(Vec::new()));
@@ -111,7 +132,11 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         loop {
             let mut m = Vec::new();
             for (id, node) in served_ref {
-                if redis_get(new_ref, &format!("hopgw:conn:{id}")).await.as_deref() != Some(node) {
+                if redis_get(new_ref, &format!("hopgw:conn:{id}"))
+                    .await
+                    .as_deref()
+                    != Some(node)
+                {
                     m.push(id.clone());
                 }
             }

@@ -1,7 +1,9 @@
 //! Helpers shared by the Redis store scenarios (`redis_outage`, `redis_sentinel`, `redis_cluster`):
 //! three mock nodes behind one route, gateways on a given Redis URL, and small probes.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
 
@@ -87,6 +89,13 @@ pub(crate) async fn numsub(c: &mut redis::aio::MultiplexedConnection, channel: &
 }
 
 /// `GET key` on `c` (any connection type).
-pub(crate) async fn redis_get(c: &mut impl redis::aio::ConnectionLike, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(c).await.expect("GET")
+pub(crate) async fn redis_get(
+    c: &mut impl redis::aio::ConnectionLike,
+    key: &str,
+) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("GET")
 }

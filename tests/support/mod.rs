@@ -588,7 +588,11 @@ impl Redis {
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().and_then(Child::id).expect("redis-server running");
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(Child::id)
+            .expect("redis-server running");
         let ok = std::process::Command::new("kill")
             .args([sig, &pid.to_string()])
             .status()

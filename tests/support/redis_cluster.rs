@@ -157,6 +157,9 @@ impl RedisCluster {
             &self.config_file(port).to_string_lossy(),
             "--cluster-node-timeout",
             "1000",
+            // A replica of a quiet master may fail over however long ago it last heard from it.
+            "--cluster-replica-validity-factor",
+            "0",
             "--dir",
             &self.dir.path().to_string_lossy(),
             "--save",
@@ -219,9 +222,20 @@ impl RedisCluster {
         out
     }
 
-    /// Port of the master serving `slot`, per `CLUSTER SHARDS`-free `CLUSTER NODES` of a live node.
+    /// Port of the master serving `slot`, as `CLUSTER NODES` of a live node says; panics if no
+    /// master that is not failing serves it (see [`RedisCluster::slot_master`]).
     pub async fn master_of_slot(&self, slot: u16) -> u16 {
-        for line in self.cluster_nodes().await.lines() {
+        match self.slot_master(slot).await {
+            Ok(p) => p,
+            Err(nodes) => panic!("no master serves slot {slot}:\n{nodes}"),
+        }
+    }
+
+    /// Port of the master serving `slot`, or the `CLUSTER NODES` text when no master that is not
+    /// failing (flags `fail` or `fail?`) serves it, e.g. while a failover is under way.
+    pub async fn slot_master(&self, slot: u16) -> Result<u16, String> {
+        let nodes = self.cluster_nodes().await;
+        for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
                 continue;
@@ -231,10 +245,10 @@ impl RedisCluster {
                 matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
             });
             if covers {
-                return port_of(f[1]);
+                return Ok(port_of(f[1]));
             }
         }
-        panic!("no master serves slot {slot}");
+        Err(nodes)
     }
 
     /// The node id of the node on `port`.
@@ -329,8 +343,29 @@ impl RedisCluster {
         self.spawn(i).await;
     }
 
-    /// `CLUSTER FAILOVER` on the replica on `replica`: a manual failover without data loss.
+    /// `CLUSTER FAILOVER` on the replica on `replica` (a manual failover without data loss), once
+    /// it is a replica with its link to the master up (`INFO replication`).
     pub async fn failover(&self, replica: u16) {
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{replica} to be a synced replica"),
+            || async move {
+                let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{replica}/"))
+                else {
+                    return false;
+                };
+                let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or_default();
+                info.contains("role:slave") && info.contains("master_link_status:up")
+            },
+        )
+        .await;
         let mut c = node_client(replica).await;
         let _: () = redis::cmd("CLUSTER")
             .arg("FAILOVER")
@@ -437,7 +472,10 @@ mod tests {
     fn key_slot_matches_redis() {
         // Values from `CLUSTER KEYSLOT`.
         assert_eq!(super::key_slot("foo"), 12182);
-        assert_eq!(super::key_slot("{user1000}.following"), super::key_slot("user1000"));
-        assert_eq!(super::key_slot("123456789"), 0x31C3 % 16384);
+        assert_eq!(
+            super::key_slot("{user1000}.following"),
+            super::key_slot("user1000")
+        );
+        assert_eq!(super::key_slot("123456789"), 0x31C3);
     }
 }

@@ -64,15 +64,19 @@ impl RedisSentinel {
             .await;
         }
         let master = data_ports[0];
-        wait_until(Duration::from_secs(10), "the replica to sync", || async move {
-            let mut c = node_client(master).await;
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut c)
-                .await
-                .unwrap_or_default();
-            info.contains("connected_slaves:1") && info.contains("state=online")
-        })
+        wait_until(
+            Duration::from_secs(10),
+            "the replica to sync",
+            || async move {
+                let mut c = node_client(master).await;
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or_default();
+                info.contains("connected_slaves:1") && info.contains("state=online")
+            },
+        )
         .await;
         let sentinel_ports = [free_port(), free_port(), free_port()];
         for port in sentinel_ports {

@@ -158,7 +158,10 @@ impl RedisStore {
         {
             Ok(Ok((c, master))) => {
                 shared.conn.store(Some(Arc::new(c)));
-                *shared.master.lock().expect("master mutex is never poisoned") = master;
+                *shared
+                    .master
+                    .lock()
+                    .expect("master mutex is never poisoned") = master;
                 shared.down.store(false, Ordering::Release);
                 tracing::info!(url = %redact(&settings.url), "redis affinity store connected");
             }

@@ -94,6 +94,9 @@ impl ErrorLog {
     }
 }
 
+/// Acknowledged writes with the time Redis took them, oldest first.
+pub(super) type Journal = VecDeque<(Instant, Box<str>, Pending)>;
+
 /// State shared by the store handle and its tasks.
 pub(super) struct Shared {
     pub(super) target: RedisTarget,
@@ -121,7 +124,7 @@ pub(super) struct Shared {
     pub(super) resubscribe: Notify,
     /// Writes of the last [`JOURNAL_AGE`] (single server and Sentinel only): replayed on the new
     /// master after a failover, since the old master may have taken them after the promotion.
-    pub(super) journal: Option<Mutex<VecDeque<(Instant, Box<str>, Pending)>>>,
+    pub(super) journal: Option<Mutex<Journal>>,
 }
 
 /// Reuses `mine` when Redis answered with the same node, to keep one allocation per node id.

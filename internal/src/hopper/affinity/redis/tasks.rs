@@ -96,7 +96,12 @@ pub(super) async fn subscribe(s: Arc<Shared>, cancel: CancellationToken) {
 
 /// One subscribed connection, or `None` (counted and logged) when no candidate accepts.
 async fn open_subscription(s: &Shared) -> Option<::redis::aio::PubSub> {
-    let clients = match tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients(s.connect_timeout)).await {
+    let clients = match tokio::time::timeout(
+        s.connect_timeout,
+        s.target.pubsub_clients(s.connect_timeout),
+    )
+    .await
+    {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             s.fail("subscribe", &e);
