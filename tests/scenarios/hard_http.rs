@@ -350,7 +350,7 @@ async fn metrics_pass_promtool_and_types_match_bodies() {
 /// ejected (no failed attempt in the request) and connect_error (a failed attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_counted_hop_records_one_latency_observation() {
-    let mut mocks = vec![
+    let mut mocks = [
         Mock::start("node-a").await,
         Mock::start("node-b").await,
         Mock::start("node-c").await,

@@ -2,7 +2,9 @@
 //! leave long-lived connections alone (CASE-29), the passive-ejection cap (CASE-32) and a
 //! recovered node's own slow-start ramp across reloads (CASE-33).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};

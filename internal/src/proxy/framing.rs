@@ -289,11 +289,7 @@ impl Scanner {
                     State::Passive
                 }
             }
-            State::Trailers => {
-                if line.is_empty() {
-                    self.state = State::Head;
-                }
-            }
+            State::Trailers if line.is_empty() => self.state = State::Head,
             _ => {}
         }
     }
