@@ -15,3 +15,4 @@ mod redis;
 mod reload;
 mod websocket;
 mod ws_fleet;
+mod ws_limits;

@@ -118,7 +118,8 @@ impl H2Pool {
                 None => {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let fut: DialFuture = Box::pin(
-                        dial(node.addr.clone(), connect_timeout, id, self.max_header_list).map(|r| r.map_err(Arc::new)),
+                        dial(node.addr.clone(), connect_timeout, id, self.max_header_list)
+                            .map(|r| r.map_err(Arc::new)),
                     );
                     let d = fut.shared();
                     slot.dial = Some(d.clone());
