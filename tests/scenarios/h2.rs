@@ -748,7 +748,7 @@ async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_status
                 "access",
                 "path=/hopping.test.v1.Echo/Who",
                 "status=504",
-                "grpc_status=14",
+                "grpc_status=4",
             ],
             Duration::from_secs(2),
         )
