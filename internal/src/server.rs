@@ -171,11 +171,10 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         routing: routing.clone(),
         hopper: hopper.clone(),
         ids,
-        upstream: Arc::new(Upstream::new(
-            cfg.limits.connect_timeout,
-            cfg.limits.upstream_idle_timeout,
-        )
-        .with_h2_max_header_list(cfg.limits.h2.max_header_list)),
+        upstream: Arc::new(
+            Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)
+                .with_h2_max_header_list(cfg.limits.h2.max_header_list),
+        ),
         metrics: metrics.clone(),
         settings: ProxySettings {
             affinity_header: cfg.affinity.header.clone(),

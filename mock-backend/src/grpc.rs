@@ -269,7 +269,9 @@ async fn ticks(
 
 /// Drops the connection of a `Ticks` call that asked for `x-mock-grpc-break-after: n`.
 fn break_connection(n: u64, tracker: &ConnTracker) {
-    eprintln!("mock-backend: breaking the gRPC connection after {n} ticks (x-mock-grpc-break-after)");
+    eprintln!(
+        "mock-backend: breaking the gRPC connection after {n} ticks (x-mock-grpc-break-after)"
+    );
     tracker.kill.notify_one();
 }
 

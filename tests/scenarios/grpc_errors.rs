@@ -36,8 +36,16 @@ fn who_body() -> Bytes {
 /// = `code` in the head, a percent-encoded `grpc-message`, no DATA, no trailers frame.
 fn assert_trailers_only(r: &H2Resp, code: u32) {
     assert_eq!(r.status, 200, "{:?}", r.headers);
-    assert_eq!(r.header("content-type").as_deref(), Some("application/grpc"));
-    assert_eq!(r.header("grpc-status"), Some(code.to_string()), "{:?}", r.headers);
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/grpc")
+    );
+    assert_eq!(
+        r.header("grpc-status"),
+        Some(code.to_string()),
+        "{:?}",
+        r.headers
+    );
     let msg = r.header("grpc-message").expect("grpc-message");
     assert!(
         // PROTOCOL-HTTP2: unencoded bytes are %x20-%x24 / %x26-%x7E, anything else %XX.
@@ -101,17 +109,39 @@ async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
     let gw = Gateway::start(&toml).await;
     for _ in 0..3 {
         let started = Instant::now();
-        let r = call(&gw, WHO_PATH, &[("grpc-timeout", "200m"), ("x-mock-grpc-delay-ms", "2000")], who_body()).await;
+        let r = call(
+            &gw,
+            WHO_PATH,
+            &[("grpc-timeout", "200m"), ("x-mock-grpc-delay-ms", "2000")],
+            who_body(),
+        )
+        .await;
         let took = started.elapsed();
         assert_trailers_only(&r, 4);
-        assert!(took >= Duration::from_millis(190) && took < Duration::from_millis(900), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_millis(900),
+            "{took:?}"
+        );
     }
-    assert_eq!(gw.node("node-a").await["state"], "healthy", "client deadlines are not node faults");
+    assert_eq!(
+        gw.node("node-a").await["state"],
+        "healthy",
+        "client deadlines are not node faults"
+    );
     let started = Instant::now();
-    let r = call(&gw, WHO_PATH, &[("x-mock-grpc-delay-ms", "5000")], who_body()).await;
+    let r = call(
+        &gw,
+        WHO_PATH,
+        &[("x-mock-grpc-delay-ms", "5000")],
+        who_body(),
+    )
+    .await;
     assert_trailers_only(&r, 4);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(950) && took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
 }
 
 /// CASE-31 c and d: the node receives the remaining budget as `grpc-timeout`, capped by the
@@ -121,26 +151,50 @@ async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
 #[tokio::test]
 async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "grpc_max_timeout = \"3s\"")).await;
+    let gw = Gateway::start(&config(
+        &[("node-a", grpc_addr(&a))],
+        "grpc_max_timeout = \"3s\"",
+    ))
+    .await;
     let ms = |r: &H2Resp| -> u64 {
-        let t = r.header("x-mock-grpc-timeout").expect("node saw grpc-timeout");
-        t.strip_suffix('m').expect("milliseconds").parse().expect("number")
+        let t = r
+            .header("x-mock-grpc-timeout")
+            .expect("node saw grpc-timeout");
+        t.strip_suffix('m')
+            .expect("milliseconds")
+            .parse()
+            .expect("number")
     };
     let r = call(&gw, WHO_PATH, &[("grpc-timeout", "100S")], who_body()).await;
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
     let got = ms(&r);
-    assert!((2000..=3000).contains(&got), "node received {got}m, want at most the 3 s cap");
+    assert!(
+        (2000..=3000).contains(&got),
+        "node received {got}m, want at most the 3 s cap"
+    );
     let r = call(&gw, WHO_PATH, &[("grpc-timeout", "1500m")], who_body()).await;
     let got = ms(&r);
-    assert!((1000..=1500).contains(&got), "node received {got}m of 1500m");
+    assert!(
+        (1000..=1500).contains(&got),
+        "node received {got}m of 1500m"
+    );
     // No client deadline: the cap alone.
     let r = call(&gw, WHO_PATH, &[], who_body()).await;
     assert!((2000..=3000).contains(&ms(&r)));
     let started = Instant::now();
-    let r = call(&gw, WHO_PATH, &[("grpc-timeout", "100S"), ("x-mock-grpc-delay-ms", "6000")], who_body()).await;
+    let r = call(
+        &gw,
+        WHO_PATH,
+        &[("grpc-timeout", "100S"), ("x-mock-grpc-delay-ms", "6000")],
+        who_body(),
+    )
+    .await;
     assert_trailers_only(&r, 4);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(2900) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
 
     let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "")).await;
     for bad in ["1x", "123456789m"] {
@@ -160,17 +214,31 @@ async fn refused_stream_is_retried_on_another_node() {
     let nodes = [("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))];
     let gw = Gateway::start(&config(&nodes, "")).await;
     for i in 0..4 {
-        let r = call(&gw, WHO_PATH, &[("x-mock-grpc-refuse", "node-a")], who_body()).await;
+        let r = call(
+            &gw,
+            WHO_PATH,
+            &[("x-mock-grpc-refuse", "node-a")],
+            who_body(),
+        )
+        .await;
         assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "call {i}");
         let who: Vec<proto::WhoReply> = grpc_messages(&r.body);
         assert_eq!(who[0].node, "node-b", "call {i}");
     }
-    assert_eq!(a.requests().await, 2, "round robin sent half of the first attempts to node-a");
+    assert_eq!(
+        a.requests().await,
+        2,
+        "round robin sent half of the first attempts to node-a"
+    );
     a.reset_stats().await;
     b.reset_stats().await;
     let r = call(&gw, WHO_PATH, &[("x-mock-grpc-refuse", "1")], who_body()).await;
     assert_trailers_only(&r, 14);
-    assert_eq!(a.requests().await + b.requests().await, 2, "one attempt on each node");
+    assert_eq!(
+        a.requests().await + b.requests().await,
+        2,
+        "one attempt on each node"
+    );
     assert_eq!(gw.node("node-a").await["state"], "healthy");
 }
 
@@ -183,7 +251,12 @@ async fn broken_stream_ends_with_unavailable_and_route_timeout_spares_moving_str
     let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "timeout = \"1s\"")).await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let body = encode_frame(&proto::TicksRequest { count: 0 });
-    let req = c.request("POST", TICKS_PATH, &grpc_headers(&[("x-mock-grpc-break-after", "2")]), body.clone());
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[("x-mock-grpc-break-after", "2")]),
+        body.clone(),
+    );
     let mut s = Stream::new(c.send(req).await.expect("head"));
     assert_eq!(s.status, 200);
     for seq in 1..=2 {
@@ -191,7 +264,10 @@ async fn broken_stream_ends_with_unavailable_and_route_timeout_spares_moving_str
         assert_eq!(t.seq, seq);
     }
     let end = s.next_message::<proto::Tick>().await;
-    assert!(matches!(end, Ok(None)), "ends cleanly with trailers, got {end:?}");
+    assert!(
+        matches!(end, Ok(None)),
+        "ends cleanly with trailers, got {end:?}"
+    );
     assert_eq!(s.trailer("grpc-status").as_deref(), Some("14"));
 
     // b: 25 ticks at 100 ms = 2.5 s, past the 1 s route timeout.

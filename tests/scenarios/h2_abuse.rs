@@ -48,7 +48,8 @@ async fn expect_goaway(rd: &mut Reader, within: Duration) -> (GoAway, Vec<Got>) 
         .await
         .unwrap_or_else(|| panic!("no GOAWAY within {within:?} (closed: {})", rd.closed));
     assert!(
-        rd.wait_closed(Instant::now() + Duration::from_secs(3)).await,
+        rd.wait_closed(Instant::now() + Duration::from_secs(3))
+            .await,
         "connection still open after GOAWAY {g:?}"
     );
     (g, seen)
@@ -76,9 +77,11 @@ async fn rapid_reset_flood_gets_goaway_and_spares_the_node() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let _ = writer.await;
     // Every stream the gateway dropped is cancelled upstream too.
-    wait_until(Duration::from_secs(3), "node-a has nothing in flight", || async {
-        gw.node("node-a").await["inflight"].as_u64() == Some(0)
-    })
+    wait_until(
+        Duration::from_secs(3),
+        "node-a has nothing in flight",
+        || async { gw.node("node-a").await["inflight"].as_u64() == Some(0) },
+    )
     .await;
     a.delay(0).await;
     let seen = a.requests().await;
@@ -104,7 +107,10 @@ async fn provoked_resets_are_counted_and_end_the_connection() {
     }
     let writer = flood(wr, bytes);
     let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
-    assert!([PROTOCOL_ERROR, ENHANCE_YOUR_CALM].contains(&g.code), "{g:?}");
+    assert!(
+        [PROTOCOL_ERROR, ENHANCE_YOUR_CALM].contains(&g.code),
+        "{g:?}"
+    );
     assert!(seen.iter().filter(|f| f.kind == RST_STREAM).count() <= 1);
     let _ = writer.await;
 
@@ -118,7 +124,11 @@ async fn provoked_resets_are_counted_and_end_the_connection() {
     }
     let writer = flood(wr, bytes);
     let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
-    assert_eq!((g.code, g.debug.as_str()), (ENHANCE_YOUR_CALM, "too_many_resets"), "{g:?}");
+    assert_eq!(
+        (g.code, g.debug.as_str()),
+        (ENHANCE_YOUR_CALM, "too_many_resets"),
+        "{g:?}"
+    );
     let rsts: Vec<&Got> = seen.iter().filter(|f| f.kind == RST_STREAM).collect();
     // Bounded by the budget plus what h2 decodes from one read (a 64 KiB read holds about 2,000
     // of these 30-byte HEADERS frames) before the gateway sees its own resets go out.
@@ -129,9 +139,11 @@ async fn provoked_resets_are_counted_and_end_the_connection() {
     streams.dedup();
     assert_eq!(streams.len(), n, "at most one RST_STREAM per stream");
     let _ = writer.await;
-    wait_until(Duration::from_secs(3), "node-a has nothing in flight", || async {
-        gw.node("node-a").await["inflight"].as_u64() == Some(0)
-    })
+    wait_until(
+        Duration::from_secs(3),
+        "node-a has nothing in flight",
+        || async { gw.node("node-a").await["inflight"].as_u64() == Some(0) },
+    )
     .await;
     a.delay(0).await;
     let got = a.requests().await;
@@ -202,7 +214,10 @@ async fn early_answers_with_bodies_in_flight_never_cut_the_connection() {
         let req = http::Request::post(format!("http://{}/nowhere", c.authority))
             .body(Full::new(body.clone()))
             .expect("request");
-        let r = c.fetch(req).await.unwrap_or_else(|e| panic!("POST {i}: {e}"));
+        let r = c
+            .fetch(req)
+            .await
+            .unwrap_or_else(|e| panic!("POST {i}: {e}"));
         assert_eq!(r.status, 404, "POST {i}");
     }
     assert!(!c.conn.is_finished(), "the connection survived all 300");

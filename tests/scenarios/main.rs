@@ -33,3 +33,4 @@ mod tls_reload;
 mod tls_upstream;
 mod websocket;
 mod ws_fleet;
+mod ws_limits;

@@ -458,6 +458,8 @@ async fn moved(
     node
 }
 
+// The response needs every piece of the attempt; a struct for one call site would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn respond_with(
     p: &Arc<Proxy>,
     ctx: &Attempt,

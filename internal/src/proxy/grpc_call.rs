@@ -158,7 +158,10 @@ mod tests {
 
     fn grpc(timeout: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
         if let Some(t) = timeout {
             h.insert("grpc-timeout", HeaderValue::from_str(t).unwrap());
         }
@@ -168,7 +171,10 @@ mod tests {
     #[test]
     fn budget_is_the_shorter_and_ignores_malformed_values() {
         let s = Duration::from_secs;
-        assert_eq!(budget(&grpc(Some("200m")), None), Some(Duration::from_millis(200)));
+        assert_eq!(
+            budget(&grpc(Some("200m")), None),
+            Some(Duration::from_millis(200))
+        );
         assert_eq!(budget(&grpc(Some("100S")), Some(s(10))), Some(s(10)));
         assert_eq!(budget(&grpc(Some("1S")), Some(s(10))), Some(s(1)));
         assert_eq!(budget(&grpc(None), Some(s(10))), Some(s(10)));

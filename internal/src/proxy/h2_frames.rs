@@ -357,7 +357,10 @@ mod tests {
         }
         assert!(s.at_boundary());
         assert_eq!(seen.len(), 3);
-        assert_eq!((seen[0].kind, seen[0].len, seen[0].stream), (HEADERS, 21, 1));
+        assert_eq!(
+            (seen[0].kind, seen[0].len, seen[0].stream),
+            (HEADERS, 21, 1)
+        );
         assert_eq!((seen[1].kind, seen[1].word), (RST_STREAM, Some(CANCEL)));
         assert_eq!(seen[2].kind, PING);
     }
@@ -399,8 +402,20 @@ mod tests {
         };
         assert_eq!(m.client_frame(rst(CANCEL), t0), Ok(()));
         assert_eq!(m.gateway_frame(rst(0x5), t0), Ok(()), "same stream");
-        let other = Frame { stream: 7, ..rst(0x1) };
-        assert_eq!(m.gateway_frame(Frame { word: Some(NO_ERROR), ..other }, t0), Ok(()));
+        let other = Frame {
+            stream: 7,
+            ..rst(0x1)
+        };
+        assert_eq!(
+            m.gateway_frame(
+                Frame {
+                    word: Some(NO_ERROR),
+                    ..other
+                },
+                t0
+            ),
+            Ok(())
+        );
         assert_eq!(m.gateway_frame(other, t0), Err(Abuse::Resets));
     }
 

@@ -68,7 +68,12 @@ pin_project_lite::pin_project! {
 impl<T> H2Watch<T> {
     /// Wraps `inner` with a budget of `resets_per_second` stream resets, header blocks bounded by
     /// `header_timeout`; `on_abuse` hears about a trip.
-    pub fn new(inner: T, resets_per_second: u32, header_timeout: Duration, on_abuse: OnAbuse) -> Self {
+    pub fn new(
+        inner: T,
+        resets_per_second: u32,
+        header_timeout: Duration,
+        on_abuse: OnAbuse,
+    ) -> Self {
         H2Watch {
             inner,
             mode: Mode::Detect(0),
@@ -96,7 +101,11 @@ impl<T: AsyncWrite> H2Watch<T> {
         if this.trip.is_some() {
             return;
         }
-        tracing::warn!(reason = abuse.reason(), last_stream = this.meter.last_client_stream(), "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)");
+        tracing::warn!(
+            reason = abuse.reason(),
+            last_stream = this.meter.last_client_stream(),
+            "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)"
+        );
         (this.on_abuse)(abuse);
         *this.trip = Some(Trip {
             bytes: goaway(
@@ -114,7 +123,10 @@ impl<T: AsyncWrite> H2Watch<T> {
     /// socket; ready with the error hyper gets from then on.
     fn drive_trip(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Error> {
         let mut this = self.project();
-        let trip = this.trip.as_mut().expect("drive_trip runs only once tripped");
+        let trip = this
+            .trip
+            .as_mut()
+            .expect("drive_trip runs only once tripped");
         let abuse = trip.abuse;
         if trip.give_up.as_mut().poll(cx).is_ready() {
             return Poll::Ready(aborted(abuse));
@@ -124,7 +136,11 @@ impl<T: AsyncWrite> H2Watch<T> {
             return Poll::Pending;
         }
         while trip.written < trip.bytes.len() {
-            match this.inner.as_mut().poll_write(cx, &trip.bytes[trip.written..]) {
+            match this
+                .inner
+                .as_mut()
+                .poll_write(cx, &trip.bytes[trip.written..])
+            {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(aborted(abuse)),
                 Poll::Ready(Ok(n)) => trip.written += n,
                 Poll::Pending => return Poll::Pending,
@@ -290,7 +306,10 @@ mod tests {
         assert!(tripped.load(std::sync::atomic::Ordering::SeqCst));
         let mut got = Vec::new();
         cr.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, goaway(0, ENHANCE_YOUR_CALM, b"too_many_control_frames"));
+        assert_eq!(
+            got,
+            goaway(0, ENHANCE_YOUR_CALM, b"too_many_control_frames")
+        );
 
         let (mut client, server) = tokio::io::duplex(1024);
         let mut w = H2Watch::new(server, 200, Duration::from_secs(10), Arc::new(|_| {}));

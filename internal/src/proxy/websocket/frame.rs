@@ -18,9 +18,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 
-/// Largest frame payload relayed (tungstenite's default `max_frame_size`): a bigger frame ends the
-/// socket with close code 1009 instead of growing the buffer without bound.
-pub(super) const MAX_FRAME_PAYLOAD: u64 = 16 << 20;
+/// Largest frame payload relayed unless [`FrameIo::set_max_payload`] says otherwise: the default
+/// `limits.websocket_max_message` (SPEC section 5: no separate frame cap below the message cap).
+/// A bigger frame ends the socket with close code 1009 instead of growing the buffer.
+pub(super) const MAX_FRAME_PAYLOAD: u64 = crate::config::DEFAULT_WEBSOCKET_MAX_MESSAGE;
 /// A peer that takes longer than this to accept one frame is treated as gone (no task waits forever).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reads [`FrameIo::peer_gone`] makes at most, looking past ready bytes for an end of stream.
@@ -51,9 +52,9 @@ pub(super) enum FrameError {
     /// A frame broke RFC 6455 framing (reserved opcode, wrong masking, oversized control frame).
     #[error("protocol violation: {0}")]
     Protocol(&'static str),
-    /// A frame larger than [`MAX_FRAME_PAYLOAD`].
-    #[error("frame of {0} bytes is larger than the {MAX_FRAME_PAYLOAD} byte limit")]
-    TooBig(u64),
+    /// A frame larger than the limit (`.0` its length, `.1` the limit).
+    #[error("frame of {0} bytes is larger than the {1} byte limit (limits.websocket_max_message)")]
+    TooBig(u64, u64),
     /// The peer did not take a frame within the write timeout.
     #[error("peer did not accept a frame within {WRITE_TIMEOUT:?}")]
     WriteTimeout,
@@ -67,6 +68,8 @@ pub(super) struct FrameIo<S> {
     peer: Peer,
     /// Set once a read returned end of stream: later reads drain the buffer and stop there.
     eof: bool,
+    /// Largest payload accepted, bytes.
+    max_payload: u64,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
@@ -77,7 +80,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             buf: BytesMut::new(),
             peer,
             eof: false,
+            max_payload: MAX_FRAME_PAYLOAD,
         }
+    }
+
+    /// Sets the largest frame payload accepted (`limits.websocket_max_message`), in bytes.
+    pub(super) fn set_max_payload(&mut self, max: u64) {
+        self.max_payload = max;
     }
 
     /// Reads the next frame with its payload unmasked, and its size on the wire. `Ok(None)` means
@@ -148,11 +157,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         else {
             return Ok(None);
         };
-        if len > MAX_FRAME_PAYLOAD {
-            return Err(FrameError::TooBig(len));
+        if len >> 63 != 0 {
+            // RFC 6455 section 5.2: the most significant bit of a 64-bit length MUST be 0.
+            return Err(FrameError::Protocol(
+                "64-bit payload length with the most significant bit set",
+            ));
+        }
+        if len > self.max_payload {
+            return Err(FrameError::TooBig(len, self.max_payload));
         }
         let head = usize::try_from(cursor.position()).expect("a frame header is at most 14 bytes");
-        let len = usize::try_from(len).expect("bounded by MAX_FRAME_PAYLOAD");
+        let len = usize::try_from(len).map_err(|_| FrameError::TooBig(len, self.max_payload))?;
         if self.buf.len() < head + len {
             self.buf.reserve(head + len - self.buf.len());
             return Ok(None);

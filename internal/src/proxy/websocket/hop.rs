@@ -4,7 +4,8 @@
 //! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
 //! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
 //! the hopper (counted and logged), delivers the client frames held meanwhile in order, and records
-//! `hopping_latency_seconds` when the new node's first frame is relayed. Held frames are bounded
+//! `hopping_latency_seconds` when the new node's first frame is relayed. A client message cut by
+//! the hop is replayed whole: its fragments that reached the old node go to the new one first. Held frames are bounded
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
 
@@ -50,6 +51,20 @@ impl Held {
         true
     }
 
+    /// Puts `frames` (already in order) before everything held; false when that would pass a
+    /// bound.
+    pub(super) fn prepend(&mut self, frames: Vec<Frame>) -> bool {
+        let len: usize = frames.iter().map(|f| f.payload().len()).sum();
+        if self.frames.len() + frames.len() > MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        for f in frames.into_iter().rev() {
+            self.frames.push_front(f);
+        }
+        true
+    }
+
     /// Takes every held frame, oldest first.
     pub(super) fn take(&mut self) -> VecDeque<Frame> {
         self.bytes = 0;
@@ -65,10 +80,15 @@ impl Relay {
         reason: &'static str,
         failure_seen: Instant,
     ) -> Flow {
-        if self.client_in_message {
-            // The message's first fragments went to the old node; the rest cannot be delivered alone.
-            self.skip_client_fragments = true;
-            self.client_in_message = false;
+        // A hop never splits a message (SPEC section 5, CASE-28): the fragments of the client's
+        // unfinished message that the old node got go to the new node again, before the rest.
+        let replayed = self
+            .partial
+            .take()
+            .is_some_and(|frames| self.held.prepend(frames));
+        if !replayed {
+            tracing::warn!(from = %old.id, "the client's unfinished message is too large to replay on another node; sending a reconnect hint");
+            return self.hint(&old, reason).await;
         }
         let deadline = failure_seen + HOP_DEADLINE;
         let dial = redial(
@@ -96,8 +116,9 @@ impl Relay {
                     };
                     self.bytes_in += wire as u64;
                     let k = frame::kind(&f);
-                    if !self.track_client(k) {
-                        continue;
+                    self.track_client(k);
+                    if let Err(size) = self.client_size.add(k, f.payload().len(), self.max_message) {
+                        return self.client_too_big(size).await;
                     }
                     match k {
                         Kind::Close => {
@@ -125,6 +146,7 @@ impl Relay {
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mut leg = Leg::new(node, io, inflight);
+        leg.io.set_max_payload(self.max_message);
         let held = self.held.take();
         let count = held.len();
         for f in held {
@@ -132,6 +154,7 @@ impl Relay {
             if leg.io.write(&f).await.is_err() {
                 break;
             }
+            self.partial.sent(&f);
         }
         tracing::debug!(from = %old.id, to = %leg.node.id, reason, held = count, "websocket re-dialled");
         self.up = Some(leg);

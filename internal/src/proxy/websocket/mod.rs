@@ -14,6 +14,7 @@
 mod close;
 mod frame;
 mod hop;
+mod message;
 mod relay;
 
 use std::sync::Arc;

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::frame::{self, FrameError, FrameIo, Kind, Peer};
 use super::hop::Held;
+use super::message::{MessageSize, Partial};
 use super::{Handshake, Negotiated, Stream};
 use crate::config::WsMode;
 use crate::drain;
@@ -111,8 +112,14 @@ pub(super) struct Relay {
     pub(super) down_close_sent: bool,
     closing_until: Option<Instant>,
     pub(super) client_in_message: bool,
-    pub(super) skip_client_fragments: bool,
     node_in_message: bool,
+    /// Sizes of the messages in flight each way, against `max_message` (CASE-28).
+    pub(super) client_size: MessageSize,
+    node_size: MessageSize,
+    /// `limits.websocket_max_message`, bytes.
+    pub(super) max_message: u64,
+    /// The client's unfinished message as the current node received it, for a hop.
+    pub(super) partial: Partial,
     idle: Option<Duration>,
     idle_at: Option<Instant>,
     drain_act_at: Option<Instant>,
@@ -123,7 +130,7 @@ pub(super) struct Relay {
 
 impl Session {
     /// Relays until the socket ends, then writes the access-log line (status 101, byte counts).
-    pub(super) async fn run(self, down: Stream, leg: Leg) {
+    pub(super) async fn run(self, down: Stream, mut leg: Leg) {
         let span = tracing::info_span!(
             "websocket",
             conn_id = self.ctx.conn_id.as_deref().unwrap_or("-"),
@@ -136,11 +143,15 @@ impl Session {
                 tracing::info!(node = %leg.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead");
             }
             let idle = self.p.settings.limits.websocket_idle_timeout;
+            let max_message = self.p.settings.limits.websocket_max_message;
+            leg.io.set_max_payload(max_message);
+            let mut down = FrameIo::new(down, Peer::Client);
+            down.set_max_payload(max_message);
             let shutdown = self.p.shutdown.clone();
             let mut r = Relay {
                 s: self,
                 mode,
-                down: FrameIo::new(down, Peer::Client),
+                down,
                 up: Some(leg),
                 shutdown,
                 bytes_in: 0,
@@ -151,8 +162,11 @@ impl Session {
                 down_close_sent: false,
                 closing_until: None,
                 client_in_message: false,
-                skip_client_fragments: false,
                 node_in_message: false,
+                client_size: MessageSize::default(),
+                node_size: MessageSize::default(),
+                max_message,
+                partial: Partial::default(),
                 idle,
                 idle_at: None,
                 drain_act_at: None,
@@ -232,27 +246,52 @@ impl Relay {
         self.idle_at = self.idle.map(|d| Instant::now() + d);
     }
 
-    /// Fragment bookkeeping for a client frame; false if the frame belongs to a message cut by a
-    /// hop (its start went to the old node) and is dropped.
-    pub(super) fn track_client(&mut self, k: Kind) -> bool {
+    /// Fragment bookkeeping for a client frame.
+    pub(super) fn track_client(&mut self, k: Kind) {
         match k {
-            Kind::Start { fin } => self.client_in_message = !fin,
-            Kind::Continue { fin } if self.skip_client_fragments => {
-                self.skip_client_fragments = !fin;
-                return false;
-            }
-            Kind::Continue { fin } => self.client_in_message = !fin,
+            Kind::Start { fin } | Kind::Continue { fin } => self.client_in_message = !fin,
             Kind::Ping | Kind::Pong | Kind::Close => {}
         }
-        true
+    }
+
+    /// The client sent a message over `websocket_max_message`: Close 1009 to it (RFC 6455
+    /// section 7.4.1), 1001 to the node, one WARN line naming route and node.
+    pub(super) async fn client_too_big(&mut self, size: u64) -> Flow {
+        let node = self
+            .up
+            .as_ref()
+            .map(|l| l.node.id.to_string())
+            .unwrap_or_default();
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "client websocket message over limits.websocket_max_message; closing 1009");
+        let reason = format!(
+            "message over {} bytes (websocket_max_message)",
+            self.max_message
+        );
+        self.close_client(1009, &reason).await
+    }
+
+    /// The node sent a message over `websocket_max_message`: Close 1009 to the node, 1001 to the
+    /// client.
+    async fn node_too_big(&mut self, size: u64) -> Flow {
+        let node = self
+            .up
+            .as_ref()
+            .map(|l| l.node.id.to_string())
+            .unwrap_or_default();
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "node websocket message over limits.websocket_max_message; closing 1009");
+        let reason = format!(
+            "message over {} bytes (websocket_max_message)",
+            self.max_message
+        );
+        self.close_node(1009, &reason).await;
+        self.close_client(1001, "node sent a message over the size limit")
+            .await
     }
 
     async fn on_client(&mut self, r: Read) -> Flow {
         let (frame, wire) = match r {
             Ok(Some(f)) => f,
-            Err(FrameError::TooBig(_)) => {
-                return Box::pin(self.close_client(1009, "frame too big")).await
-            }
+            Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
             Err(FrameError::Protocol(what)) => {
                 return Box::pin(self.close_client(1002, what)).await
             }
@@ -265,8 +304,12 @@ impl Relay {
         self.bytes_in += wire as u64;
         self.touch();
         let k = frame::kind(&frame);
-        if !self.track_client(k) {
-            return Flow::Continue;
+        self.track_client(k);
+        if let Err(size) = self
+            .client_size
+            .add(k, frame.payload().len(), self.max_message)
+        {
+            return Box::pin(self.client_too_big(size)).await;
         }
         if k == Kind::Close {
             if self.node_closed {
@@ -294,6 +337,7 @@ impl Relay {
         match leg.io.write(&frame).await {
             Ok(_) => {
                 leg.close_sent |= k == Kind::Close;
+                self.partial.sent(&frame);
                 Flow::Continue
             }
             Err(e) => {
@@ -309,9 +353,7 @@ impl Relay {
     async fn on_node(&mut self, r: Read) -> Flow {
         let (frame, _) = match r {
             Ok(Some(f)) => f,
-            Err(FrameError::TooBig(_)) => {
-                return Box::pin(self.close_client(1009, "node sent a frame too big")).await
-            }
+            Err(FrameError::TooBig(size, _)) => return Box::pin(self.node_too_big(size)).await,
             Ok(None) => {
                 return self
                     .node_lost("connection closed without a close frame")
@@ -334,6 +376,12 @@ impl Relay {
         }
         self.touch();
         let k = frame::kind(&frame);
+        if let Err(size) = self
+            .node_size
+            .add(k, frame.payload().len(), self.max_message)
+        {
+            return Box::pin(self.node_too_big(size)).await;
+        }
         match k {
             Kind::Start { fin } | Kind::Continue { fin } => self.node_in_message = !fin,
             Kind::Close

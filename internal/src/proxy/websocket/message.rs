@@ -1,0 +1,136 @@
+//! Message boundaries of one direction of a WebSocket (RFC 6455 section 5.4), for the message
+//! size limit and for hops that never split a message (SPEC section 5, CASE-28).
+//!
+//! [`MessageSize`] adds up the fragments of the message in flight and says when it passes
+//! `limits.websocket_max_message`. [`Partial`] keeps the frames of the client's unfinished message
+//! that already went to the current node (payloads are shared `Bytes`, not copied), bounded; a hop
+//! replays them to the new node before the rest, so the new node receives the message whole.
+//! Control frames between fragments are neither counted nor kept. Pure; spawns nothing.
+
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+
+use super::frame::{self, Kind};
+
+/// Bytes of an unfinished client message kept for replay on a hop; past it the message cannot
+/// move and a hop mid-message becomes a reconnect hint (the same bound as frames held during a
+/// re-dial, so one socket never keeps more than twice this).
+const MAX_PARTIAL_BYTES: usize = 1 << 20;
+
+/// The size of the message in flight in one direction.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct MessageSize {
+    len: u64,
+}
+
+impl MessageSize {
+    /// Accounts a frame of kind `k` with `payload` bytes; the message's size so far if it passed
+    /// `limit`.
+    pub(super) fn add(&mut self, k: Kind, payload: usize, limit: u64) -> Result<(), u64> {
+        match k {
+            Kind::Start { .. } => self.len = payload as u64,
+            Kind::Continue { .. } => self.len = self.len.saturating_add(payload as u64),
+            Kind::Ping | Kind::Pong | Kind::Close => return Ok(()),
+        }
+        if self.len > limit {
+            return Err(self.len);
+        }
+        if matches!(k, Kind::Start { fin: true } | Kind::Continue { fin: true }) {
+            self.len = 0;
+        }
+        Ok(())
+    }
+}
+
+/// The client's unfinished message as sent to the current node; see the module docs.
+#[derive(Debug, Default)]
+pub(super) struct Partial {
+    frames: Vec<Frame>,
+    bytes: usize,
+    /// The message outgrew [`MAX_PARTIAL_BYTES`]: it cannot be replayed.
+    overflow: bool,
+}
+
+impl Partial {
+    /// Records `f`, a client frame just written to the node.
+    pub(super) fn sent(&mut self, f: &Frame) {
+        match frame::kind(f) {
+            Kind::Start { fin: false } => {
+                self.clear();
+                self.keep(f);
+            }
+            Kind::Continue { fin: false } => self.keep(f),
+            Kind::Start { fin: true } | Kind::Continue { fin: true } => self.clear(),
+            Kind::Ping | Kind::Pong | Kind::Close => {}
+        }
+    }
+
+    fn keep(&mut self, f: &Frame) {
+        if self.overflow {
+            return;
+        }
+        self.bytes += f.payload().len();
+        if self.bytes > MAX_PARTIAL_BYTES {
+            self.overflow = true;
+            self.frames.clear();
+        } else {
+            self.frames.push(f.clone());
+        }
+    }
+
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+        self.overflow = false;
+    }
+
+    /// The frames to replay to a new node: `Some(frames)` (empty at a message boundary), or `None`
+    /// when an unfinished message is too large to replay. Leaves this empty.
+    pub(super) fn take(&mut self) -> Option<Vec<Frame>> {
+        let overflow = self.overflow;
+        let frames = std::mem::take(&mut self.frames);
+        self.clear();
+        (!overflow).then_some(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
+
+    use super::*;
+
+    fn data(first: bool, fin: bool, len: usize) -> Frame {
+        let header = FrameHeader {
+            is_final: fin,
+            opcode: OpCode::Data(if first { Data::Text } else { Data::Continue }),
+            ..FrameHeader::default()
+        };
+        Frame::from_payload(header, Bytes::from(vec![b'a'; len]))
+    }
+
+    #[test]
+    fn sizes_add_up_over_fragments_and_reset_at_fin() {
+        let mut m = MessageSize::default();
+        assert_eq!(m.add(Kind::Start { fin: false }, 60, 100), Ok(()));
+        assert_eq!(m.add(Kind::Ping, 4, 100), Ok(()));
+        assert_eq!(m.add(Kind::Continue { fin: true }, 40, 100), Ok(()));
+        assert_eq!(m.add(Kind::Start { fin: false }, 60, 100), Ok(()));
+        assert_eq!(m.add(Kind::Continue { fin: false }, 41, 100), Err(101));
+    }
+
+    #[test]
+    fn partial_keeps_the_sent_fragments_of_the_open_message() {
+        let mut p = Partial::default();
+        p.sent(&data(true, true, 5));
+        assert_eq!(p.take().map(|f| f.len()), Some(0));
+        p.sent(&data(true, false, 5));
+        p.sent(&data(false, false, 5));
+        assert_eq!(p.take().map(|f| f.len()), Some(2));
+        p.sent(&data(true, false, MAX_PARTIAL_BYTES));
+        p.sent(&data(false, false, 1));
+        assert!(p.take().is_none(), "too large to replay");
+        assert_eq!(p.take().map(|f| f.len()), Some(0));
+    }
+}
