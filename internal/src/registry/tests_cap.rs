@@ -30,6 +30,7 @@ fn cluster(reg: &Registry, ids: &[&str], h: &HealthConfig) -> Vec<Arc<Node>> {
             let settings = NodeSettings {
                 health: h.clone(),
                 protocol: Protocol::Http1,
+                tls: None,
             };
             reg.node(&Arc::from("c"), &cfg, settings).0
         })

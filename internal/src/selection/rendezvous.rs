@@ -93,6 +93,7 @@ mod tests {
                 let settings = NodeSettings {
                     health: health.clone(),
                     protocol: Protocol::Http1,
+                    tls: None,
                 };
                 Candidate {
                     node: reg.node(&Arc::from("c"), &cfg, settings).0,
