@@ -1,5 +1,5 @@
 //! The raw head judge of `proxy::framing` / `proxy::head` never panics; its verdict does not depend
-//! on how the bytes are split into reads; a stream it does not refuse reaches hyper byte for byte;
+//! on how the bytes are split into reads; a stream it does not refuse reaches hyper byte for byte (up to a line still incomplete);
 //! and the first head it lets through is never one httparse (hyper's parser) refuses.
 #![no_main]
 use internal::proxy::head::HeadLimits;
@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let (out, refused) = whole;
     if refused.is_none() {
-        assert_eq!(out, data, "nothing refused: bytes pass unchanged");
+        // A line still incomplete at the end is held, so hyper has read a prefix of the bytes.
+        assert!(data.starts_with(&out), "nothing refused: bytes pass unchanged");
         if data.starts_with(b"PRI * HTTP/2.0") || data.starts_with(b"CONNECT ") {
             return;
         }
