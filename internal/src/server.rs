@@ -28,8 +28,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::status::Readiness;
 use crate::admin::drains::Drains;
+use crate::admin::status::Readiness;
 use crate::admin::Admin;
 use crate::config::{Config, IdMode, StoreKind};
 use crate::drain;

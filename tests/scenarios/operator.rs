@@ -226,9 +226,10 @@ async fn admin_events_drop_a_reader_that_stops_reading() {
         1
     );
     let rss_before = gw.rss_kib();
-    // Each drain call publishes one `drain` event of about 90 bytes.
+    // Each drain call publishes one `drain` event of about 90 bytes; every call asks for another
+    // period, so a repeated drain with the same deadline (same millisecond) is never skipped.
     const EVENTS: usize = 30_000;
-    let drain = gw.admin("/admin/nodes/node-a/drain?period=1h");
+    let drain = |n: usize| gw.admin(&format!("/admin/nodes/node-a/drain?period={}s", 3_600 + n));
     let mut dropped_after = None;
     let mut sent = 0;
     let t0 = Instant::now();
@@ -236,8 +237,10 @@ async fn admin_events_drop_a_reader_that_stops_reading() {
     // depends on the kernel's autotuning), bounded by MAX_EVENTS and the time check below.
     const MAX_EVENTS: usize = 300_000;
     while sent < EVENTS || (dropped_after.is_none() && sent < MAX_EVENTS) {
-        let batch: Vec<_> = (0..8)
-            .map(|_| request("POST", &drain, &[], Vec::new()))
+        let urls: Vec<String> = (0..8).map(|i| drain(sent + i)).collect();
+        let batch: Vec<_> = urls
+            .iter()
+            .map(|u| request("POST", u, &[], Vec::new()))
             .collect();
         for r in futures_util::future::join_all(batch).await {
             assert_eq!(r.expect("drain").status, 202);

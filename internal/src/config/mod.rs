@@ -5,11 +5,11 @@
 //! [`load_str`] parses and validates in one go and reports **every** problem with its dotted key,
 //! line and column. This module spawns nothing and never touches the network.
 
-mod discovery;
 mod collect;
+mod discovery;
 pub mod file;
-pub mod size;
 pub mod server_tls;
+pub mod size;
 mod spans;
 #[cfg(test)]
 mod tls_tests;

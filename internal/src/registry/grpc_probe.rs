@@ -65,11 +65,9 @@ pub mod proto {
 pub(super) async fn probe(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
     match connect_and_check(t, &h.grpc_service).await {
         Ok(outcome) => outcome,
-        Err(e) if super::probe::is_goaway_refusal(&e) => {
-            connect_and_check(t, &h.grpc_service)
-                .await
-                .unwrap_or_else(|e| ProbeOutcome::Fail(format!("grpc request: {e}")))
-        }
+        Err(e) if super::probe::is_goaway_refusal(&e) => connect_and_check(t, &h.grpc_service)
+            .await
+            .unwrap_or_else(|e| ProbeOutcome::Fail(format!("grpc request: {e}"))),
         Err(e) => ProbeOutcome::Fail(format!("grpc request: {e}")),
     }
 }

@@ -232,10 +232,13 @@ async fn subscribe_events(
 
 /// One subscribed connection on any of the target's pub/sub candidates, or `None`.
 async fn open(s: &Shared, channel: &str) -> Option<::redis::aio::PubSub> {
-    let clients = tokio::time::timeout(s.connect_timeout, s.target.pubsub_clients(s.connect_timeout))
-        .await
-        .ok()?
-        .ok()?;
+    let clients = tokio::time::timeout(
+        s.connect_timeout,
+        s.target.pubsub_clients(s.connect_timeout),
+    )
+    .await
+    .ok()?
+    .ok()?;
     for client in clients {
         let attempt = async {
             let mut p = client.get_async_pubsub().await?;
