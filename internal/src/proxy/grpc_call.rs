@@ -163,7 +163,7 @@ mod tests {
             HeaderValue::from_static("application/grpc"),
         );
         if let Some(t) = timeout {
-            h.insert("grpc-timeout", HeaderValue::from_str(t).unwrap());
+            h.insert("grpc-timeout", HeaderValue::from_str(t).expect("test value"));
         }
         h
     }
@@ -205,7 +205,7 @@ mod tests {
             status.clone(),
         );
         let out = body.collect().await.expect("trailers, not an error");
-        assert_eq!(out.trailers().unwrap()["grpc-status"], "4");
+        assert_eq!(out.trailers().expect("test value")["grpc-status"], "4");
         assert_eq!(status.get(), Some(4));
 
         let broken = http_body_util::StreamBody::new(futures_util::stream::iter(vec![
@@ -217,7 +217,7 @@ mod tests {
             .collect()
             .await
             .expect("trailers, not an error");
-        assert_eq!(out.trailers().unwrap()["grpc-status"], "14");
+        assert_eq!(out.trailers().expect("test value")["grpc-status"], "14");
         assert_eq!(status.get(), Some(14));
     }
 }

@@ -353,7 +353,7 @@ mod tests {
                 seen.push(f);
                 Ok(())
             })
-            .unwrap();
+            .expect("feed");
         }
         assert!(s.at_boundary());
         assert_eq!(seen.len(), 3);

@@ -294,7 +294,7 @@ mod tests {
         for _ in 0..2000 {
             flood.extend(frame(6, 0, 0, &[0; 8]));
         }
-        cw.write_all(&flood).await.unwrap();
+        cw.write_all(&flood).await.expect("test value");
         let mut sink = vec![0; 1 << 16];
         let err = loop {
             match w.read(&mut sink).await {
@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
         assert!(tripped.load(std::sync::atomic::Ordering::SeqCst));
         let mut got = Vec::new();
-        cr.read_to_end(&mut got).await.unwrap();
+        cr.read_to_end(&mut got).await.expect("test value");
         assert_eq!(
             got,
             goaway(0, ENHANCE_YOUR_CALM, b"too_many_control_frames")
@@ -313,9 +313,9 @@ mod tests {
 
         let (mut client, server) = tokio::io::duplex(1024);
         let mut w = H2Watch::new(server, 200, Duration::from_secs(10), Arc::new(|_| {}));
-        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("test value");
         let mut b = [0u8; 18];
-        w.read_exact(&mut b).await.unwrap();
+        w.read_exact(&mut b).await.expect("test value");
         assert_eq!(&b, b"GET / HTTP/1.1\r\n\r\n");
     }
 }
