@@ -163,7 +163,10 @@ mod tests {
             HeaderValue::from_static("application/grpc"),
         );
         if let Some(t) = timeout {
-            h.insert("grpc-timeout", HeaderValue::from_str(t).expect("test value"));
+            h.insert(
+                "grpc-timeout",
+                HeaderValue::from_str(t).expect("test value"),
+            );
         }
         h
     }

@@ -313,7 +313,10 @@ mod tests {
 
         let (mut client, server) = tokio::io::duplex(1024);
         let mut w = H2Watch::new(server, 200, Duration::from_secs(10), Arc::new(|_| {}));
-        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("test value");
+        client
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("test value");
         let mut b = [0u8; 18];
         w.read_exact(&mut b).await.expect("test value");
         assert_eq!(&b, b"GET / HTTP/1.1\r\n\r\n");
