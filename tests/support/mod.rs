@@ -545,6 +545,10 @@ impl Redis {
     }
 
     async fn spawn(&mut self) {
+        // Its own working directory: a replica's full sync writes an RDB file there, never into
+        // the source tree.
+        let dir = std::env::temp_dir().join(format!("hopgw-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).expect("redis dir");
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -555,6 +559,8 @@ impl Redis {
                 "",
                 "--appendonly",
                 "no",
+                "--dir",
+                &dir.to_string_lossy(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
