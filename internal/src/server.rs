@@ -112,7 +112,8 @@ impl std::fmt::Debug for Options {
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let cfg = opts.config.clone();
-    crate::tls::client::install_crypto_provider();
+    // One crypto provider for the process: the listener, TLS to nodes and `rediss://` alike.
+    crate::tls::certs::install_provider();
     for c in cfg.clusters.iter() {
         if c.tls.as_ref().is_some_and(|t| !t.spec.verify) {
             tracing::warn!(cluster = %c.name, "clusters.tls.verify = false: node certificates are not verified (any certificate and name are accepted)");
@@ -131,7 +132,6 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         None => None,
     };
     let metrics = Arc::new(Metrics::new());
-    crate::tls::certs::install_provider();
     let tls = match cfg.server.tls.clone() {
         None => None,
         Some(spec) => Some(tls_listener(spec, metrics.clone())?),

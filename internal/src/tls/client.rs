@@ -42,13 +42,6 @@ pub use self::stream::{NodeStream, TlsConn};
 /// the handshake; one that sends none costs this much once per new connection.
 pub const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
 
-/// Installs rustls' ring provider as the process default (used by the redis crate's `rediss://`
-/// support). Call once at start; a second call is a no-op.
-pub fn install_crypto_provider() {
-    // Err means a provider is already installed: that one stays, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// A cluster's `tls` table as written (paths as given; empty strings mean "not set").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsSpec {
