@@ -251,6 +251,8 @@ async fn ticks(
                     return None;
                 }
                 if let Some((n, tracker)) = break_after.as_ref().filter(|(n, _)| seq > *n) {
+                    // One more tick period first, so the last tick is flushed before the break.
+                    interval.tick().await;
                     break_connection(*n, tracker);
                     return std::future::pending().await;
                 }
