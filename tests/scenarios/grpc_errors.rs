@@ -208,7 +208,6 @@ async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
 /// (a POST: nothing was processed), so every call succeeds; when every node refuses, the call
 /// ends with 14 after one attempt on each.
 #[tokio::test]
-#[ignore = "intermittent since conn ids are placed by rendezvous hashing (issue 18): about 1 run in 6 a call gets no grpc-status, or the all-refuse call ends after one attempt; a defect in the REFUSED_STREAM retry under investigation (issue 13), not a pass/fail check CI can rely on yet"]
 async fn refused_stream_is_retried_on_another_node() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let b = Mock::start_with("node-b", &["--grpc"]).await;

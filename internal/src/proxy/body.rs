@@ -1,8 +1,11 @@
 //! Body wrappers on the request path.
 //!
 //! - [`RequestBody`]: streams the client's body upstream while keeping a copy of up to
-//!   [`REPLAY_LIMIT`] bytes, so a request whose body fit can be replayed on another node; enforces the
-//!   body idle timeout and the route's `max_body`, and counts bytes in.
+//!   [`REPLAY_LIMIT`] bytes, so a request can be replayed on another node while no more than that
+//!   was read, whatever point the failed attempt reached: the replay sends the copy again and reads
+//!   on from the client (the client's body lives in the shared [`BodyTap`], not in the attempt, so
+//!   a node that refuses a stream before its body was read loses nothing); enforces the body idle
+//!   timeout and the route's `max_body`, and counts bytes in.
 //! - [`ResponseBody`]: streams the node's answer down, counts bytes out, and runs a completion hook
 //!   (access log, metrics, in-flight count, pooled-connection return) exactly once when it ends or is dropped.
 
@@ -35,101 +38,124 @@ pub enum BodyError {
     TooLarge(u64),
 }
 
-/// What the capture of a request body holds.
-#[derive(Debug, Default)]
-pub struct Capture {
+/// What the capture of a request body holds: the client's body itself (so a later attempt can go on
+/// reading it), the chunks read so far (up to [`REPLAY_LIMIT`]), and which attempt reads it now.
+#[derive(Default)]
+struct Capture {
+    /// The client's body; `None` for a body that had none.
+    inner: Option<ProxyBody>,
     chunks: Vec<Bytes>,
     len: usize,
     overflowed: bool,
     ended: bool,
-    polled: bool,
+    /// The attempt allowed to read `inner`; a replay moves it on, so an abandoned attempt's body
+    /// (still held by a dying connection task) can never steal a chunk from the next one.
+    epoch: u64,
+    /// The route's `max_body` and the bytes read from the client against it.
+    max: Option<u64>,
+    seen: u64,
+    /// The client body's size hint when it arrived (a replay has the same length).
+    hint: SizeHint,
 }
 
 /// Shared view of a request body's capture and byte count.
-#[derive(Debug, Default, Clone)]
+#[derive(Clone)]
 pub struct BodyTap {
     capture: Arc<Mutex<Capture>>,
     /// Bytes read from the client so far.
     pub bytes_in: Arc<AtomicU64>,
 }
 
+impl BodyTap {
+    /// The tap of a request without a body: it replays as an empty body.
+    pub fn empty() -> Self {
+        BodyTap {
+            capture: Arc::new(Mutex::new(Capture {
+                ended: true,
+                ..Capture::default()
+            })),
+            bytes_in: Arc::default(),
+        }
+    }
+}
+
 /// Whether a request body can be sent again after a failed attempt.
 pub enum Replay {
-    /// Never polled: no byte of it was read (the original went with the failed attempt).
-    Untouched,
-    /// Fully captured within [`REPLAY_LIMIT`]: a fresh copy to send.
+    /// The body for the next attempt: the chunks read so far, then the rest of the client's body
+    /// read on from where the failed attempt left it.
     Body(ProxyBody),
-    /// Streamed past recall, or not yet complete: it cannot be sent again.
+    /// More than [`REPLAY_LIMIT`] bytes went to the failed attempt: it cannot be sent again.
     Lost,
 }
 
 impl BodyTap {
-    /// Whether the body can be replayed: a fresh copy when it was read to its end within
-    /// [`REPLAY_LIMIT`], [`Replay::Untouched`] when it was never polled, else [`Replay::Lost`].
-    pub fn replay(&self) -> Replay {
-        let c = self
+    /// Whether the body can be replayed (SPEC section 4, "not yet streamed past recall"): while at
+    /// most [`REPLAY_LIMIT`] bytes were read, a [`Replay::Body`] that sends them again and then goes
+    /// on with the client's body, whatever point the failed attempt reached (never polled, partly
+    /// read, or read to its end); else [`Replay::Lost`]. The failed attempt's body is cut off: a
+    /// later poll of it ends with an error.
+    pub fn replay(&self, idle: Duration) -> Replay {
+        let mut c = self
             .capture
             .lock()
             .expect("capture mutex is never poisoned");
-        if !c.polled {
-            return Replay::Untouched;
+        if c.overflowed {
+            return Replay::Lost;
         }
-        if c.ended && !c.overflowed {
-            let chunks = c.chunks.clone();
-            let stream = futures_util::stream::iter(
-                chunks
-                    .into_iter()
-                    .map(|b| Ok::<_, BoxError>(Frame::data(b))),
-            );
-            return Replay::Body(http_body_util::StreamBody::new(stream).boxed_unsync());
-        }
-        Replay::Lost
-    }
-
-    /// True once any body byte was handed upstream.
-    pub fn polled(&self) -> bool {
-        self.capture
-            .lock()
-            .expect("capture mutex is never poisoned")
-            .polled
+        c.epoch += 1;
+        let body = RequestBody {
+            tap: self.clone(),
+            epoch: c.epoch,
+            next: 0,
+            idle,
+            timer: tokio::time::sleep(idle),
+        };
+        Replay::Body(body.boxed_unsync())
     }
 }
+
+/// Why a request body ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("request body moved to another attempt")]
+struct Moved;
 
 pin_project_lite::pin_project! {
     /// The client's body on its way upstream; see the module docs.
-    pub struct RequestBody<B> {
-        #[pin]
-        inner: B,
+    pub struct RequestBody {
         tap: BodyTap,
+        epoch: u64,
+        // Index of the next captured chunk to send again before reading on (replays only).
+        next: usize,
         idle: Duration,
         #[pin]
         timer: Sleep,
-        max: Option<u64>,
-        seen: u64,
     }
 }
 
-impl<B> RequestBody<B> {
+impl RequestBody {
     /// Wraps `inner` with idle timeout `idle` and optional `max` bytes; returns the body and its tap.
-    pub fn new(inner: B, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
-        let tap = BodyTap::default();
+    pub fn new(inner: ProxyBody, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
+        let tap = BodyTap {
+            capture: Arc::new(Mutex::new(Capture {
+                hint: inner.size_hint(),
+                inner: Some(inner),
+                max,
+                ..Capture::default()
+            })),
+            bytes_in: Arc::default(),
+        };
         let body = RequestBody {
-            inner,
             tap: tap.clone(),
+            epoch: 0,
+            next: 0,
             idle,
             timer: tokio::time::sleep(idle),
-            max,
-            seen: 0,
         };
         (body, tap)
     }
 }
 
-impl<B> Body for RequestBody<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
+impl Body for RequestBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -138,80 +164,89 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        {
-            let mut c = this
-                .tap
-                .capture
-                .lock()
-                .expect("capture mutex is never poisoned");
-            c.polled = true;
+        let mut guard = this
+            .tap
+            .capture
+            .lock()
+            .expect("capture mutex is never poisoned");
+        let c = &mut *guard;
+        if c.epoch != *this.epoch {
+            return Poll::Ready(Some(Err(Box::new(Moved))));
         }
-        match this.inner.as_mut().poll_frame(cx) {
+        // A replay first sends again what the failed attempt had read.
+        if let Some(chunk) = c.chunks.get(*this.next) {
+            *this.next += 1;
+            return Poll::Ready(Some(Ok(Frame::data(chunk.clone()))));
+        }
+        let Some(inner) = c.inner.as_mut().filter(|_| !c.ended) else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Pending => {
+                drop(guard);
                 if this.timer.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Some(Err(Box::new(BodyError::Idle(*this.idle)))));
                 }
                 Poll::Pending
             }
             Poll::Ready(None) => {
-                this.tap
-                    .capture
-                    .lock()
-                    .expect("capture mutex is never poisoned")
-                    .ended = true;
+                c.ended = true;
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Ready(Some(Ok(frame))) => {
+                let end = inner.is_end_stream();
                 this.timer.as_mut().reset(Instant::now() + *this.idle);
                 if let Some(data) = frame.data_ref() {
-                    *this.seen += data.len() as u64;
+                    c.seen += data.len() as u64;
                     this.tap
                         .bytes_in
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
-                    if let Some(max) = *this.max {
-                        if *this.seen > max {
+                    if let Some(max) = c.max {
+                        if c.seen > max {
                             return Poll::Ready(Some(Err(Box::new(BodyError::TooLarge(max)))));
                         }
                     }
-                    let mut c = this
-                        .tap
-                        .capture
-                        .lock()
-                        .expect("capture mutex is never poisoned");
                     if !c.overflowed {
                         if c.len + data.len() <= REPLAY_LIMIT {
                             c.len += data.len();
                             c.chunks.push(data.clone());
+                            // Sent by this attempt: a replay of it starts at the chunks.
+                            *this.next = c.chunks.len();
                         } else {
                             c.overflowed = true;
                             c.chunks = Vec::new();
                         }
                     }
                 }
-                if self_end(&this.inner) {
-                    this.tap
-                        .capture
-                        .lock()
-                        .expect("capture mutex is never poisoned")
-                        .ended = true;
-                }
+                c.ended |= end;
                 Poll::Ready(Some(Ok(frame)))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        let c = self
+            .tap
+            .capture
+            .lock()
+            .expect("capture mutex is never poisoned");
+        c.epoch == self.epoch
+            && self.next >= c.chunks.len()
+            && (c.ended || c.inner.as_ref().is_none_or(|b| b.is_end_stream()))
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let c = self
+            .tap
+            .capture
+            .lock()
+            .expect("capture mutex is never poisoned");
+        if c.epoch != self.epoch {
+            return SizeHint::default();
+        }
+        c.hint.clone()
     }
-}
-
-fn self_end<B: Body>(b: &Pin<&mut B>) -> bool {
-    b.is_end_stream()
 }
 
 /// Runs once when a response body finishes (`complete = true`) or is dropped early.
@@ -293,5 +328,123 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use tokio::sync::mpsc;
+
+    const IDLE: Duration = Duration::from_secs(30);
+
+    /// A client body fed chunk by chunk through `tx`; dropping `tx` ends it.
+    fn client_body() -> (mpsc::Sender<Bytes>, ProxyBody) {
+        let (tx, rx) = mpsc::channel::<Bytes>(8);
+        let stream = tokio_stream_of(rx).map(|b| Ok::<_, BoxError>(Frame::data(b)));
+        (tx, http_body_util::StreamBody::new(stream).boxed_unsync())
+    }
+
+    fn tokio_stream_of(mut rx: mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+
+    async fn next_data<B: Body<Data = Bytes, Error = BoxError> + Unpin>(
+        b: &mut B,
+    ) -> Option<Bytes> {
+        b.frame()
+            .await
+            .map(|f| f.expect("no error").into_data().expect("data"))
+    }
+
+    fn replayed(tap: &BodyTap) -> ProxyBody {
+        match tap.replay(IDLE) {
+            Replay::Body(b) => b,
+            Replay::Lost => panic!("the body should be replayable"),
+        }
+    }
+
+    /// A body partly read by a failed attempt replays what was read, then reads on from the
+    /// client; the abandoned attempt's body is cut off with an error.
+    #[tokio::test]
+    async fn replay_resumes_a_partly_read_body_and_cuts_off_the_old_attempt() {
+        let (tx, inner) = client_body();
+        let (first, tap) = RequestBody::new(inner, IDLE, None);
+        let mut first = Box::pin(first);
+        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"one"[..]));
+        let mut second = replayed(&tap);
+        assert!(
+            first.frame().await.expect("a frame").is_err(),
+            "old attempt cut off"
+        );
+        tx.send(Bytes::from_static(b"two")).await.unwrap();
+        drop(tx);
+        assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"one"[..]));
+        assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(next_data(&mut second).await, None);
+        // A third attempt gets the whole body from the capture.
+        let mut third = replayed(&tap);
+        assert_eq!(next_data(&mut third).await.as_deref(), Some(&b"one"[..]));
+        assert_eq!(next_data(&mut third).await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(next_data(&mut third).await, None);
+        assert_eq!(
+            tap.bytes_in.load(Ordering::Relaxed),
+            6,
+            "client bytes counted once"
+        );
+    }
+
+    /// A body the failed attempt never polled replays whole from the client.
+    #[tokio::test]
+    async fn replay_of_a_never_polled_body_reads_it_all() {
+        let (tx, inner) = client_body();
+        let (first, tap) = RequestBody::new(inner, IDLE, None);
+        drop(first);
+        tx.send(Bytes::from_static(b"all")).await.unwrap();
+        drop(tx);
+        let mut again = replayed(&tap);
+        assert_eq!(next_data(&mut again).await.as_deref(), Some(&b"all"[..]));
+        assert_eq!(next_data(&mut again).await, None);
+    }
+
+    /// Past REPLAY_LIMIT bytes read, the body is lost for replay; a request without a body replays
+    /// as an empty one.
+    #[tokio::test]
+    async fn past_the_limit_is_lost_and_no_body_replays_empty() {
+        let (tx, inner) = client_body();
+        let (first, tap) = RequestBody::new(inner, IDLE, None);
+        let mut first = Box::pin(first);
+        tx.send(Bytes::from(vec![0u8; REPLAY_LIMIT + 1]))
+            .await
+            .unwrap();
+        assert_eq!(
+            next_data(&mut first).await.map(|b| b.len()),
+            Some(REPLAY_LIMIT + 1)
+        );
+        assert!(matches!(tap.replay(IDLE), Replay::Lost));
+        let mut empty = replayed(&BodyTap::empty());
+        assert_eq!(next_data(&mut empty).await, None);
+        assert!(empty.is_end_stream());
+    }
+
+    /// `max_body` counts the client's bytes across attempts: a replay cannot reset it.
+    #[tokio::test]
+    async fn max_body_holds_across_a_replay() {
+        let (tx, inner) = client_body();
+        let (first, tap) = RequestBody::new(inner, IDLE, Some(5));
+        let mut first = Box::pin(first);
+        tx.send(Bytes::from_static(b"abc")).await.unwrap();
+        assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"abc"[..]));
+        let mut second = replayed(&tap);
+        assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"abc"[..]));
+        tx.send(Bytes::from_static(b"def")).await.unwrap();
+        let err = second
+            .frame()
+            .await
+            .expect("a frame")
+            .expect_err("over max_body");
+        assert_eq!(err.to_string(), "request body larger than 5 bytes");
     }
 }

@@ -169,12 +169,12 @@ pub(crate) async fn forward(
     let (mut body, tap): (ProxyBody, BodyTap) = if empty {
         (
             Empty::new().map_err(|never| match never {}).boxed_unsync(),
-            BodyTap::default(),
+            BodyTap::empty(),
         )
     } else {
         let incoming = MinRate::new(incoming, p.settings.limits.body_min_rate);
         let (b, tap) = RequestBody::new(
-            incoming,
+            incoming.map_err(Into::into).boxed_unsync(),
             p.settings.limits.body_idle_timeout,
             ctx.route.config.max_body,
         );
@@ -291,12 +291,9 @@ pub(crate) async fn forward(
                     return Err(client);
                 }
                 let unprocessed = is_unprocessed(&e);
-                let mut replay = match tap.replay() {
+                let mut replay = match tap.replay(p.settings.limits.body_idle_timeout) {
                     Replay::Body(b) => Some(b),
-                    Replay::Untouched if empty => {
-                        Some(Empty::new().map_err(|never| match never {}).boxed_unsync())
-                    }
-                    Replay::Untouched | Replay::Lost => None,
+                    Replay::Lost => None,
                 };
                 if unprocessed {
                     // REFUSED_STREAM: the node itself declined; another node takes it, any method.
