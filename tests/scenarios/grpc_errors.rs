@@ -16,19 +16,19 @@ use tokio::time::Instant;
 const TCP_HEALTH: &str =
     "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
 
-fn grpc_addr(m: &Mock) -> String {
+pub(super) fn grpc_addr(m: &Mock) -> String {
     format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
 }
 
 /// An h2c cluster `c` of `nodes` and route `api` for `/hopping.test.v1.Echo/` with `route` lines.
-fn config(nodes: &[(&str, String)], route: &str) -> String {
+pub(super) fn config(nodes: &[(&str, String)], route: &str) -> String {
     format!(
         "{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\nmatch = {{ path_prefix = \"/hopping.test.v1.Echo/\" }}\n{route}\n",
         cluster_toml("c", nodes, "protocol = \"h2c\"")
     )
 }
 
-fn who_body() -> Bytes {
+pub(super) fn who_body() -> Bytes {
     encode_frame(&proto::WhoRequest {})
 }
 

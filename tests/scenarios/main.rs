@@ -10,6 +10,7 @@ mod deploy;
 mod discovery;
 mod drain;
 mod fleet;
+mod grpc_early_answer;
 mod grpc_errors;
 mod grpc_health;
 mod h2;

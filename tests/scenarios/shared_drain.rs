@@ -1,6 +1,7 @@
 //! Shared drains (issue 18, SPEC section 7): gateway replicas on one `redis-server` apply a drain
 //! or undrain made on any of them with the same deadline, hop their own WebSockets off the
-//! drained node, and a replica started mid-drain drains the node too.
+//! drained node, a replica started mid-drain drains the node too, and a lost subscription is
+//! renewed by itself (CASE-34).
 
 use std::time::Duration;
 
@@ -153,4 +154,56 @@ async fn replica_started_mid_drain_drains_too() {
     let n = late.node("node-2").await;
     assert_eq!(n["state"], "draining", "{n}");
     assert_eq!(n["drain_deadline_ms"], deadline, "{n}");
+}
+
+/// Subscribers of `hopgw:events` and of `hopgw:hops` on `redis` (PUBSUB NUMSUB, SPEC section 7).
+async fn subscribers(redis: &Redis) -> (i64, i64) {
+    let mut c = redis.client().await;
+    let (_, events, _, hops): (String, i64, String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg("hopgw:events")
+        .arg("hopgw:hops")
+        .query_async(&mut c)
+        .await
+        .expect("PUBSUB NUMSUB");
+    (events, hops)
+}
+
+/// CASE-34 (lost subscription): Redis drops both replicas' subscriptions (`CLIENT KILL TYPE
+/// pubsub`, as a failover does: `<prefix>events` and `<prefix>hops` on each); each replica
+/// subscribes to both again by itself within 5 s, and a drain made on A afterwards still drains
+/// node-1 on B with the same deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_subscription_is_renewed_and_drains_still_spread() {
+    let redis = Redis::start().await;
+    let (n1, n2) = (Mock::start("node-1").await, Mock::start("node-2").await);
+    let toml = config(&redis, &n1, &n2);
+    let a = Gateway::start(&toml).await;
+    let b = Gateway::start(&toml).await;
+    wait_until(
+        Duration::from_secs(5),
+        "both replicas subscribed",
+        || async { subscribers(&redis).await == (2, 2) },
+    )
+    .await;
+    let mut c = redis.client().await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut c)
+        .await
+        .expect("CLIENT KILL TYPE pubsub");
+    assert_eq!(killed, 4, "two subscriptions per replica");
+    wait_until(
+        Duration::from_secs(5),
+        "both replicas subscribed again",
+        || async { subscribers(&redis).await == (2, 2) },
+    )
+    .await;
+    let (status, body) = post(&a, "/admin/nodes/node-1/drain?period=30s").await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["shared"], true, "{body}");
+    let deadline = body["deadline_ms"].clone();
+    wait_draining(&b, "node-1", &deadline).await;
 }
