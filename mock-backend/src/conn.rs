@@ -128,13 +128,117 @@ async fn serve_grpc(
     // Only the stream count (for GOAWAY) is used here: h2 connections are never idle-closed.
     let tracker = Arc::new(ConnTracker::new());
     let shutdown = state.shutdown.subscribe();
+    let delay_ms = state.grpc_read_delay_ms.load(Ordering::Relaxed);
     let service = {
         let tracker = Arc::clone(&tracker);
-        service_fn(move |req| crate::grpc::handle(Arc::clone(&state), Arc::clone(&tracker), req))
+        // Counted at its first stream: a TCP health probe's connect is not an h2 connection.
+        let counted = AtomicBool::new(false);
+        service_fn(move |req| {
+            if !counted.swap(true, Ordering::Relaxed) {
+                state.grpc_connections.fetch_add(1, Ordering::Relaxed);
+            }
+            crate::grpc::handle(Arc::clone(&state), Arc::clone(&tracker), req)
+        })
     };
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
     let idle = std::future::pending();
-    drive(conn, |c| c.graceful_shutdown(), &tracker, idle, shutdown).await;
+    match Duration::from_millis(delay_ms) {
+        Duration::ZERO => {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            drive(conn, |c| c.graceful_shutdown(), &tracker, idle, shutdown).await;
+        }
+        delay => {
+            let conn =
+                builder.serve_connection(TokioIo::new(LateReads::new(stream, delay)), service);
+            drive(conn, |c| c.graceful_shutdown(), &tracker, idle, shutdown).await;
+        }
+    }
+}
+
+/// A stream whose received bytes are handed on `delay` after they arrived (writes are
+/// immediate): a node whose event loop is busy, so it sees a client's RST_STREAM late and keeps
+/// sending DATA meanwhile (CASE-25 C). A reader task moves the bytes into a queue with their due
+/// time; it ends with the stream.
+struct LateReads {
+    queue: tokio::sync::mpsc::Receiver<(Instant, Bytes)>,
+    head: Option<(Instant, Bytes)>,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    write: tokio::io::WriteHalf<MockStream>,
+}
+
+impl LateReads {
+    fn new(stream: MockStream, delay: Duration) -> Self {
+        use tokio::io::AsyncReadExt;
+        let (mut read, write) = tokio::io::split(stream);
+        let (tx, queue) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = read.read(&mut buf).await {
+                let due = Instant::now() + delay;
+                if tx
+                    .send((due, Bytes::copy_from_slice(&buf[..n])))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        LateReads {
+            queue,
+            head: None,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            write,
+        }
+    }
+}
+
+impl AsyncRead for LateReads {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.head.is_none() {
+            match this.queue.poll_recv(cx) {
+                Poll::Ready(Some(item)) => this.head = Some(item),
+                // The peer closed (or the socket failed): end of stream.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let (due, bytes) = this.head.as_mut().expect("set above");
+        if Instant::now() < *due {
+            this.sleep.as_mut().reset(*due);
+            if this.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        let n = bytes.len().min(buf.remaining());
+        buf.put_slice(&bytes.split_to(n));
+        if bytes.is_empty() {
+            this.head = None;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for LateReads {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.write).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.write).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.write).poll_shutdown(cx)
+    }
 }
 
 async fn serve_http(

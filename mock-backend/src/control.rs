@@ -3,7 +3,9 @@
 //! Owns the request-side view of the shared `State`: health switch (or flapping pattern), the
 //! gRPC-only health switch, delay, hang, idle
 //! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
-//! behaves as `/abort`), status-all (every request answers one status), and request stats.
+//! behaves as `/abort`), status-all (every request answers one status), the gRPC read delay
+//! (`grpc-read-delay?ms=N`: new gRPC connections receive every byte N ms late), and request stats
+//! (with `grpc_connections`, the gRPC-port connections that carried a stream).
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
@@ -30,6 +32,7 @@ enum Action {
     Goaway,
     AbortAll,
     StatusAll,
+    GrpcReadDelay,
 }
 
 impl Action {
@@ -46,6 +49,7 @@ impl Action {
             "goaway" => Self::Goaway,
             "abort-all" => Self::AbortAll,
             "status-all" => Self::StatusAll,
+            "grpc-read-delay" => Self::GrpcReadDelay,
             _ => return None,
         })
     }
@@ -62,7 +66,8 @@ impl Action {
             | Self::Keepalive
             | Self::Goaway
             | Self::AbortAll
-            | Self::StatusAll => Method::POST,
+            | Self::StatusAll
+            | Self::GrpcReadDelay => Method::POST,
         }
     }
 }
@@ -104,6 +109,16 @@ pub(crate) fn handle(
         Action::Goaway => set_goaway(state, query),
         Action::AbortAll => set_abort_all(state, query),
         Action::StatusAll => set_status_all(state, query),
+        Action::GrpcReadDelay => {
+            let Some(ms) = parse_u64(query, "ms") else {
+                return error_response(state, StatusCode::BAD_REQUEST, "ms=N is required");
+            };
+            state.grpc_read_delay_ms.store(ms, Ordering::Relaxed);
+            json_response(
+                StatusCode::OK,
+                &json!({"node": state.id, "grpc_read_delay_ms": ms}),
+            )
+        }
     }
 }
 
@@ -274,6 +289,7 @@ fn stats_response(state: &State) -> Response<RespBody> {
         "node": state.id,
         "requests": stats.requests,
         "paths": stats.paths,
+        "grpc_connections": state.grpc_connections.load(Ordering::Relaxed),
     });
     drop(stats);
     json_response(StatusCode::OK, &body)

@@ -11,6 +11,7 @@
 //! adding `x-mock-grpc-framing: separate` sends headers, then the status in a trailers frame, no DATA.
 //! `x-mock-grpc-refuse: 1` (or this node's id) answers RST_STREAM(REFUSED_STREAM) before any headers;
 //! `x-mock-grpc-delay-ms: N` waits N ms before answering (this call only);
+//! `x-mock-grpc-tick-ms: N` (on `Ticks`) sends a tick every N ms instead of every 100 ms;
 //! `x-mock-grpc-break-after: N` (on `Ticks`) drops the whole connection after N ticks, a node that
 //! breaks its streams after their headers. Every answer carries `x-mock-grpc-timeout` with the
 //! `grpc-timeout` the call arrived with, if it had one.
@@ -227,17 +228,30 @@ async fn health_check(state: &State, req: Request<Incoming>) -> Response<RespBod
     grpc_response(StreamBody::new(stream::iter(frames)).boxed_unsync())
 }
 
+/// A header's value as milliseconds (a positive integer), if present and valid.
+fn header_ms(headers: &HeaderMap, name: &str) -> Option<Duration> {
+    let ms = headers
+        .get(name)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
 /// `break_after`: after that many ticks, drop the connection the call came on.
 async fn ticks(
     state: &State,
     req: Request<Incoming>,
     break_after: Option<(u64, Arc<ConnTracker>)>,
 ) -> Response<RespBody> {
+    let every = header_ms(req.headers(), "x-mock-grpc-tick-ms").unwrap_or(TICK_EVERY);
     let count = match read_request::<proto::TicksRequest>(req).await {
         Ok(request) => u64::from(request.count),
         Err(message) => return trailers_only(CODE_INVALID_ARGUMENT, Some(&message)),
     };
-    let mut interval = interval_at(Instant::now() + TICK_EVERY, TICK_EVERY);
+    let mut interval = interval_at(Instant::now() + every, every);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let node = state.id.clone();
     // State: (interval, next seq, finished). count = 0 never finishes: the client cancels.

@@ -166,6 +166,8 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         advertise_keepalive: AtomicBool::new(false),
         idle_reset: AtomicBool::new(false),
         goaway_after: AtomicU64::new(0),
+        grpc_read_delay_ms: AtomicU64::new(0),
+        grpc_connections: AtomicU64::new(0),
         abort_all: AtomicBool::new(false),
         abort_after: AtomicU64::new(u64::MAX),
         status_all: AtomicU64::new(0),
@@ -279,6 +281,11 @@ struct State {
     idle_reset: AtomicBool,
     /// h2 connections get a graceful GOAWAY after this many streams; 0 = never.
     goaway_after: AtomicU64,
+    /// `POST /control/grpc-read-delay?ms=N`: gRPC connections accepted from then on see every
+    /// byte they receive N ms late (a busy event loop, CASE-25 C); 0 = off.
+    grpc_read_delay_ms: AtomicU64,
+    /// gRPC-port connections that carried a stream so far (`/control/stats` `grpc_connections`).
+    grpc_connections: AtomicU64,
     /// While `true`, every non-control request behaves as `/abort` (`POST /control/abort-all`).
     abort_all: AtomicBool,
     /// Body bytes read before such an abort; `u64::MAX` = the whole body.

@@ -15,6 +15,7 @@ mod grpc_errors;
 mod grpc_health;
 mod h2;
 mod h2_abuse;
+mod h2_upstream_cancel;
 mod hard_http;
 mod hard_ops;
 mod health;

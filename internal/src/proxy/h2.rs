@@ -53,13 +53,16 @@ struct Slot {
     dial: Option<Dial>,
 }
 
-/// Reset streams an upstream connection remembers, and for how long, so that DATA a node sent
-/// before it saw the gateway's cancel is dropped quietly (its flow-control credit returned)
-/// instead of drawing RST_STREAM(STREAM_CLOSED) (CASE-25 C: a busy node may process frames
-/// 1.5 s late; many server-streaming calls are cancelled on one long-lived connection).
-const UPSTREAM_RESET_MEMORY: usize = 4096;
-/// See [`UPSTREAM_RESET_MEMORY`].
-const UPSTREAM_RESET_DURATION: Duration = Duration::from_secs(10);
+/// Reset streams an upstream connection remembers: none. DATA a node sent before it saw the
+/// gateway's cancel (CASE-25 C: a busy node may process frames 1.5 s late while many
+/// server-streaming calls are cancelled on one long-lived connection) then finds no stream: h2
+/// returns its flow-control credit and answers RST_STREAM(STREAM_CLOSED), which RFC 9113 section
+/// 5.1 allows once the endpoint stops ignoring frames on a stream it reset, and which
+/// `max_local_error_reset_streams(None)` never caps. Remembering the streams instead (h2 0.4.20)
+/// charges each ignored small DATA frame to the connection's DATA-frame budget and never refunds
+/// it, so a long-lived connection ended with GOAWAY(ENHANCE_YOUR_CALM, "too_many_data_frames")
+/// after about 10,000 late frames (tests/scenarios/h2_upstream_cancel.rs).
+const UPSTREAM_RESET_MEMORY: usize = 0;
 
 /// The h2c connections of every node; see the module docs.
 pub struct H2Pool {
@@ -250,7 +253,6 @@ async fn dial(
         // (hyperium/h2 #856; CASE-25 C): nodes are trusted, cancels are the gateway's own.
         .max_local_error_reset_streams(None)
         .max_concurrent_reset_streams(UPSTREAM_RESET_MEMORY)
-        .reset_stream_duration(UPSTREAM_RESET_DURATION)
         .handshake(TokioIo::new(tcp))
         .await
         .map_err(std::io::Error::other)?;
