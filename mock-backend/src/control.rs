@@ -97,6 +97,7 @@ pub(crate) fn handle(
             let mut stats = state.stats();
             stats.requests = 0;
             stats.paths.clear();
+            stats.ws_messages = 0;
             drop(stats);
             stats_response(state)
         }
@@ -274,6 +275,7 @@ fn stats_response(state: &State) -> Response<RespBody> {
         "node": state.id,
         "requests": stats.requests,
         "paths": stats.paths,
+        "ws_messages": stats.ws_messages,
     });
     drop(stats);
     json_response(StatusCode::OK, &body)
