@@ -1,0 +1,178 @@
+//! WebSocket framing written byte by byte (SPEC section 5, CASE-28 c, d, f) and the latency
+//! owed by every counted WebSocket hop (issue 13): a 64-bit length with its top bit set gets
+//! Close 1002 and reaches no node; an announced length past `websocket_max_message` gets Close
+//! 1009 at once without allocating it; a node dying in the middle of a fragmented message it sends
+//! ends the client leg with 1012/1011 and never splices another node's frames into it (RFC 6455
+//! section 5.4); each counted hop records one `hopping_latency_seconds` observation.
+
+use std::time::Duration;
+
+use integration_tests::{cluster_toml, get, Gateway, Mock, FAST_HEALTH};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, Instant};
+
+/// The masking key of every frame these tests write.
+const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+/// A gateway config: `health`, one cluster `c` of `nodes`, one catch-all route in WebSocket `mode`.
+fn config(health: &str, mode: &str, nodes: &[&Mock]) -> String {
+    let list: Vec<(&str, String)> = nodes.iter().map(|m| (m.id.as_str(), m.addr())).collect();
+    format!(
+        "{health}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
+        cluster_toml("c", &list, "")
+    )
+}
+
+/// A raw client socket after a hand-made upgrade: the stream, bytes read past the 101 head, and
+/// the conn id the gateway answered with.
+struct Raw {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+    conn_id: String,
+}
+
+/// Upgrades `path` by hand (optional extra header `line`); asserts 101.
+async fn raw_upgrade(gw: &Gateway, path: &str, line: Option<&str>) -> Raw {
+    let mut tcp = TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connect");
+    let extra = line.map(|l| format!("{l}\r\n")).unwrap_or_default();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: app.example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n");
+    tcp.write_all(head.as_bytes()).await.expect("write head");
+    let mut buf = Vec::new();
+    let end = timeout(
+        Duration::from_secs(5),
+        integration_tests::read_head(&mut tcp, &mut buf),
+    )
+    .await
+    .expect("101 in time")
+    .expect("a response head");
+    let text = String::from_utf8_lossy(&buf[..end]).to_string();
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
+    let conn_id = text
+        .split("\r\n")
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("x-conn-id")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    buf.drain(..end);
+    Raw { tcp, buf, conn_id }
+}
+
+impl Raw {
+    /// The next frame from the gateway within `t`: first octet (FIN, opcode) and payload; `None`
+    /// when TCP closed (or reset) first.
+    async fn frame(&mut self, t: Duration) -> Option<(u8, Vec<u8>)> {
+        let deadline = Instant::now() + t;
+        loop {
+            if let Some(f) = self.parse() {
+                return Some(f);
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout_at(deadline, self.tcp.read(&mut chunk))
+                .await
+                .expect("a frame or the end of the stream in time");
+            match n {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn parse(&mut self) -> Option<(u8, Vec<u8>)> {
+        let b = &self.buf;
+        if b.len() < 2 {
+            return None;
+        }
+        assert_eq!(b[1] & 0x80, 0, "frames to the client are unmasked");
+        let (len, at) = match b[1] & 0x7f {
+            126 if b.len() >= 4 => (usize::from(u16::from_be_bytes([b[2], b[3]])), 4),
+            127 if b.len() >= 10 => (
+                usize::try_from(u64::from_be_bytes(b[2..10].try_into().expect("8 bytes")))
+                    .expect("length fits"),
+                10,
+            ),
+            n @ 0..=125 => (usize::from(n), 2),
+            _ => return None,
+        };
+        if b.len() < at + len {
+            return None;
+        }
+        let f = (b[0], b[at..at + len].to_vec());
+        self.buf.drain(..at + len);
+        Some(f)
+    }
+
+    /// The node's hello (first frame: one whole text message) as JSON.
+    async fn hello(&mut self) -> Value {
+        let (b0, payload) = self.frame(Duration::from_secs(5)).await.expect("hello");
+        assert_eq!(b0, 0x81, "hello is one whole text frame");
+        serde_json::from_slice(&payload).expect("hello JSON")
+    }
+
+    /// Writes `bytes` as they are; false when the gateway has closed the socket.
+    async fn write(&mut self, bytes: &[u8]) -> bool {
+        self.tcp.write_all(bytes).await.is_ok()
+    }
+}
+
+/// The close code of a Close frame's payload.
+fn code(payload: &[u8]) -> u16 {
+    assert!(payload.len() >= 2, "the Close carries a code");
+    u16::from_be_bytes([payload[0], payload[1]])
+}
+
+/// One masked single-frame text message.
+fn masked_text(text: &str) -> Vec<u8> {
+    let mut f = vec![0x81, 0x80 | u8::try_from(text.len()).expect("short text")];
+    f.extend_from_slice(&MASK);
+    f.extend(text.bytes().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
+    f
+}
+
+/// `ws_messages` of `GET /control/stats`: data messages the node's sockets received.
+async fn ws_messages(m: &Mock) -> u64 {
+    let r = get(&format!("{}/control/stats", m.url()), &[])
+        .await
+        .expect("stats");
+    r.json()["ws_messages"].as_u64().expect("ws_messages")
+}
+
+/// Opens another socket and has `text` echoed on it: once it is back, the node has handled
+/// everything the gateway wrote to it before, so `ws_messages` is final.
+async fn echo_on_new_socket(gw: &Gateway, text: &str) {
+    let mut raw = raw_upgrade(gw, "/ws", None).await;
+    raw.hello().await;
+    assert!(raw.write(&masked_text(text)).await, "write");
+    let (b0, payload) = raw.frame(Duration::from_secs(5)).await.expect("echo");
+    assert_eq!((b0, payload.as_slice()), (0x81, text.as_bytes()));
+}
+
+/// CASE-28 c: a binary frame whose 64-bit length has the most significant bit set gets Close
+/// 1002 and TCP closes; no data frame reaches the client, and the node received no message
+/// (its only message is a later socket's, echoed).
+#[tokio::test]
+async fn length_with_the_top_bit_set_gets_1002_and_reaches_no_node() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(FAST_HEALTH, "hop", &[&a])).await;
+    let mut raw = raw_upgrade(&gw, "/ws", None).await;
+    assert_eq!(raw.hello().await["node"], "node-a");
+    let mut frame = vec![0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0x01];
+    frame.extend_from_slice(&MASK);
+    frame.push(MASK[0]);
+    assert!(raw.write(&frame).await, "write the frame");
+    let (b0, payload) = raw
+        .frame(Duration::from_secs(5))
+        .await
+        .expect("a Close before TCP closes");
+    assert_eq!(b0, 0x88, "a Close frame, nothing else first");
+    assert_eq!(code(&payload), 1002);
+    let end = raw.frame(Duration::from_secs(5)).await;
+    assert!(end.is_none(), "TCP closes after the Close, got {end:?}");
+    echo_on_new_socket(&gw, "after").await;
+    assert_eq!(ws_messages(&a).await, 1, "only the later socket's message");
+}
