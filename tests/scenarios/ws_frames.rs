@@ -176,3 +176,50 @@ async fn length_with_the_top_bit_set_gets_1002_and_reaches_no_node() {
     echo_on_new_socket(&gw, "after").await;
     assert_eq!(ws_messages(&a).await, 1, "only the later socket's message");
 }
+
+/// CASE-28 d: a frame announcing 2^63-1 octets, its payload trickled one octet per second, gets
+/// Close 1009 within 1 s of its header and TCP closes within 5 s; the gateway's RSS grows by
+/// less than 4 MiB and the node received no message.
+#[tokio::test]
+async fn announced_length_past_the_limit_gets_1009_at_once_without_allocating() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(FAST_HEALTH, "hop", &[&a])).await;
+    let mut raw = raw_upgrade(&gw, "/ws", None).await;
+    raw.hello().await;
+    let rss_before = gw.rss_kib();
+    let mut header = vec![0x82, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF];
+    header.extend_from_slice(&MASK);
+    let t0 = Instant::now();
+    assert!(raw.write(&header).await, "write the header");
+    let (b0, payload) = raw
+        .frame(Duration::from_secs(1))
+        .await
+        .expect("a Close within 1 s");
+    let took = t0.elapsed();
+    assert_eq!(b0, 0x88, "a Close frame, nothing else first");
+    assert_eq!(code(&payload), 1009);
+    let reason = String::from_utf8_lossy(&payload[2..]).to_string();
+    assert!(reason.contains("websocket_max_message"), "{reason}");
+    // Trickle on, one octet per second, until the gateway has closed the connection.
+    let mut closed = false;
+    for i in 0..5u8 {
+        if !raw.write(&[i ^ MASK[usize::from(i) % 4]]).await {
+            closed = true;
+            break;
+        }
+        match timeout(Duration::from_secs(1), raw.tcp.read(&mut [0u8; 64])).await {
+            Ok(Ok(0) | Err(_)) => {
+                closed = true;
+                break;
+            }
+            Ok(Ok(n)) => panic!("{n} more bytes after the Close"),
+            Err(_) => {}
+        }
+    }
+    assert!(closed, "TCP still open 5 s after the Close");
+    let grown = gw.rss_kib().saturating_sub(rss_before);
+    assert!(grown < 4096, "RSS grew by {grown} KiB");
+    echo_on_new_socket(&gw, "after").await;
+    assert_eq!(ws_messages(&a).await, 1, "only the later socket's message");
+    eprintln!("CASE-28 d: Close 1009 after {took:?}, RSS grew by {grown} KiB");
+}
