@@ -223,3 +223,65 @@ async fn announced_length_past_the_limit_gets_1009_at_once_without_allocating() 
     assert_eq!(ws_messages(&a).await, 1, "only the later socket's message");
     eprintln!("CASE-28 d: Close 1009 after {took:?}, RSS grew by {grown} KiB");
 }
+
+/// CASE-28 f (node to client, hop mode): the socket's node is killed after the client got
+/// fragment 10 of its 64-fragment message; the client then gets only that node's remaining
+/// fragments in order and Close 1012 (hint) or 1011, never a frame of the other node, which a
+/// reconnect with the conn id reaches.
+#[tokio::test]
+async fn node_dying_mid_message_closes_the_client_without_splicing() {
+    let mut a = Mock::start("node-a").await;
+    let mut b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config(FAST_HEALTH, "hop", &[&a, &b])).await;
+    let mut raw = raw_upgrade(&gw, "/ws?fragments=64&fragment_ms=100", None).await;
+    let on = raw.hello().await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (dying, other) = if on == "node-a" {
+        (&mut a, "node-b")
+    } else {
+        (&mut b, "node-a")
+    };
+    let mut got = 0u32;
+    let close = loop {
+        let (b0, payload) = raw
+            .frame(Duration::from_secs(5))
+            .await
+            .expect("a fragment or a Close before TCP closes");
+        if b0 & 0x0f == 0x8 {
+            break payload;
+        }
+        got += 1;
+        let want_b0 = match got {
+            1 => 0x02,
+            64 => 0x80,
+            _ => 0x00,
+        };
+        assert_eq!(b0, want_b0, "fragment {got}: first octet");
+        assert_eq!(
+            payload,
+            format!("frag-{got};").into_bytes(),
+            "fragment {got}"
+        );
+        assert!(
+            got < 64,
+            "the whole message passed: the node was not killed in time"
+        );
+        if got == 10 {
+            dying.kill().await;
+        }
+    };
+    assert!(got >= 10, "{got} fragments before the Close");
+    let code = code(&close);
+    assert!(code == 1012 || code == 1011, "close code {code}");
+    let end = raw.frame(Duration::from_secs(5)).await;
+    assert!(end.is_none(), "nothing after the Close, got {end:?}");
+    assert!(
+        !raw.conn_id.is_empty(),
+        "the 101 carries the issued conn id"
+    );
+    let line = format!("X-Conn-Id: {}", raw.conn_id);
+    let mut again = raw_upgrade(&gw, "/ws", Some(&line)).await;
+    assert_eq!(again.hello().await["node"], other);
+}
