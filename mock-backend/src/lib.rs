@@ -2,7 +2,7 @@
 //!
 //! One process (or one in-process instance, via [`bind`] + [`BoundMock::serve`]) plays one node:
 //! - the main port serves HTTP/1.1 and h2c prior knowledge: `GET /health`,
-//!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws` (query knobs in [`ws`], e.g. `fragments=N&fragment_ms=M`), `GET /sse`,
+//!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws` (query knobs in `ws.rs`, e.g. `fragments=N&fragment_ms=M`), `GET /sse`,
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
 //! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`,
 //!   `POST grpc-health?state=down|up` (gRPC `Health/Check` only), `POST delay?ms=N`,
