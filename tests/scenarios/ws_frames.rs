@@ -15,6 +15,8 @@ use tokio::time::{timeout, Instant};
 
 /// The masking key of every frame these tests write.
 const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+/// Probes every 2 s: a node killed during a test is neither degraded nor ejected for seconds.
+const SLOW_HEALTH: &str = "[health]\ninterval = \"2s\"\ntimeout = \"1s\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\n";
 
 /// A gateway config: `health`, one cluster `c` of `nodes`, one catch-all route in WebSocket `mode`.
 fn config(health: &str, mode: &str, nodes: &[&Mock]) -> String {
@@ -142,6 +144,21 @@ async fn ws_messages(m: &Mock) -> u64 {
     r.json()["ws_messages"].as_u64().expect("ws_messages")
 }
 
+/// (sum of `hopping_count_total` over every reason, `hopping_latency_seconds_count`).
+async fn hop_figures(gw: &Gateway) -> (f64, f64) {
+    let text = get(&gw.admin("/metrics"), &[])
+        .await
+        .expect("metrics")
+        .text();
+    let hops = text
+        .lines()
+        .filter(|l| l.starts_with("hopping_count_total{"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum();
+    let latency = integration_tests::metric_value(&text, "hopping_latency_seconds_count");
+    (hops, latency)
+}
+
 /// Opens another socket and has `text` echoed on it: once it is back, the node has handled
 /// everything the gateway wrote to it before, so `ws_messages` is final.
 async fn echo_on_new_socket(gw: &Gateway, text: &str) {
@@ -227,7 +244,7 @@ async fn announced_length_past_the_limit_gets_1009_at_once_without_allocating() 
 /// CASE-28 f (node to client, hop mode): the socket's node is killed after the client got
 /// fragment 10 of its 64-fragment message; the client then gets only that node's remaining
 /// fragments in order and Close 1012 (hint) or 1011, never a frame of the other node, which a
-/// reconnect with the conn id reaches.
+/// reconnect with the conn id reaches; the hint's hop records one latency observation.
 #[tokio::test]
 async fn node_dying_mid_message_closes_the_client_without_splicing() {
     let mut a = Mock::start("node-a").await;
@@ -243,6 +260,7 @@ async fn node_dying_mid_message_closes_the_client_without_splicing() {
     } else {
         (&mut b, "node-a")
     };
+    let (hops0, lat0) = hop_figures(&gw).await;
     let mut got = 0u32;
     let close = loop {
         let (b0, payload) = raw
@@ -277,6 +295,10 @@ async fn node_dying_mid_message_closes_the_client_without_splicing() {
     assert!(code == 1012 || code == 1011, "close code {code}");
     let end = raw.frame(Duration::from_secs(5)).await;
     assert!(end.is_none(), "nothing after the Close, got {end:?}");
+    // The hint moved the binding: one counted hop, one latency observation (issue 13).
+    let (hops1, lat1) = hop_figures(&gw).await;
+    assert_eq!(hops1 - hops0, 1.0, "one hop counted");
+    assert_eq!(lat1 - lat0, 1.0, "one latency observation per hop");
     assert!(
         !raw.conn_id.is_empty(),
         "the 101 carries the issued conn id"
@@ -284,4 +306,81 @@ async fn node_dying_mid_message_closes_the_client_without_splicing() {
     let line = format!("X-Conn-Id: {}", raw.conn_id);
     let mut again = raw_upgrade(&gw, "/ws", Some(&line)).await;
     assert_eq!(again.hello().await["node"], other);
+}
+
+/// Issue 13 (i): a WebSocket whose bound node refuses the first dial's connection is retried on
+/// the other node; that hop (reason `connect_error`) counts once and records exactly one
+/// `hopping_latency_seconds` observation.
+#[tokio::test]
+async fn first_dial_connect_error_hop_records_one_latency_observation() {
+    let mut a = Mock::start("node-a").await;
+    let mut b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config(SLOW_HEALTH, "hop", &[&a, &b])).await;
+    let line = "X-Conn-Id: c-dial-1";
+    let mut first = raw_upgrade(&gw, "/ws", Some(line)).await;
+    let on = first.hello().await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    // End the first socket cleanly, so the kill below costs it no hop of its own.
+    let mut close = vec![0x88, 0x82];
+    close.extend_from_slice(&MASK);
+    close.extend([0x03 ^ MASK[0], 0xE8 ^ MASK[1]]);
+    assert!(first.write(&close).await, "write Close");
+    let reply = first
+        .frame(Duration::from_secs(5))
+        .await
+        .expect("Close reply");
+    assert_eq!(reply.0, 0x88);
+    assert!(first.frame(Duration::from_secs(5)).await.is_none());
+    let (dying, other) = if on == "node-a" {
+        (&mut a, "node-b")
+    } else {
+        (&mut b, "node-a")
+    };
+    dying.kill().await;
+    let (hops0, lat0) = hop_figures(&gw).await;
+    let mut again = raw_upgrade(&gw, "/ws", Some(line)).await;
+    assert_eq!(again.hello().await["node"], other);
+    let (hops1, lat1) = hop_figures(&gw).await;
+    assert_eq!(
+        gw.metric("hopping_count_total{reason=\"connect_error\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(hops1 - hops0, 1.0, "one hop counted");
+    assert_eq!(
+        lat1 - lat0,
+        hops1 - hops0,
+        "one latency observation per hop"
+    );
+}
+
+/// Issue 13 (ii): in `hint` mode a node killed under a socket moves the binding (one counted hop)
+/// and sends Close 1012; that hop records exactly one `hopping_latency_seconds` observation.
+#[tokio::test]
+async fn hint_mode_hop_records_one_latency_observation() {
+    let mut a = Mock::start("node-a").await;
+    let mut b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config(FAST_HEALTH, "hint", &[&a, &b])).await;
+    let mut raw = raw_upgrade(&gw, "/ws", Some("X-Conn-Id: c-hint-lat")).await;
+    let on = raw.hello().await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (hops0, lat0) = hop_figures(&gw).await;
+    if on == "node-a" {
+        a.kill().await
+    } else {
+        b.kill().await
+    }
+    let (b0, payload) = raw.frame(Duration::from_secs(5)).await.expect("a Close");
+    assert_eq!((b0, code(&payload)), (0x88, 1012));
+    let (hops1, lat1) = hop_figures(&gw).await;
+    assert_eq!(hops1 - hops0, 1.0, "one hop counted");
+    assert_eq!(
+        lat1 - lat0,
+        hops1 - hops0,
+        "one latency observation per hop"
+    );
 }

@@ -88,7 +88,7 @@ impl Relay {
             .is_some_and(|frames| self.held.prepend(frames));
         if !replayed {
             tracing::warn!(from = %old.id, "the client's unfinished message is too large to replay on another node; sending a reconnect hint");
-            return self.hint(&old, reason).await;
+            return self.hint(&old, reason, failure_seen).await;
         }
         let deadline = failure_seen + HOP_DEADLINE;
         let dial = redial(
@@ -106,7 +106,7 @@ impl Relay {
                     Some(found) => break found,
                     None => {
                         tracing::warn!(from = %old.id, "no node took the websocket within the hop deadline; sending a reconnect hint");
-                        return self.hint(&old, reason).await;
+                        return self.hint(&old, reason, failure_seen).await;
                     }
                 },
                 r = self.down.read() => {
@@ -131,7 +131,7 @@ impl Relay {
                         Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
                             if !self.held.push(f) {
                                 tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
-                                return self.hint(&old, reason).await;
+                                return self.hint(&old, reason, failure_seen).await;
                             }
                         }
                     }
@@ -139,9 +139,10 @@ impl Relay {
                 () = self.shutdown.signaled() => return self.close_client(1001, "gateway shutting down").await,
             }
         };
-        if let Some(conn) = &self.s.ctx.conn_id {
-            self.s.p.hopper.moved(conn, &old.id, &node, reason).await;
-        }
+        let counted = match &self.s.ctx.conn_id {
+            Some(conn) => self.s.p.hopper.moved(conn, &old.id, &node, reason).await,
+            None => false,
+        };
         self.s.log.hops += 1;
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
@@ -158,7 +159,8 @@ impl Relay {
         }
         tracing::debug!(from = %old.id, to = %leg.node.id, reason, held = count, "websocket re-dialled");
         self.up = Some(leg);
-        self.failure_seen = Some(failure_seen);
+        // Only a counted hop owes a latency observation (issue 13).
+        self.failure_seen = counted.then_some(failure_seen);
         self.touch();
         Flow::Continue
     }
