@@ -4,7 +4,8 @@
 //! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
 //! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
 //! the hopper (counted and logged), delivers the client frames held meanwhile in order, and records
-//! `hopping_latency_seconds` when the new node's first frame is relayed. A client message cut by
+//! `hopping_latency_seconds` when the new node's first frame is relayed (or the socket ends first;
+//! once per counted hop, issue 13). A client message cut by
 //! the hop is replayed whole: its fragments that reached the old node go to the new one first. Held frames are bounded
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
