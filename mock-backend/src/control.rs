@@ -102,6 +102,7 @@ pub(crate) fn handle(
             let mut stats = state.stats();
             stats.requests = 0;
             stats.paths.clear();
+            stats.ws_messages = 0;
             drop(stats);
             stats_response(state)
         }
@@ -290,6 +291,7 @@ fn stats_response(state: &State) -> Response<RespBody> {
         "requests": stats.requests,
         "paths": stats.paths,
         "grpc_connections": state.grpc_connections.load(Ordering::Relaxed),
+        "ws_messages": stats.ws_messages,
     });
     drop(stats);
     json_response(StatusCode::OK, &body)

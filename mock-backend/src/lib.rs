@@ -2,11 +2,11 @@
 //!
 //! One process (or one in-process instance, via [`bind`] + [`BoundMock::serve`]) plays one node:
 //! - the main port serves HTTP/1.1 and h2c prior knowledge: `GET /health`,
-//!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws`, `GET /sse`,
+//!   `GET /actuator/health/business`, `GET /data`, `ANY /echo[/...][?read_rate=BYTES_PER_SEC]`, `GET /ws` (query knobs in `ws.rs`, e.g. `fragments=N&fragment_ms=M`), `GET /sse`,
 //!   `GET /download?bytes=N[&chunked=1]`, `ANY /status/<code>`, `ANY /abort[?after_bytes=N]`;
 //! - `/control/*` turns the knobs: `POST health?state=down|up|flap[&down=N&up=M]`,
 //!   `POST grpc-health?state=down|up` (gRPC `Health/Check` only), `POST delay?ms=N`,
-//!   `POST hang` / `POST unhang`, `GET stats`, `POST reset-stats`,
+//!   `POST hang` / `POST unhang`, `GET stats` (`requests`, `paths`, `ws_messages`), `POST reset-stats`,
 //!   `POST keepalive?idle_ms=N[&advertise=1][&reset=1]` (idle close by RST with `reset=1`), `POST goaway?after=N`,
 //!   `POST abort-all[?after_bytes=N]` / `POST abort-all?state=off` (every request behaves as `/abort`);
 //! - the optional gRPC port serves h2c ([`grpc`]: `hopping.test.v1.Echo`, `GET /health` and
@@ -324,6 +324,8 @@ impl Flap {
 struct Stats {
     requests: u64,
     paths: VecDeque<String>,
+    /// Data messages (text or binary, whole) the node's WebSocket sessions received.
+    ws_messages: u64,
 }
 
 impl State {
@@ -356,6 +358,11 @@ impl State {
             stats.paths.pop_front();
         }
         stats.paths.push_back(path.to_owned());
+    }
+
+    /// Counts one data message received on a WebSocket (`GET /control/stats` `ws_messages`).
+    fn record_ws_message(&self) {
+        self.stats().ws_messages += 1;
     }
 
     fn stats(&self) -> MutexGuard<'_, Stats> {

@@ -13,7 +13,10 @@
 //! of FIN), `echo_headers=1` (the hello also carries `headers`: the handshake
 //! headers as `[name, value]` pairs in received order, names lower-case), `report_pings=1` (each
 //! Ping received is also answered by a text message `ping <payload>`, so a test can tell the node
-//! saw it).
+//! saw it), `fragments=N&fragment_ms=M` (after the hello, one binary message sent as N fragments,
+//! one every M ms, default 50; fragment `i` (1-based) carries the text `frag-<i>;`, so a test can
+//! kill the node mid-message and tell which fragments arrived). Every text or binary message
+//! received counts in `GET /control/stats` `ws_messages`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +35,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
@@ -131,10 +135,11 @@ pub(crate) fn upgrade(
     let id: Arc<str> = Arc::from(state.id.as_str());
     let shutdown = state.shutdown.subscribe();
     let tracker = Arc::clone(tracker);
+    let st = Arc::clone(state);
     state.tasks.spawn(async move {
         // The upgrade fails only when the client left before the 101 went out: nothing to serve.
         if let Ok(upgraded) = on_upgrade.await {
-            session(upgraded, knobs, hello, id, shutdown, tracker).await;
+            session(upgraded, knobs, hello, id, shutdown, tracker, st).await;
         }
     });
 
@@ -191,7 +196,14 @@ struct Knobs {
     /// Ends the connection with RST (after `drop_after` the peer sees FIN).
     reset_after: Option<Duration>,
     report_pings: bool,
+    /// One binary message in this many fragments after the hello (`fragments=N`); 0 = none.
+    fragments: u32,
+    /// Pause between those fragments (`fragment_ms=M`, default 50 ms).
+    fragment_every: Duration,
 }
+
+/// Default pause between the fragments of `fragments=N`.
+const DEFAULT_FRAGMENT_MS: u64 = 50;
 
 impl Knobs {
     fn parse(query: Option<&str>) -> Self {
@@ -213,6 +225,11 @@ impl Knobs {
             drop_after: ms("drop_after_ms"),
             reset_after: ms("reset_after_ms"),
             report_pings: query_param(query, "report_pings").as_deref() == Some("1"),
+            fragments: query_param(query, "fragments")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            fragment_every: period("fragment_ms")
+                .unwrap_or(Duration::from_millis(DEFAULT_FRAGMENT_MS)),
         }
     }
 }
@@ -225,6 +242,7 @@ async fn session(
     id: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
     tracker: Arc<ConnTracker>,
+    state: Arc<State>,
 ) {
     let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
     if ws.send(Message::text(hello)).await.is_err() {
@@ -233,6 +251,8 @@ async fn session(
     let start = Instant::now();
     let mut ticks = knobs.tick_every.map(every);
     let mut pings = knobs.ping_every.map(every);
+    let mut fragments = (knobs.fragments > 0).then(|| every(knobs.fragment_every));
+    let mut fragment: u32 = 0;
     let close_at = knobs.close_after.map(|after| start + after);
     let drop_at = knobs.drop_after.map(|after| start + after);
     let reset_at = knobs.reset_after.map(|after| start + after);
@@ -245,8 +265,14 @@ async fn session(
             incoming = ws.next() => match incoming {
                 // Stream end: the close handshake finished or the peer went away.
                 None | Some(Err(_)) => return,
-                Some(Ok(Message::Text(text))) if open => Some(Message::Text(text)),
-                Some(Ok(Message::Binary(data))) if open => Some(Message::Binary(data)),
+                Some(Ok(Message::Text(text))) if open => {
+                    state.record_ws_message();
+                    Some(Message::Text(text))
+                }
+                Some(Ok(Message::Binary(data))) if open => {
+                    state.record_ws_message();
+                    Some(Message::Binary(data))
+                }
                 // tungstenite queued the Pong; sending the report flushes both.
                 Some(Ok(Message::Ping(payload))) if open && knobs.report_pings => {
                     Some(Message::text(format!("ping {}", String::from_utf8_lossy(&payload))))
@@ -260,6 +286,13 @@ async fn session(
                 Some(Message::text(format!("tick {id} {seq}")))
             }
             () = tick(&mut pings), if open => Some(Message::Ping(Bytes::from_static(b"mock-ping"))),
+            () = tick(&mut fragments), if open => {
+                fragment += 1;
+                if fragment == knobs.fragments {
+                    fragments = None;
+                }
+                Some(fragment_message(fragment, knobs.fragments))
+            }
             () = sleep_until_opt(close_at), if open => {
                 closing_until = Some(Instant::now() + CLOSE_GRACE);
                 Some(close_message(knobs.close_code, &knobs.close_reason))
@@ -285,6 +318,17 @@ async fn session(
             return;
         }
     }
+}
+
+/// Fragment `i` (1-based) of `n` of the `fragments=N` message: binary first, continuations after.
+fn fragment_message(i: u32, n: u32) -> Message {
+    let op = if i == 1 {
+        OpCode::Data(Data::Binary)
+    } else {
+        OpCode::Data(Data::Continue)
+    };
+    let payload = Bytes::from(format!("frag-{i};"));
+    Message::Frame(Frame::message(payload, op, i == n))
 }
 
 fn close_message(code: u16, reason: &str) -> Message {

@@ -35,4 +35,5 @@ mod tls_reload;
 mod tls_upstream;
 mod websocket;
 mod ws_fleet;
+mod ws_frames;
 mod ws_limits;

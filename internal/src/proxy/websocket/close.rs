@@ -2,11 +2,13 @@
 //! binding), Close frames to either leg, and the bounded wait for the client's reply before TCP
 //! closes (SPEC section 5: never 1005/1006 on the wire). Spawns nothing.
 
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
 use super::frame::{self, FrameError, Kind};
 use super::pick_other;
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
+use crate::proxy::forward::HopClock;
 use crate::registry::Node;
 
 /// `retry_ms` in a reconnect hint is drawn from this range, so hinted clients do not all come back
@@ -15,18 +17,29 @@ const HINT_RETRY_MS: std::ops::Range<u64> = 100..1100;
 
 impl Relay {
     /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
-    /// closes the client with 1012 and a reconnect hint (SPEC section 5).
-    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str) -> Flow {
+    /// closes the client with 1012 and a reconnect hint (SPEC section 5). A counted hop records
+    /// one `hopping_latency_seconds` observation, from `seen` (when the failure was seen) to the
+    /// hint going out: the gateway's answer to the failure (issue 13).
+    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str, seen: Instant) -> Flow {
+        let mut clock = HopClock::new(self.s.p.metrics.clone(), None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
             pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
         ) {
-            self.s.p.hopper.moved(&conn, &old.id, &next, reason).await;
+            if self.s.p.hopper.moved(&conn, &old.id, &next, reason).await {
+                clock.push(seen);
+            }
             self.s.log.hops += 1;
         }
         let retry_ms = rand::random_range(HINT_RETRY_MS);
         let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
-        self.close_client(1012, &hint).await
+        self.close_node(1001, "going away").await;
+        let sent = self.send_close(1012, &hint).await;
+        drop(clock);
+        if sent {
+            self.await_client_reply().await;
+        }
+        Flow::End
     }
 
     /// Writes `frame` to the client, counting bytes.
@@ -54,9 +67,19 @@ impl Relay {
     /// bounded wait for the client's reply before TCP closes.
     pub(super) async fn close_client(&mut self, code: u16, reason: &str) -> Flow {
         self.close_node(1001, "going away").await;
-        if self.down_close_sent || self.send_client(&frame::close(code, reason)).await.is_err() {
-            return Flow::End;
+        if self.send_close(code, reason).await {
+            self.await_client_reply().await;
         }
+        Flow::End
+    }
+
+    /// Sends the client Close `code` unless one went already; true if it was sent now.
+    async fn send_close(&mut self, code: u16, reason: &str) -> bool {
+        !self.down_close_sent && self.send_client(&frame::close(code, reason)).await.is_ok()
+    }
+
+    /// Waits (at most [`CLOSE_REPLY_WAIT`]) for the client's Close reply, counting what it sends.
+    async fn await_client_reply(&mut self) {
         let down = &mut self.down;
         let bytes_in = &mut self.bytes_in;
         let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
@@ -68,6 +91,5 @@ impl Relay {
             }
         })
         .await;
-        Flow::End
     }
 }

@@ -4,7 +4,8 @@
 //! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
 //! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
 //! the hopper (counted and logged), delivers the client frames held meanwhile in order, and records
-//! `hopping_latency_seconds` when the new node's first frame is relayed. A client message cut by
+//! `hopping_latency_seconds` when the new node's first frame is relayed (or the socket ends first;
+//! once per counted hop, issue 13). A client message cut by
 //! the hop is replayed whole: its fragments that reached the old node go to the new one first. Held frames are bounded
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
@@ -88,7 +89,7 @@ impl Relay {
             .is_some_and(|frames| self.held.prepend(frames));
         if !replayed {
             tracing::warn!(from = %old.id, "the client's unfinished message is too large to replay on another node; sending a reconnect hint");
-            return self.hint(&old, reason).await;
+            return self.hint(&old, reason, failure_seen).await;
         }
         let deadline = failure_seen + HOP_DEADLINE;
         let dial = redial(
@@ -106,7 +107,7 @@ impl Relay {
                     Some(found) => break found,
                     None => {
                         tracing::warn!(from = %old.id, "no node took the websocket within the hop deadline; sending a reconnect hint");
-                        return self.hint(&old, reason).await;
+                        return self.hint(&old, reason, failure_seen).await;
                     }
                 },
                 r = self.down.read() => {
@@ -131,7 +132,7 @@ impl Relay {
                         Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
                             if !self.held.push(f) {
                                 tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
-                                return self.hint(&old, reason).await;
+                                return self.hint(&old, reason, failure_seen).await;
                             }
                         }
                     }
@@ -139,9 +140,10 @@ impl Relay {
                 () = self.shutdown.signaled() => return self.close_client(1001, "gateway shutting down").await,
             }
         };
-        if let Some(conn) = &self.s.ctx.conn_id {
-            self.s.p.hopper.moved(conn, &old.id, &node, reason).await;
-        }
+        let counted = match &self.s.ctx.conn_id {
+            Some(conn) => self.s.p.hopper.moved(conn, &old.id, &node, reason).await,
+            None => false,
+        };
         self.s.log.hops += 1;
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
@@ -158,7 +160,8 @@ impl Relay {
         }
         tracing::debug!(from = %old.id, to = %leg.node.id, reason, held = count, "websocket re-dialled");
         self.up = Some(leg);
-        self.failure_seen = Some(failure_seen);
+        // Only a counted hop owes a latency observation (issue 13).
+        self.failure_seen = counted.then_some(failure_seen);
         self.touch();
         Flow::Continue
     }

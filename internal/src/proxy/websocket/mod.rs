@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::forward::Attempt;
+use super::forward::{Attempt, HopClock};
 use super::respond::ProxyError;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::{Node, NodeId};
@@ -112,6 +112,10 @@ pub(crate) async fn proxy(
     drop(req);
     let deadline = ctx.start + ctx.route.config.timeout;
     let mut tried: Vec<NodeId> = Vec::new();
+    // One hopping_latency_seconds observation per counted connect_error hop, from the first
+    // failed dial to the node's answer (or to giving up), as in forward.rs (issue 13).
+    let mut clock = HopClock::new(p.metrics.clone(), None);
+    let mut failure_seen: Option<Instant> = None;
     let mut resp = loop {
         log.node = Some(node.id.clone());
         let mark = node.runtime.passive_mark();
@@ -134,6 +138,7 @@ pub(crate) async fn proxy(
             });
         };
         node.runtime.record_connect_error(h, &detail, mark, now);
+        let seen = *failure_seen.get_or_insert(now);
         tried.push(node.id.clone());
         let Some(next) = pick_other(&p, &ctx, &tried) else {
             return Err(ProxyError::Connect {
@@ -143,11 +148,15 @@ pub(crate) async fn proxy(
         };
         tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail, "websocket handshake: retrying on another node");
         if let Some(conn) = &ctx.conn_id {
-            p.hopper.moved(conn, &node.id, &next, "connect_error").await;
+            if p.hopper.moved(conn, &node.id, &next, "connect_error").await {
+                clock.push(seen);
+            }
             log.hops += 1;
         }
         node = next;
     };
+    // Served again: a node answered the handshake.
+    drop(clock);
     let upgraded = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     if upgraded {
         node.runtime.record_passive_success();

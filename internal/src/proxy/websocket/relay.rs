@@ -175,6 +175,11 @@ impl Session {
             };
             r.touch();
             while r.step().await == Flow::Continue {}
+            if let Some(seen) = r.failure_seen.take() {
+                // The socket ended before the new node's first frame: the hop still owes its
+                // one latency observation (issue 13).
+                r.s.p.metrics.hop_latency.observe(seen.elapsed().as_secs_f64());
+            }
             r.close_node(1001, "going away").await;
             r.down.shutdown().await;
             r.s.p.finish(&r.s.log, 101, r.s.ctx.start, r.bytes_in, r.bytes_out);
@@ -504,6 +509,8 @@ impl Relay {
     /// The node leg must be replaced: hop, hint or close per the route's mode. `alive` says whether
     /// the old leg still works (it then gets a Close 1001 first).
     async fn node_gone(&mut self, reason: &'static str, alive: bool) -> Flow {
+        // The failure is seen now; retiring a live leg below takes up to CLOSE_REPLY_WAIT.
+        let seen = Instant::now();
         self.drain_act_at = None;
         self.drain_deadline = None;
         let Some(mut leg) = self.up.take() else {
@@ -524,12 +531,12 @@ impl Relay {
         drop(leg);
         match self.mode {
             WsMode::Close => self.close_client(1011, "node went away").await,
-            WsMode::Hint => self.hint(&old, reason).await,
+            WsMode::Hint => self.hint(&old, reason, seen).await,
             // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
             WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => {
-                self.hint(&old, reason).await
+                self.hint(&old, reason, seen).await
             }
-            WsMode::Hop => self.hop(old, reason, Instant::now()).await,
+            WsMode::Hop => self.hop(old, reason, seen).await,
         }
     }
 }
