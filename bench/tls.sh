@@ -5,13 +5,18 @@
 #   - full handshakes/s and proxy CPU µs per handshake: `openssl s_time -new` (a new connection and a
 #     full TLS 1.3 handshake per request, no session reuse), CPU = utime+stime of the proxy over the run;
 #   - proxy CPU µs per request on kept-alive TLS connections (h2load --h1), and the gateway's cleartext
-#     figure for the ratio.
-# Env: BENCH_SECONDS (10), BENCH_TLS_REQUESTS (50000), BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP.
+#     figure for the ratio;
+#   - the gateway's RSS per idle `wss://` WebSocket (a fresh gateway; the wsload client opens
+#     BENCH_TLS_WS_CONNS idle sockets; KiB/connection = VmRSS growth over the idle baseline ÷ open
+#     sockets), next to the same figure for `ws://` on another fresh gateway.
+# Env: BENCH_SECONDS (10), BENCH_TLS_REQUESTS (50000), BENCH_TLS_WS_CONNS (2000), BENCH_PROXY_CPU (1),
+# BENCH_LOAD_CPU (0), BENCH_KEEP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 SECS=${BENCH_SECONDS:-10}
 N=${BENCH_TLS_REQUESTS:-50000}
+WS_CONNS=${BENCH_TLS_WS_CONNS:-2000}
 PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 export PATH="$PATH:/usr/sbin"
@@ -20,7 +25,11 @@ die() { log "error: $*"; exit 1; }
 for t in nginx haproxy h2load openssl taskset curl; do command -v "$t" >/dev/null || die "$t missing (make bench installs nginx and haproxy; h2load is nghttp2-client)"; done
 GW=$ROOT/target/release/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
+WSLOAD=$ROOT/target/release/examples/wsload
 [ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build"
+[ -x "$WSLOAD" ] || die "wsload missing: cargo build --release -p integration-tests --features bench --example wsload"
+# Two sockets per proxied WebSocket, plus the client's in this shell's children.
+ulimit -n "$(ulimit -Hn)"
 
 W=$(mktemp -d /tmp/hopgw-bench-tls.XXXXXX)
 chmod 755 "$W"
@@ -163,6 +172,33 @@ kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
 start haproxy "$PCPU" haproxy -f "$W/haproxy.cfg"
 wait_url "https://127.0.0.1:$HAPROXY/data"
 measure haproxy "$HAPROXY" "$STARTED"
+kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
+
+# ws_row SCHEME URL: a fresh gateway, WS_CONNS idle sockets through it; one row of the WS table.
+{
+  echo "| gateway, idle WebSockets | sockets open | failed | KiB / connection | RSS before → after, KiB |"
+  echo "|---|---|---|---|---|"
+} >"$W/ws-table"
+ws_row() {
+  local scheme=$1 url=$2 json
+  start "gateway-$scheme" "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GW_PLAIN" --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off
+  local pid=$STARTED
+  wait_url "https://127.0.0.1:$GW_TLS/data"
+  taskset -c "$LCPU" "$WSLOAD" --url "$url" --ca "$CA" --steps "$WS_CONNS" --pid "$pid" \
+    --echo-secs 1 --echo-rate 500 --concurrency 128 --settle-ms 1500 >"$W/ws-$scheme.json" 2>"$W/ws-$scheme.err" \
+    || die "wsload $scheme failed: $(tail -1 "$W/ws-$scheme.err")"
+  json=$(cat "$W/ws-$scheme.json")
+  python3 - "$scheme" "$json" >>"$W/ws-table" <<'PY'
+import json, sys
+d = json.loads(sys.argv[2]); s = d["steps"][-1]
+k = "n/a" if s["kib_per_conn"] is None else f"{s['kib_per_conn']:.1f}"
+print(f"| `{sys.argv[1]}://` | {s['conns']:,} | {s['failed']} | {k} | {d['base_rss_kib']:,} → {s['rss_kib']:,} |")
+PY
+  log "$scheme: $(tail -1 "$W/ws-table")"
+  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+}
+ws_row wss "wss://localhost:$GW_TLS/ws"
+ws_row ws "ws://127.0.0.1:$GW_PLAIN/ws"
 stop_all
 
 {
@@ -170,6 +206,8 @@ stop_all
   echo "$(nginx -v 2>&1 | sed 's/.*nginx\//nginx /'), HAProxy $(haproxy -v | head -1 | awk '{print $3}'), $(openssl version | awk '{print $1, $2}')."
   echo
   cat "$W/table"
+  echo
+  cat "$W/ws-table"
 } >"$OUT"
 log "wrote bench/results/tls-latest.md"
 cat "$OUT"

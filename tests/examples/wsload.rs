@@ -10,7 +10,9 @@
 //! `{"url":..,"base_rss_kib":N,"steps":[{"conns":N,"failed":N,"rss_kib":N,"kib_per_conn":F,
 //!   "echo":{"count":N,"errors":N,"p50_ms":F,"p99_ms":F,"p999_ms":F}}]}`
 //!
-//! Flags: `--url ws://HOST:PORT/ws` (required), `--steps 2000,10000`, `--pid PID` (repeatable),
+//! Flags: `--url ws://HOST:PORT/ws` or `wss://HOST:PORT/ws` (required), `--ca FILE` (PEM roots
+//! for `wss://`, required with it; TLS via rustls with the ring provider, ALPN `http/1.1`, server
+//! name = the URL's host), `--steps 2000,10000`, `--pid PID` (repeatable),
 //! `--concurrency 256` (handshakes in flight), `--echo-secs 3`, `--echo-rate 1000` (messages/s in total),
 //! `--settle-ms 1000` (wait after a step before reading RSS).
 //!
@@ -40,15 +42,81 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use futures_util::{stream, SinkExt, StreamExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant, MissedTickBehavior};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+/// A client byte stream: TCP for `ws://`, TLS over TCP for `wss://`.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Ws = WebSocketStream<Box<dyn Io>>;
+
+/// Where and how to dial: the URL, and for `wss://` the TLS connector (trusting `--ca`).
+#[derive(Clone)]
+struct Target {
+    url: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl Target {
+    /// `url` (`ws://` or `wss://`); `ca` (PEM file) is required for `wss://`.
+    fn new(url: &str, ca: Option<&str>) -> Result<Target> {
+        let tls = if url.starts_with("wss://") {
+            let ca = ca.context("wss:// needs --ca FILE")?;
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca).with_context(|| format!("read {ca}"))? {
+                roots.add(c.context("CA PEM")?).context("add CA")?;
+            }
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)))
+        } else {
+            None
+        };
+        Ok(Target {
+            url: url.to_owned(),
+            tls,
+        })
+    }
+
+    /// TCP connect, the TLS handshake for `wss://`, then the WebSocket handshake.
+    async fn connect(&self) -> Result<Ws> {
+        let req = self.url.as_str().into_client_request().context("url")?;
+        let host = req.uri().host().context("url has no host")?.to_owned();
+        let port = req
+            .uri()
+            .port_u16()
+            .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
+        let tcp = TcpStream::connect((host.as_str(), port))
+            .await
+            .context("connect")?;
+        let io: Box<dyn Io> = match &self.tls {
+            None => Box::new(tcp),
+            Some(c) => {
+                let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
+                    .context("server name")?;
+                Box::new(c.connect(name, tcp).await.context("TLS handshake")?)
+            }
+        };
+        let (ws, _) = tokio_tungstenite::client_async(req, io)
+            .await
+            .context("handshake")?;
+        Ok(ws)
+    }
+}
 
 /// Bound on one handshake plus hello, and on one echo round trip.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,6 +125,9 @@ const MAX_ECHO_WORKERS: usize = 64;
 
 struct Args {
     url: String,
+    ca: Option<String>,
+    /// Built from `url` and `ca` once the flags are read.
+    target: Target,
     steps: Vec<usize>,
     pids: Vec<u32>,
     concurrency: usize,
@@ -74,6 +145,11 @@ struct Args {
 fn parse_args() -> Result<Args> {
     let mut a = Args {
         url: String::new(),
+        ca: None,
+        target: Target {
+            url: String::new(),
+            tls: None,
+        },
         steps: vec![2000, 10000],
         pids: Vec::new(),
         concurrency: 256,
@@ -89,6 +165,7 @@ fn parse_args() -> Result<Args> {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--url" => a.url = value,
+            "--ca" => a.ca = Some(value),
             "--steps" => {
                 a.steps = value
                     .split(',')
@@ -114,6 +191,7 @@ fn parse_args() -> Result<Args> {
     if a.url.is_empty() {
         bail!("--url is required");
     }
+    a.target = Target::new(&a.url, a.ca.as_deref())?;
     if a.steps.windows(2).any(|w| w[1] < w[0]) {
         bail!("--steps must not decrease");
     }
@@ -147,11 +225,9 @@ fn rss_kib(pids: &[u32]) -> u64 {
 
 /// One connection: handshake, then the node's hello (any first data message); returns the socket
 /// and the hello's text (lossy UTF-8 for a binary one).
-async fn open(url: String) -> Result<(Ws, String)> {
+async fn open(target: Target) -> Result<(Ws, String)> {
     timeout(IO_TIMEOUT, async move {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .context("handshake")?;
+        let mut ws = target.connect().await?;
         loop {
             match ws.next().await {
                 Some(Ok(Message::Text(t))) => return Ok((ws, t.as_str().to_owned())),
@@ -207,12 +283,12 @@ fn ms(d: Duration) -> f64 {
 /// Opens `want` sockets to `url` with `concurrency` handshakes in flight; returns the open ones
 /// (with their hellos), the number that failed and the first failure.
 async fn open_many(
-    url: &str,
+    target: &Target,
     want: usize,
     concurrency: usize,
 ) -> (Vec<(Ws, String)>, usize, Option<String>) {
     let results: Vec<Result<(Ws, String)>> = stream::iter(0..want)
-        .map(|_| open(url.to_owned()))
+        .map(|_| open(target.clone()))
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
@@ -297,7 +373,7 @@ async fn main() -> Result<()> {
     let mut steps = Vec::new();
     for &target in &args.steps {
         let want = target.saturating_sub(conns.len());
-        let (opened, failed, first_error) = open_many(&args.url, want, args.concurrency).await;
+        let (opened, failed, first_error) = open_many(&args.target, want, args.concurrency).await;
         conns.extend(opened.into_iter().map(|(ws, _)| ws));
         tokio::time::sleep(args.settle).await;
         let rss = rss_kib(&args.pids);
@@ -380,7 +456,7 @@ async fn watch_socket(
 /// Hop mode (see the module docs): opens the sockets, kills `pid`, times every hop off its node.
 async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
     let target = *args.steps.last().context("--steps is empty")?;
-    let (conns, failed, first_error) = open_many(&args.url, target, args.concurrency).await;
+    let (conns, failed, first_error) = open_many(&args.target, target, args.concurrency).await;
     let open_count = conns.len();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut on_node = JoinSet::new();

@@ -30,6 +30,7 @@ mod stable_selection;
 mod status_page;
 mod store_common;
 mod tls;
+mod tls_grpc;
 mod tls_redis;
 mod tls_reload;
 mod tls_upstream;

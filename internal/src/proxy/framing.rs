@@ -37,7 +37,10 @@ use super::respond::ProxyError;
 /// such a body by itself, as a body error after the head was answered).
 const MAX_LINE: usize = 128 * 1024;
 
-/// Bytes read from the socket per read while holding a head.
+/// Bytes read from the socket per read while following (the scratch buffer's size). The buffer is
+/// allocated at the first read and released once the watch turns passive, so an upgraded
+/// connection (a WebSocket, idle for hours) does not keep it: 16 KiB per idle socket was most of
+/// its memory (issue 14 bench, idle `wss://`).
 const READ_CHUNK: usize = 16 * 1024;
 
 /// What the watch saw on one downstream connection, shared with the proxy.
@@ -333,6 +336,7 @@ pin_project_lite::pin_project! {
         // Judged bytes hyper has not read yet, from `pos`.
         out: Vec<u8>,
         pos: usize,
+        // READ_CHUNK bytes while following, empty before the first read and once passive.
         scratch: Box<[u8]>,
         head_timeout: Duration,
         // Runs while a head is held: hyper's own header timer starts only once it sees bytes.
@@ -350,7 +354,7 @@ impl<T> FramingWatch<T> {
             log,
             out: Vec::new(),
             pos: 0,
-            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            scratch: Box::default(),
             head_timeout,
             deadline: None,
         }
@@ -381,7 +385,15 @@ impl<T: AsyncRead> AsyncRead for FramingWatch<T> {
                 return Poll::Pending;
             }
             if this.scanner.state == State::Passive {
+                if !this.scratch.is_empty() || this.out.capacity() > 0 {
+                    // Passive is final: release the follower's buffers (`out` is drained here).
+                    *this.scratch = Box::default();
+                    *this.out = Vec::new();
+                }
                 return this.inner.as_mut().poll_read(cx, buf);
+            }
+            if this.scratch.is_empty() {
+                *this.scratch = vec![0; READ_CHUNK].into_boxed_slice();
             }
             let mut rb = ReadBuf::new(&mut this.scratch[..]);
             match this.inner.as_mut().poll_read(cx, &mut rb) {
