@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # HTTP/2 abuse under load (SPEC section 4, CASE-25/26): a second h2c connection's latency while
 # other connections flood the gateway (rapid reset, PING floods, empty CONTINUATIONs), against the
-# same connection's idle latency. Needs h2load (nghttp2-client) and release binaries.
+# same connection's idle latency. One abusive connection at a time (rapid reset, then a PING flood,
+# then empty CONTINUATIONs, round and round: each reconnects once the gateway's GOAWAY closed it),
+# the gateway pinned to core 1 (BENCH_PROXY_CPU), h2load and the flooder on core 0 (BENCH_LOAD_CPU).
+# Needs h2load (nghttp2-client) and release binaries.
 # Usage: bench/h2-flood.sh [requests] ; prints idle and flooded p50/p99 in ms.
 set -euo pipefail
 W_PREFIX=hopgw-h2flood
+PCPU=${BENCH_PROXY_CPU:-1}
+LCPU=${BENCH_LOAD_CPU:-0}
+GW_WRAP=${GW_WRAP:-taskset -c $PCPU}
 source "$(dirname "$0")/ws-common.sh"
 N=${1:-3000}
 NODE=$(free_port)
@@ -20,13 +26,13 @@ q = lambda p: d[min(len(d) - 1, int(len(d) * p))] / 1000
 print(f"n={len(d)} p50={q(0.50):.2f}ms p99={q(0.99):.2f}ms")
 PY
 }
-measure() { h2load -n "$N" -c 1 -m 1 --log-file="$W/$1.log" "http://127.0.0.1:$GW_PORT/data" >/dev/null; p99 "$W/$1.log"; }
+measure() { taskset -c "$LCPU" h2load -n "$N" -c 1 -m 1 --log-file="$W/$1.log" "http://127.0.0.1:$GW_PORT/data" >/dev/null; p99 "$W/$1.log"; }
 
-h2load -n 500 -c 1 -m 1 "http://127.0.0.1:$GW_PORT/data" >/dev/null   # warm-up
+taskset -c "$LCPU" h2load -n 500 -c 1 -m 1 "http://127.0.0.1:$GW_PORT/data" >/dev/null   # warm-up
 echo "idle:    $(measure idle)"
 
 # Flooders: each opens a connection, floods until the gateway's GOAWAY closes it, and reconnects.
-python3 - "$GW_PORT" >"$W/flood.log" 2>&1 <<'PY' &
+taskset -c "$LCPU" python3 - "$GW_PORT" >"$W/flood.log" 2>&1 <<'PY' &
 import socket, struct, sys, threading, time
 port = int(sys.argv[1])
 def fr(t, f, s, p=b""): return struct.pack(">I", len(p))[1:] + bytes([t, f]) + struct.pack(">I", s) + p
@@ -35,20 +41,22 @@ pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + fr(4, 0, 0)
 rapid = b"".join(fr(1, 5, n, hb) + fr(3, 0, n, b"\0\0\0\x08") for n in range(1, 20001, 2))
 ping = fr(6, 0, 0, b"\0" * 8) * 20000
 cont = fr(1, 0, 1, hb) + fr(9, 0, 1) * 20000
-def flood(payload):
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port)) as s:
-                s.sendall(pre + payload)
-                while s.recv(1 << 16):
-                    pass
-        except OSError:
-            pass
-for p in (rapid, ping, cont):
-    threading.Thread(target=flood, args=(p,), daemon=True).start()
-time.sleep(3600)
+n = 0
+while True:
+    payload = (rapid, ping, cont)[n % 3]
+    n += 1
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(pre + payload)
+            while s.recv(1 << 16):
+                pass
+    except OSError:
+        pass
 PY
 FLOOD=$!; PIDS+=("$FLOOD")
 sleep 1
+t0=$(awk '{print $14 + $15}' "/proc/$GW/stat"); s0=$(date +%s.%N)
 echo "flooded: $(measure flooded)"
+t1=$(awk '{print $14 + $15}' "/proc/$GW/stat"); s1=$(date +%s.%N)
+echo "gateway CPU while flooded: $(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v s="$s0" -v e="$s1" 'BEGIN {printf "%.0f%%", d / hz / (e - s) * 100}') of one core"
 echo "GOAWAYs for abuse: $(curl -fsS "http://127.0.0.1:$GW_ADMIN/metrics" | grep '^gateway_h2_goaway_sent_total' | tr '\n' ' ')"
