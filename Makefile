@@ -21,9 +21,12 @@ test:
 		HOPGW_PREBUILT=1 $(CARGO) test --release --workspace -- --test-threads=4; \
 	fi
 
+## Format, clippy, the layer map (scripts/check-layers.sh) and the API docs, all warnings as errors.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	./scripts/check-layers.sh
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --no-deps --workspace --document-private-items
 
 fmt:
 	$(CARGO) fmt --all

@@ -373,7 +373,7 @@ impl Metrics {
         ConnectionGauge(g)
     }
 
-    /// The exposition in `format` (SPEC section 8; see [`format`]).
+    /// The exposition in `format` (SPEC section 8; see [`format`](mod@format)).
     pub fn encode_as(&self, format: format::Format) -> String {
         match format {
             format::Format::OpenMetrics => self.encode(),

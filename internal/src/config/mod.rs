@@ -1,6 +1,6 @@
 //! Configuration: the TOML file of SPEC section 3, CLI overrides, and the Go-compatible defaults.
 //!
-//! Two layers: [`file`] is the serde DTO as written; [`Config`] is the validated, typed form that
+//! Two layers: [`file`](mod@file) is the serde DTO as written; [`Config`] is the validated, typed form that
 //! runtime code sees (durations, socket addresses, enums; never a string compared per request).
 //! [`load_str`] parses and validates in one go and reports **every** problem with its dotted key,
 //! line and column. This module spawns nothing and never touches the network.

@@ -4,7 +4,7 @@
 //! For each request: load the route table once, match a route, validate or issue the conn id, ask
 //! the hopper for a node, rewrite headers, and forward with the SPEC section 4 retry rules
 //! ([`forward`]). Long-lived upgrades go to [`websocket`]. Every failure becomes a response in
-//! [`respond`] and nowhere else. Streams both ways; bodies are never buffered whole.
+//! [`respond`](mod@respond) and nowhere else. Streams both ways; bodies are never buffered whole.
 
 pub mod access;
 pub mod body;

@@ -27,37 +27,16 @@
 //! traffic moves onto a new, more specific route gradually (SPEC section 6).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::config::{ClusterConfig, Config, Picker, Protocol, RouteConfig};
+use crate::config::{ClusterConfig, Config, RouteConfig};
 use crate::registry::{Node, NodeId, NodeSettings, NodeState, Registry};
 
 use super::warmup::Warmup;
 
-/// One cluster in a table.
-#[derive(Debug)]
-pub struct Cluster {
-    /// Name.
-    pub name: Arc<str>,
-    /// Upstream protocol.
-    pub protocol: Protocol,
-    /// Picker.
-    pub lb: Picker,
-    /// Nodes in config order.
-    pub nodes: Vec<Arc<Node>>,
-    /// Round-robin cursor (relaxed atomic; exact fairness is not required across threads).
-    pub cursor: AtomicUsize,
-}
-
-impl Cluster {
-    /// The node `id` of this cluster.
-    pub fn node(&self, id: &str) -> Option<&Arc<Node>> {
-        self.nodes.iter().find(|n| &*n.id == id)
-    }
-}
+pub use crate::selection::Cluster;
 
 /// One route in a table.
 #[derive(Debug)]
@@ -288,6 +267,12 @@ impl RouteTable {
     }
 }
 
+impl crate::selection::Weights for RouteTable {
+    fn effective_weight(&self, node: &Node, now: Instant) -> u64 {
+        RouteTable::effective_weight(self, node, now)
+    }
+}
+
 fn build_cluster(c: &ClusterConfig, registry: &Registry) -> Cluster {
     let name: Arc<str> = Arc::from(c.name.as_str());
     let settings = NodeSettings {
@@ -301,13 +286,7 @@ fn build_cluster(c: &ClusterConfig, registry: &Registry) -> Cluster {
         .map(|n| registry.node(&name, n, settings.clone()).0)
         .collect::<Vec<_>>();
     registry.set_peers(&nodes);
-    Cluster {
-        name,
-        protocol: c.protocol,
-        lb: c.lb,
-        nodes,
-        cursor: AtomicUsize::new(0),
-    }
+    Cluster::new(name, c.protocol, c.lb, nodes)
 }
 
 /// What route matching looks at in a request.

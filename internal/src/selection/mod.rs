@@ -7,6 +7,7 @@
 //! `lb` (but `least_request`, which picks by load): replicas agree on a new id's node without
 //! coordination (SPEC section 7). Requests without a key are balanced by the `lb` picker.
 
+mod cluster;
 pub mod picker;
 pub mod rendezvous;
 pub mod version;
@@ -16,8 +17,21 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+pub use self::cluster::Cluster;
 use crate::registry::{Node, NodeId};
-use crate::routing::{Cluster, RouteTable};
+
+/// Where selection gets each node's effective weight (configured × health % × warm-up %, SPEC
+/// section 6); the route table implements it, so selection never reads routing's types.
+pub trait Weights {
+    /// Effective weight of `node` at `now`; 0 means not selectable.
+    fn effective_weight(&self, node: &Node, now: Instant) -> u64;
+}
+
+impl<T: Weights + ?Sized> Weights for Arc<T> {
+    fn effective_weight(&self, node: &Node, now: Instant) -> u64 {
+        (**self).effective_weight(node, now)
+    }
+}
 
 /// What one request asks of selection, decided once per request.
 #[derive(Debug, Default, Clone)]
@@ -66,7 +80,7 @@ pub struct Selection {
 
 /// Selectable candidates of `cluster` at `now` (effective weight > 0, not excluded).
 pub fn candidates(
-    table: &RouteTable,
+    table: &impl Weights,
     cluster: &Cluster,
     exclude: &[NodeId],
     now: Instant,
@@ -86,7 +100,12 @@ pub fn candidates(
 }
 
 /// Runs the filters then the cluster's picker.
-pub fn select(table: &RouteTable, cluster: &Cluster, c: &Criteria<'_>, now: Instant) -> Selection {
+pub fn select(
+    table: &impl Weights,
+    cluster: &Cluster,
+    c: &Criteria<'_>,
+    now: Instant,
+) -> Selection {
     let all = candidates(table, cluster, c.exclude, now);
     let (filtered, version_miss) = version::filter(all, c);
     let filtered = zone::filter(filtered, c.zone);

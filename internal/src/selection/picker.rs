@@ -20,9 +20,9 @@ use std::sync::Arc;
 
 use rand::Rng;
 
+use super::Cluster;
 use crate::config::Picker;
 use crate::registry::Node;
-use crate::routing::Cluster;
 
 use super::Candidate;
 

@@ -12,7 +12,6 @@ use super::*;
 use crate::config::{CanaryConfig, Config, NoMatch, NodeConfig, Picker, Protocol, Split, SplitKey};
 use crate::metrics::Metrics;
 use crate::registry::{NodeSettings, Registry};
-use crate::routing::Cluster;
 
 /// Nodes `n0..` with the given configured weights and metadata.
 fn nodes(specs: &[(u32, &[(&str, &str)])]) -> Vec<Arc<Node>> {

@@ -22,17 +22,17 @@ use super::{EPOCH_SLOTS, JOURNAL_AGE, JOURNAL_CAP, LOG_INTERVAL};
 use crate::hopper::affinity::MemoryStore;
 use crate::metrics::Metrics;
 
-/// `GET` + slide: the bound node or nil. KEYS[1] = key, ARGV[1] = ttl ms.
+/// `GET` + slide: the bound node or nil. `KEYS[1]` = key, `ARGV[1]` = ttl ms.
 pub(super) const GET_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
 if v then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return v";
-/// Bind unless bound (then slide): returns the bound node. KEYS[1] = key, ARGV = node, ttl ms.
+/// Bind unless bound (then slide): returns the bound node. `KEYS[1]` = key, ARGV = node, ttl ms.
 pub(super) const BIND_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
 if v then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return ARGV[1]";
 /// Compare-and-set hop: set `to` only if the key holds `from` or nothing. Returns {node, changed}.
-/// KEYS[1] = key, ARGV = from, to, ttl ms.
+/// `KEYS[1]` = key, ARGV = from, to, ttl ms.
 pub(super) const HOP_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
 if (not v) or v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -42,7 +42,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {v, 0}";
 /// Arguments of a script that takes none besides its key.
 pub(super) const NO_ARGS: &[&str] = &[];
-/// Delete, returning the node it held (nil if none). KEYS[1] = key.
+/// Delete, returning the node it held (nil if none). `KEYS[1]` = key.
 pub(super) const DEL_SCRIPT: &str = "local v = redis.call('GET', KEYS[1])
 if v then redis.call('DEL', KEYS[1]) end
 return v";
