@@ -245,7 +245,7 @@ impl Body for RequestBody {
         if c.epoch != self.epoch {
             return SizeHint::default();
         }
-        c.hint.clone()
+        c.hint
     }
 }
 
@@ -372,14 +372,18 @@ mod tests {
         let (tx, inner) = client_body();
         let (first, tap) = RequestBody::new(inner, IDLE, None);
         let mut first = Box::pin(first);
-        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        tx.send(Bytes::from_static(b"one"))
+            .await
+            .expect("the body is still read");
         assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"one"[..]));
         let mut second = replayed(&tap);
         assert!(
             first.frame().await.expect("a frame").is_err(),
             "old attempt cut off"
         );
-        tx.send(Bytes::from_static(b"two")).await.unwrap();
+        tx.send(Bytes::from_static(b"two"))
+            .await
+            .expect("the body is still read");
         drop(tx);
         assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"one"[..]));
         assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"two"[..]));
@@ -402,7 +406,9 @@ mod tests {
         let (tx, inner) = client_body();
         let (first, tap) = RequestBody::new(inner, IDLE, None);
         drop(first);
-        tx.send(Bytes::from_static(b"all")).await.unwrap();
+        tx.send(Bytes::from_static(b"all"))
+            .await
+            .expect("the body is still read");
         drop(tx);
         let mut again = replayed(&tap);
         assert_eq!(next_data(&mut again).await.as_deref(), Some(&b"all"[..]));
@@ -418,7 +424,7 @@ mod tests {
         let mut first = Box::pin(first);
         tx.send(Bytes::from(vec![0u8; REPLAY_LIMIT + 1]))
             .await
-            .unwrap();
+            .expect("the body is still read");
         assert_eq!(
             next_data(&mut first).await.map(|b| b.len()),
             Some(REPLAY_LIMIT + 1)
@@ -435,11 +441,15 @@ mod tests {
         let (tx, inner) = client_body();
         let (first, tap) = RequestBody::new(inner, IDLE, Some(5));
         let mut first = Box::pin(first);
-        tx.send(Bytes::from_static(b"abc")).await.unwrap();
+        tx.send(Bytes::from_static(b"abc"))
+            .await
+            .expect("the body is still read");
         assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"abc"[..]));
         let mut second = replayed(&tap);
         assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"abc"[..]));
-        tx.send(Bytes::from_static(b"def")).await.unwrap();
+        tx.send(Bytes::from_static(b"def"))
+            .await
+            .expect("the body is still read");
         let err = second
             .frame()
             .await
