@@ -27,6 +27,55 @@ pub const RECENT_RELOADS: usize = 20;
 /// Length of the hops-per-second history (SPEC section 11: the last 15 minutes).
 pub const HOP_HISTORY_SECS: usize = 15 * 60;
 
+/// Why a connection hopped: the `reason` label of `hopping_count_total` (SPEC section 8) and of
+/// the `hop` event (SPEC section 11). One value per cause; [`HopReason::label`] is the wire form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HopReason {
+    /// The bound node refused or timed out the connect (nothing was sent), or the request's
+    /// earlier attempt already excluded it.
+    ConnectError,
+    /// The node reset a request it had been sent (or refused its stream) and it was retried.
+    Reset,
+    /// The bound node is ejected, or not selectable (health, slow start at 0).
+    Ejected,
+    /// The bound node is draining.
+    Draining,
+    /// The bound node does not carry the version the request asks for.
+    Version,
+    /// The bound node is no longer in the cluster (reload or discovery removed it).
+    Removed,
+    /// The binding moved although its node was usable (another node was chosen for it).
+    Rebalance,
+    /// A WebSocket's node said it is going away (close 1001 or 1012).
+    GoingAway,
+    /// A WebSocket's node connection ended without a close.
+    NodeLost,
+}
+
+impl HopReason {
+    /// The label as exported and logged: `connect_error`, `reset`, `ejected`, `draining`,
+    /// `version`, `removed`, `rebalance`, `going_away`, `node_lost`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            HopReason::ConnectError => "connect_error",
+            HopReason::Reset => "reset",
+            HopReason::Ejected => "ejected",
+            HopReason::Draining => "draining",
+            HopReason::Version => "version",
+            HopReason::Removed => "removed",
+            HopReason::Rebalance => "rebalance",
+            HopReason::GoingAway => "going_away",
+            HopReason::NodeLost => "node_lost",
+        }
+    }
+}
+
+impl std::fmt::Display for HopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// One operator event (SPEC section 11 `GET /admin/events`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -39,7 +88,7 @@ pub enum Event {
         /// New node id.
         to: Arc<str>,
         /// Hop reason (as `hopping_count_total{reason}`).
-        reason: &'static str,
+        reason: HopReason,
         /// Unix time of the hop, milliseconds.
         at_ms: u64,
     },
@@ -91,7 +140,7 @@ impl Event {
                 reason,
                 at_ms,
             } => {
-                json!({"conn": conn, "from": &**from, "to": &**to, "reason": reason, "at_ms": at_ms})
+                json!({"conn": conn, "from": &**from, "to": &**to, "reason": reason.label(), "at_ms": at_ms})
             }
             Event::Node {
                 id,
@@ -254,7 +303,7 @@ mod tests {
             conn: "c".into(),
             from: Arc::from("a"),
             to: Arc::from("b"),
-            reason: "ejected",
+            reason: HopReason::Ejected,
             at_ms,
         }
     }

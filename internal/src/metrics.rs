@@ -335,9 +335,13 @@ impl Metrics {
         }
     }
 
-    /// Counts one hop with `reason`.
-    pub fn hop(&self, reason: &'static str) {
-        self.hops.get_or_create(&ReasonLabel { reason }).inc();
+    /// Counts one hop with `reason` (`hopping_count_total{reason}`, SPEC section 8).
+    pub fn hop(&self, reason: crate::events::HopReason) {
+        self.hops
+            .get_or_create(&ReasonLabel {
+                reason: reason.label(),
+            })
+            .inc();
     }
 
     /// Counts one store error for `op`.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+pub use crate::events::HopReason;
 use crate::events::{unix_ms, Event};
 use crate::metrics::Metrics;
 use crate::registry::{Node, NodeState};
@@ -26,7 +27,7 @@ pub struct Placement {
     /// The chosen node; `None` when no node is selectable.
     pub node: Option<Arc<Node>>,
     /// Set when the request hopped: the old node id and the reason.
-    pub hopped_from: Option<(Arc<str>, &'static str)>,
+    pub hopped_from: Option<(Arc<str>, HopReason)>,
     /// Version-filter miss to report.
     pub version_miss: Option<VersionMiss>,
     /// Set when this request counted a hop: when the failure behind it was first seen (the bound
@@ -43,27 +44,23 @@ pub struct Hopper {
 }
 
 /// Why a bound node can no longer serve its conn id.
-fn unusable_reason(
-    node: Option<&Arc<Node>>,
-    c: &Criteria<'_>,
-    now: Instant,
-) -> Option<&'static str> {
+fn unusable_reason(node: Option<&Arc<Node>>, c: &Criteria<'_>, now: Instant) -> Option<HopReason> {
     let Some(node) = node else {
-        return Some("removed");
+        return Some(HopReason::Removed);
     };
     if c.exclude.contains(&node.id) {
-        return Some("connect_error");
+        return Some(HopReason::ConnectError);
     }
     match node.state() {
-        NodeState::Draining => return Some("draining"),
-        NodeState::Ejected => return Some("ejected"),
+        NodeState::Draining => return Some(HopReason::Draining),
+        NodeState::Ejected => return Some(HopReason::Ejected),
         _ => {}
     }
     if !node.is_selectable(now) {
-        return Some("ejected");
+        return Some(HopReason::Ejected);
     }
     if !selection::satisfies(node, c) {
-        return Some("version");
+        return Some(HopReason::Version);
     }
     None
 }
@@ -112,7 +109,7 @@ impl Hopper {
         let s = selection::select(table, cluster, c, now);
         // Bound to a usable node that lacks the requested version, and no node has it: the request
         // falls back to all candidates anyway, so the binding stays (no hop on every such request).
-        if bound_reason == Some(Some("version")) && s.version_miss.is_some() {
+        if bound_reason == Some(Some(HopReason::Version)) && s.version_miss.is_some() {
             return Placement {
                 node: bound_node.cloned(),
                 hopped_from: None,
@@ -144,7 +141,7 @@ impl Hopper {
                 hop_seen: None,
             };
         };
-        let reason = unusable_reason(bound_node, c, now).unwrap_or("rebalance");
+        let reason = unusable_reason(bound_node, c, now).unwrap_or(HopReason::Rebalance);
         let (node, counted) = self.hop(conn, &old, chosen, cluster, c, reason, now).await;
         let seen = bound_node
             .and_then(|n| n.runtime.unusable_since())
@@ -169,7 +166,7 @@ impl Hopper {
         to: Arc<Node>,
         cluster: &Cluster,
         c: &Criteria<'_>,
-        reason: &'static str,
+        reason: HopReason,
         now: Instant,
     ) -> (Arc<Node>, bool) {
         let (winner, swapped) = self.store.hop_cas(conn, old, &to.id).await;
@@ -187,9 +184,9 @@ impl Hopper {
     }
 
     /// Counts, logs and publishes (SPEC section 11 `hop` event) one hop.
-    fn counted(&self, conn: &str, old: &str, to: &Arc<str>, reason: &'static str) {
+    fn counted(&self, conn: &str, old: &str, to: &Arc<str>, reason: HopReason) {
         self.metrics.hop(reason);
-        tracing::info!(conn_id = conn, from = old, to = %to, reason, "Hopping triggered for conn {} from {} to {}", conn, old, to);
+        tracing::info!(conn_id = conn, from = old, to = %to, reason = reason.label(), "Hopping triggered for conn {} from {} to {}", conn, old, to);
         self.metrics.events.publish(Event::Hop {
             conn: conn.to_string(),
             from: Arc::from(old),
@@ -201,13 +198,7 @@ impl Hopper {
 
     /// Records that `conn` now lives on `node` after a retry moved it away from `old`; true if
     /// this call counted the hop (see [`Hopper::hop`]).
-    pub async fn moved(
-        &self,
-        conn: &str,
-        old: &str,
-        node: &Arc<Node>,
-        reason: &'static str,
-    ) -> bool {
+    pub async fn moved(&self, conn: &str, old: &str, node: &Arc<Node>, reason: HopReason) -> bool {
         let (winner, swapped) = self.store.hop_cas(conn, old, &node.id).await;
         let counted = swapped && winner == node.id;
         if counted {
@@ -292,7 +283,7 @@ cluster = "c"
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
         assert_eq!(
             p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)),
-            Some(("a", "version"))
+            Some(("a", HopReason::Version))
         );
         assert_eq!(version_hops(&metrics), 1);
         assert_eq!(hopper.store().get("conn-1").await.as_deref(), Some("b"));
@@ -337,7 +328,7 @@ cluster = "c"
         assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("a"));
         assert_eq!(
             p.hopped_from.as_ref().map(|(from, why)| (&**from, *why)),
-            Some(("b", "ejected"))
+            Some(("b", HopReason::Ejected))
         );
         assert_eq!(
             metrics
@@ -364,14 +355,18 @@ cluster = "c"
                     b.clone(),
                     &cluster,
                     &crit(None),
-                    "connect_error",
+                    HopReason::ConnectError,
                     now,
                 )
                 .await;
             assert_eq!(&*n.id, "b");
             assert_eq!(counted, i == 0, "only the first call counts the hop");
         }
-        assert!(!hopper.moved("conn-r", "a", &b, "connect_error").await);
+        assert!(
+            !hopper
+                .moved("conn-r", "a", &b, HopReason::ConnectError)
+                .await
+        );
         let count = metrics
             .hops
             .get_or_create(&crate::metrics::ReasonLabel {

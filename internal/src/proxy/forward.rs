@@ -27,6 +27,7 @@ use super::respond::ProxyError;
 use super::upstream::{is_refused, is_unprocessed, keepalive_timeout, SendError};
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
+use crate::hopper::HopReason;
 use crate::metrics::RetryLabels;
 use crate::registry::{Node, NodeId};
 use crate::routing::{Route, RouteTable};
@@ -277,7 +278,7 @@ pub(crate) async fn forward(
                     &ctx,
                     &node,
                     next,
-                    "connect_error",
+                    HopReason::ConnectError,
                     log,
                     &tried,
                     &mut clock,
@@ -307,7 +308,7 @@ pub(crate) async fn forward(
                                 &ctx,
                                 &node,
                                 next,
-                                "reset",
+                                HopReason::Reset,
                                 log,
                                 &tried,
                                 &mut clock,
@@ -387,7 +388,7 @@ pub(crate) async fn forward(
                     &ctx,
                     &node,
                     next,
-                    "reset",
+                    HopReason::Reset,
                     log,
                     &tried,
                     &mut clock,
@@ -420,7 +421,7 @@ async fn moved(
     ctx: &Attempt,
     old: &Node,
     next: Arc<Node>,
-    reason: &'static str,
+    reason: HopReason,
     log: &mut LogCtx,
     tried: &[NodeId],
     clock: &mut HopClock,

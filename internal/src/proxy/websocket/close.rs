@@ -8,6 +8,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use super::frame::{self, FrameError, Kind};
 use super::pick_other;
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
+use crate::hopper::HopReason;
 use crate::proxy::forward::HopClock;
 use crate::registry::Node;
 
@@ -20,7 +21,7 @@ impl Relay {
     /// closes the client with 1012 and a reconnect hint (SPEC section 5). A counted hop records
     /// one `hopping_latency_seconds` observation, from `seen` (when the failure was seen) to the
     /// hint going out: the gateway's answer to the failure (issue 13).
-    pub(super) async fn hint(&mut self, old: &Node, reason: &'static str, seen: Instant) -> Flow {
+    pub(super) async fn hint(&mut self, old: &Node, reason: HopReason, seen: Instant) -> Flow {
         let mut clock = HopClock::new(self.s.p.metrics.clone(), None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),

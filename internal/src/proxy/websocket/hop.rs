@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
 use super::{pick_other, redial_node, DialError, Handshake, Negotiated, Stream};
+use crate::hopper::HopReason;
 use crate::proxy::forward::Attempt;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
@@ -78,7 +79,7 @@ impl Relay {
     pub(super) async fn hop(
         &mut self,
         old: Arc<Node>,
-        reason: &'static str,
+        reason: HopReason,
         failure_seen: Instant,
     ) -> Flow {
         // A hop never splits a message (SPEC section 5, CASE-28): the fragments of the client's
@@ -158,7 +159,7 @@ impl Relay {
             }
             self.partial.sent(&f);
         }
-        tracing::debug!(from = %old.id, to = %leg.node.id, reason, held = count, "websocket re-dialled");
+        tracing::debug!(from = %old.id, to = %leg.node.id, reason = reason.label(), held = count, "websocket re-dialled");
         self.up = Some(leg);
         // Only a counted hop owes a latency observation (issue 13).
         self.failure_seen = counted.then_some(failure_seen);

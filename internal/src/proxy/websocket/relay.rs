@@ -23,6 +23,7 @@ use super::message::{MessageSize, Partial};
 use super::{Handshake, Negotiated, Stream};
 use crate::config::WsMode;
 use crate::drain;
+use crate::hopper::HopReason;
 use crate::proxy::forward::Attempt;
 use crate::proxy::{LogCtx, Proxy};
 use crate::registry::{InflightGuard, Node, NodeSignal};
@@ -223,7 +224,7 @@ impl Relay {
             Event::Signal => self.on_signal().await,
             Event::Shutdown => Box::pin(self.close_client(1001, "gateway shutting down")).await,
             Event::Idle => Box::pin(self.close_client(1001, "idle timeout")).await,
-            Event::DrainAct => Box::pin(self.node_gone("draining", true)).await,
+            Event::DrainAct => Box::pin(self.node_gone(HopReason::Draining, true)).await,
             Event::DrainDeadline => Box::pin(self.close_client(1001, "node drained")).await,
             Event::Grace => Flow::End,
         }
@@ -400,7 +401,7 @@ impl Relay {
                         leg.close_sent = true;
                     }
                 }
-                return Box::pin(self.node_gone("going_away", false)).await;
+                return Box::pin(self.node_gone(HopReason::GoingAway, false)).await;
             }
             Kind::Close if self.client_close.is_none() => {
                 self.node_closed = true;
@@ -438,7 +439,7 @@ impl Relay {
             );
             tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
         }
-        Box::pin(self.node_gone("node_lost", false)).await
+        Box::pin(self.node_gone(HopReason::NodeLost, false)).await
     }
 
     async fn on_signal(&mut self) -> Flow {
@@ -472,7 +473,7 @@ impl Relay {
             }
             // Ejected while the socket still works: `close` keeps serving it.
             None if self.mode == WsMode::Close => Flow::Continue,
-            None => Box::pin(self.node_gone("ejected", true)).await,
+            None => Box::pin(self.node_gone(HopReason::Ejected, true)).await,
         }
     }
 
@@ -508,7 +509,7 @@ impl Relay {
 
     /// The node leg must be replaced: hop, hint or close per the route's mode. `alive` says whether
     /// the old leg still works (it then gets a Close 1001 first).
-    async fn node_gone(&mut self, reason: &'static str, alive: bool) -> Flow {
+    async fn node_gone(&mut self, reason: HopReason, alive: bool) -> Flow {
         // The failure is seen now; retiring a live leg below takes up to CLOSE_REPLY_WAIT.
         let seen = Instant::now();
         self.drain_act_at = None;
