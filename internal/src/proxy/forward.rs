@@ -1,15 +1,8 @@
-//! Forwarding one HTTP request with the SPEC section 4 retry rules:
-//!
-//! - connect failure (nothing sent): retried on another node, any method;
-//! - stale pooled connection (request handed back unsent): retried on a new connection by the
-//!   upstream client itself;
-//! - reused pooled connection the node closed after the request was written, before a response head
-//!   (CASE-21): an idempotent request whose body was kept is replayed once on a new connection to
-//!   the same node, with no passive-health penalty; any other request gets a 502;
-//! - failure after sending: retried on another node only for idempotent methods whose body was
-//!   fully kept for replay (up to `retries`); an h2 GOAWAY/REFUSED_STREAM (not processed) is replayed
-//!   on a new connection to the same node for any method, with no passive-health penalty;
-//! - no response head within the route timeout: 504.
+//! Forwarding one HTTP request: attempts on the chosen node and, after a failure, on the node
+//! (or connection) the SPEC section 4 retry rule picks ([`super::retry::decide`], a pure function
+//! with the rule written out and unit tested). This file carries the decisions out: the health
+//! penalty, the body replay, moving a bound id along with a retry, and the route timeout (no
+//! response head within it: 504; a gRPC deadline bounds head and stream alike, CASE-31).
 
 use std::sync::Arc;
 
@@ -24,7 +17,8 @@ use super::body::{BodyTap, Replay, RequestBody, ResponseBody};
 use super::client_body::{client_fault, MinRate};
 use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
-use super::upstream::{is_refused, is_unprocessed, keepalive_timeout, SendError};
+use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
+use super::upstream::{keepalive_timeout, SendError};
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
 use crate::hopper::HopReason;
@@ -185,8 +179,7 @@ pub(crate) async fn forward(
         }
     };
     let retries = ctx.route.config.retries;
-    let mut post_send_retries = 0;
-    let mut stale_replayed = false;
+    let mut spent = Spent::default();
     let mut tried: Vec<NodeId> = Vec::new();
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
@@ -259,26 +252,83 @@ pub(crate) async fn forward(
         let now = Instant::now();
         failure_seen.get_or_insert(now);
         let detail = err.detail();
-        let stale = matches!(err, SendError::Stale(_));
-        match err {
-            SendError::Connect(_, back) | SendError::NotSent(_, back) => {
+        let failure = Failure::of(&err);
+        let returned = match err {
+            SendError::Connect(_, back) | SendError::NotSent(_, back) => Some(back.into_body()),
+            SendError::Sent(e) | SendError::Stale(e) => {
+                // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
+                if let Some(client) = client_fault(&e) {
+                    return Err(client);
+                }
+                None
+            }
+        };
+        match failure.penalty() {
+            Penalty::Connect => {
                 node.runtime
                     .record_connect_error(&health(&node), &detail, mark, now);
+            }
+            Penalty::Passive => {
+                node.runtime
+                    .record_passive_error(&health(&node), &detail, now);
+            }
+            Penalty::None => {}
+        }
+        // What the next attempt sends: the body handed back unsent, or the tap's replay of it.
+        let replay = returned.or_else(|| match tap.replay(p.settings.limits.body_idle_timeout) {
+            Replay::Body(b) => Some(b),
+            Replay::Lost => None,
+        });
+        let (decision, after) = retry::decide(
+            failure,
+            is_idempotent(&method),
+            replay.is_some(),
+            spent,
+            retries,
+        );
+        spent = after;
+        let fail = |kind: FailAs, node: &Node, detail: String| match kind {
+            FailAs::Connect => ProxyError::Connect {
+                node: node.id.to_string(),
+                detail,
+            },
+            FailAs::Upstream => ProxyError::Upstream {
+                node: node.id.to_string(),
+                detail,
+            },
+        };
+        match (decision, replay) {
+            (Decision::SameNode { retry }, Some(b)) => {
+                p.metrics
+                    .retries
+                    .get_or_create(&RetryLabels {
+                        route: ctx.route.id.clone(),
+                        reason: retry,
+                    })
+                    .inc();
+                tracing::debug!(node = %node.id, reason = retry, detail, "replaying on a new connection to the same node");
+                body = b;
+            }
+            (
+                Decision::OtherNode {
+                    hop,
+                    retry,
+                    fail: kind,
+                },
+                Some(b),
+            ) => {
                 tried.push(node.id.clone());
                 let Some(next) = another(&p, &ctx, &tried) else {
-                    return Err(ProxyError::Connect {
-                        node: node.id.to_string(),
-                        detail,
-                    });
+                    return Err(fail(kind, &node, detail));
                 };
-                retry_log(&p, &ctx, &node, &next, "connect_error", &detail);
-                body = back.into_body();
+                retry_log(&p, &ctx, &node, &next, retry, &detail);
+                body = b;
                 node = moved(
                     &p,
                     &ctx,
                     &node,
                     next,
-                    HopReason::ConnectError,
+                    hop,
                     log,
                     &tried,
                     &mut clock,
@@ -286,115 +336,9 @@ pub(crate) async fn forward(
                 )
                 .await;
             }
-            SendError::Sent(e) | SendError::Stale(e) => {
-                // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
-                if let Some(client) = client_fault(&e) {
-                    return Err(client);
-                }
-                let unprocessed = is_unprocessed(&e);
-                let mut replay = match tap.replay(p.settings.limits.body_idle_timeout) {
-                    Replay::Body(b) => Some(b),
-                    Replay::Lost => None,
-                };
-                if unprocessed {
-                    // REFUSED_STREAM: the node itself declined; another node takes it, any method.
-                    if let Some(b) = replay.take_if(|_| is_refused(&e)) {
-                        tried.push(node.id.clone());
-                        if let Some(next) = another(&p, &ctx, &tried) {
-                            retry_log(&p, &ctx, &node, &next, "refused_stream", &detail);
-                            body = b;
-                            node = moved(
-                                &p,
-                                &ctx,
-                                &node,
-                                next,
-                                HopReason::Reset,
-                                log,
-                                &tried,
-                                &mut clock,
-                                failure_seen,
-                            )
-                            .await;
-                            continue;
-                        }
-                        return Err(ProxyError::Connect {
-                            node: node.id.to_string(),
-                            detail,
-                        });
-                    }
-                    // The node declared the stream unprocessed (GOAWAY/REFUSED_STREAM): no penalty, same node.
-                    if let Some(b) = replay {
-                        if post_send_retries < retries.max(1) + 2 {
-                            post_send_retries += 1;
-                            p.metrics
-                                .retries
-                                .get_or_create(&RetryLabels {
-                                    route: ctx.route.id.clone(),
-                                    reason: "goaway",
-                                })
-                                .inc();
-                            tracing::debug!(node = %node.id, "stream refused by GOAWAY; replaying on a new connection");
-                            body = b;
-                            continue;
-                        }
-                    }
-                    return Err(ProxyError::Upstream {
-                        node: node.id.to_string(),
-                        detail,
-                    });
-                }
-                // A pooled connection the node closed while idle (CASE-21): replay once on a new
-                // connection to the same node, with no passive-health penalty.
-                let replay = match replay {
-                    Some(b) if stale && !stale_replayed && is_idempotent(&method) => {
-                        stale_replayed = true;
-                        p.metrics
-                            .retries
-                            .get_or_create(&RetryLabels {
-                                route: ctx.route.id.clone(),
-                                reason: "stale_connection",
-                            })
-                            .inc();
-                        tracing::debug!(node = %node.id, detail, "pooled connection closed by the node; replaying on a new connection");
-                        body = b;
-                        continue;
-                    }
-                    other => other,
-                };
-                if !stale {
-                    node.runtime
-                        .record_passive_error(&health(&node), &detail, now);
-                }
-                let Some(b) =
-                    replay.filter(|_| is_idempotent(&method) && post_send_retries < retries)
-                else {
-                    return Err(ProxyError::Upstream {
-                        node: node.id.to_string(),
-                        detail,
-                    });
-                };
-                tried.push(node.id.clone());
-                let Some(next) = another(&p, &ctx, &tried) else {
-                    return Err(ProxyError::Upstream {
-                        node: node.id.to_string(),
-                        detail,
-                    });
-                };
-                post_send_retries += 1;
-                retry_log(&p, &ctx, &node, &next, "reset", &detail);
-                body = b;
-                node = moved(
-                    &p,
-                    &ctx,
-                    &node,
-                    next,
-                    HopReason::Reset,
-                    log,
-                    &tried,
-                    &mut clock,
-                    failure_seen,
-                )
-                .await;
+            (Decision::Fail(kind), _) => return Err(fail(kind, &node, detail)),
+            (Decision::SameNode { .. } | Decision::OtherNode { .. }, None) => {
+                unreachable!("retry::decide retries only a request whose body can be sent")
             }
         }
     }

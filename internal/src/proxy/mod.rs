@@ -21,6 +21,7 @@ pub mod h2_watch;
 pub mod head;
 pub mod headers;
 pub mod respond;
+pub(crate) mod retry;
 pub mod upstream;
 pub mod websocket;
 
