@@ -21,6 +21,16 @@ use crate::selection::{self, Criteria, VersionMiss};
 pub use affinity::AffinityStore;
 pub use ids::{ConnIds, IdError};
 
+/// Whether a hop follows a racing move of the same id ([`Hopper::hop`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Follow<'a> {
+    /// Follow the winner of a lost compare-and-set when it is a usable node of this cluster under
+    /// these criteria.
+    Winner(&'a Cluster, &'a Criteria<'a>),
+    /// Stay on `to`: the caller is already connected there.
+    No,
+}
+
 /// Where a request goes.
 #[derive(Debug, Clone)]
 pub struct Placement {
@@ -142,7 +152,9 @@ impl Hopper {
             };
         };
         let reason = unusable_reason(bound_node, c, now).unwrap_or(HopReason::Rebalance);
-        let (node, counted) = self.hop(conn, &old, chosen, cluster, c, reason, now).await;
+        let (node, counted) = self
+            .hop(conn, &old, chosen, Follow::Winner(cluster, c), reason, now)
+            .await;
         let seen = bound_node
             .and_then(|n| n.runtime.unusable_since())
             .filter(|t| *t <= now)
@@ -155,24 +167,30 @@ impl Hopper {
         }
     }
 
-    /// Rebinds `conn` from `old` to `to` (compare-and-set), logs and counts the hop, and returns the
-    /// node the id ends up on (a racing replica's choice when it won and is usable) and whether
-    /// this call counted the hop (the caller then owes one `hopping_latency_seconds` observation).
-    #[allow(clippy::too_many_arguments)]
+    /// The one hop API: rebinds `conn` from `old` to `to` (compare-and-set), logs and counts the
+    /// hop, and returns the node the id ends up on and whether this call counted the hop (the
+    /// caller then owes one `hopping_latency_seconds` observation). With [`Follow::Winner`] a
+    /// racing request or replica that moved the id first wins and this call follows it there when
+    /// that node is usable under the criteria (CASE-17: the binding moves once); with
+    /// [`Follow::No`] the caller is already on `to` (a re-dialled WebSocket) and stays.
     pub async fn hop(
         &self,
         conn: &str,
         old: &str,
         to: Arc<Node>,
-        cluster: &Cluster,
-        c: &Criteria<'_>,
+        follow: Follow<'_>,
         reason: HopReason,
         now: Instant,
     ) -> (Arc<Node>, bool) {
         let (winner, swapped) = self.store.hop_cas(conn, old, &to.id).await;
-        let node = match cluster.node(&winner) {
-            Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => n.clone(),
-            _ => to,
+        let node = match follow {
+            Follow::Winner(cluster, c) => match cluster.node(&winner) {
+                Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => {
+                    n.clone()
+                }
+                _ => to,
+            },
+            Follow::No => to,
         };
         // Only the request whose compare-and-set changed the binding counts and logs the hop; the
         // others of a racing burst follow it (CASE-17: the binding moves once).
@@ -194,17 +212,6 @@ impl Hopper {
             reason,
             at_ms: unix_ms(),
         });
-    }
-
-    /// Records that `conn` now lives on `node` after a retry moved it away from `old`; true if
-    /// this call counted the hop (see [`Hopper::hop`]).
-    pub async fn moved(&self, conn: &str, old: &str, node: &Arc<Node>, reason: HopReason) -> bool {
-        let (winner, swapped) = self.store.hop_cas(conn, old, &node.id).await;
-        let counted = swapped && winner == node.id;
-        if counted {
-            self.counted(conn, old, &node.id, reason);
-        }
-        counted
     }
 }
 
@@ -353,8 +360,7 @@ cluster = "c"
                     "conn-r",
                     "a",
                     b.clone(),
-                    &cluster,
-                    &crit(None),
+                    Follow::Winner(&cluster, &crit(None)),
                     HopReason::ConnectError,
                     now,
                 )
@@ -364,8 +370,16 @@ cluster = "c"
         }
         assert!(
             !hopper
-                .moved("conn-r", "a", &b, HopReason::ConnectError)
+                .hop(
+                    "conn-r",
+                    "a",
+                    b.clone(),
+                    Follow::No,
+                    HopReason::ConnectError,
+                    Instant::now()
+                )
                 .await
+                .1
         );
         let count = metrics
             .hops

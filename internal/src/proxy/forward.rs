@@ -21,7 +21,7 @@ use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::upstream::{keepalive_timeout, SendError};
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::metrics::RetryLabels;
 use crate::registry::{Node, NodeId};
 use crate::routing::{Route, RouteTable};
@@ -392,7 +392,14 @@ async fn moved(
     let now = Instant::now();
     let (node, counted) = p
         .hopper
-        .hop(conn, &old.id, next, &ctx.route.cluster, &c, reason, now)
+        .hop(
+            conn,
+            &old.id,
+            next,
+            Follow::Winner(&ctx.route.cluster, &c),
+            reason,
+            now,
+        )
         .await;
     if counted {
         clock.push(seen.unwrap_or(now));

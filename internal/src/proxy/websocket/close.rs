@@ -8,7 +8,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use super::frame::{self, FrameError, Kind};
 use super::pick_other;
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::proxy::forward::HopClock;
 use crate::registry::Node;
 
@@ -27,7 +27,13 @@ impl Relay {
             self.s.ctx.conn_id.clone(),
             pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
         ) {
-            if self.s.p.hopper.moved(&conn, &old.id, &next, reason).await {
+            let (_, counted) = self
+                .s
+                .p
+                .hopper
+                .hop(&conn, &old.id, next, Follow::No, reason, Instant::now())
+                .await;
+            if counted {
                 clock.push(seen);
             }
             self.s.log.hops += 1;

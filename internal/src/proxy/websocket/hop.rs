@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
 use super::{pick_other, redial_node, DialError, Handshake, Negotiated, Stream};
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::proxy::forward::Attempt;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
@@ -142,7 +142,15 @@ impl Relay {
             }
         };
         let counted = match &self.s.ctx.conn_id {
-            Some(conn) => self.s.p.hopper.moved(conn, &old.id, &node, reason).await,
+            Some(conn) => {
+                let now = tokio::time::Instant::now();
+                let hop = self
+                    .s
+                    .p
+                    .hopper
+                    .hop(conn, &old.id, node.clone(), Follow::No, reason, now);
+                hop.await.1
+            }
             None => false,
         };
         self.s.log.hops += 1;

@@ -33,7 +33,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use super::forward::{Attempt, HopClock};
 use super::respond::ProxyError;
 use super::{headers, LogCtx, Proxy, ProxyBody};
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::registry::{Node, NodeId};
 use crate::selection::{self, Criteria};
 
@@ -149,10 +149,16 @@ pub(crate) async fn proxy(
         };
         tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail, "websocket handshake: retrying on another node");
         if let Some(conn) = &ctx.conn_id {
-            if p.hopper
-                .moved(conn, &node.id, &next, HopReason::ConnectError)
-                .await
-            {
+            let now = Instant::now();
+            let hop = p.hopper.hop(
+                conn,
+                &node.id,
+                next.clone(),
+                Follow::No,
+                HopReason::ConnectError,
+                now,
+            );
+            if hop.await.1 {
                 clock.push(seen);
             }
             log.hops += 1;
