@@ -50,15 +50,25 @@ struct Trip {
     abuse: Abuse,
 }
 
+/// The HTTP/2 accounting of one connection: both frame scanners and the meter (about 0.5 KiB).
+/// Allocated when the preface is seen, so an HTTP/1.x connection (and every WebSocket upgraded
+/// from one) never holds it (issue 16: memory per idle WebSocket).
+struct H2State {
+    rx: FrameScanner,
+    tx: FrameScanner,
+    meter: Meter,
+}
+
 pin_project_lite::pin_project! {
     /// See the module docs.
     pub struct H2Watch<T> {
         #[pin]
         inner: T,
         mode: Mode,
-        rx: FrameScanner,
-        tx: FrameScanner,
-        meter: Meter,
+        // Set when `mode` becomes `H2`.
+        h2: Option<Box<H2State>>,
+        resets_per_second: u32,
+        header_timeout: Duration,
         header_timer: Option<Pin<Box<Sleep>>>,
         trip: Option<Trip>,
         on_abuse: OnAbuse,
@@ -77,9 +87,9 @@ impl<T> H2Watch<T> {
         H2Watch {
             inner,
             mode: Mode::Detect(0),
-            rx: FrameScanner::default(),
-            tx: FrameScanner::default(),
-            meter: Meter::new(resets_per_second, header_timeout, Instant::now()),
+            h2: None,
+            resets_per_second,
+            header_timeout,
             header_timer: None,
             trip: None,
             on_abuse,
@@ -101,18 +111,15 @@ impl<T: AsyncWrite> H2Watch<T> {
         if this.trip.is_some() {
             return;
         }
+        let last_stream = this.h2.as_ref().map_or(0, |h| h.meter.last_client_stream());
         tracing::warn!(
             reason = abuse.reason(),
-            last_stream = this.meter.last_client_stream(),
+            last_stream,
             "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)"
         );
         (this.on_abuse)(abuse);
         *this.trip = Some(Trip {
-            bytes: goaway(
-                this.meter.last_client_stream(),
-                ENHANCE_YOUR_CALM,
-                abuse.reason().as_bytes(),
-            ),
+            bytes: goaway(last_stream, ENHANCE_YOUR_CALM, abuse.reason().as_bytes()),
             written: 0,
             give_up: Box::pin(tokio::time::sleep(GOAWAY_WRITE_LIMIT)),
             abuse,
@@ -131,7 +138,7 @@ impl<T: AsyncWrite> H2Watch<T> {
         if trip.give_up.as_mut().poll(cx).is_ready() {
             return Poll::Ready(aborted(abuse));
         }
-        if !this.tx.at_boundary() {
+        if !this.h2.as_ref().is_none_or(|h| h.tx.at_boundary()) {
             // hyper is finishing a frame; its next write completes it (see poll_write).
             return Poll::Pending;
         }
@@ -172,7 +179,8 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for H2Watch<T> {
             Poll::Ready(Ok(())) => {}
             Poll::Pending => {
                 let this = self.as_mut().project();
-                let Some(deadline) = this.meter.header_deadline() else {
+                let Some(deadline) = this.h2.as_ref().and_then(|h| h.meter.header_deadline())
+                else {
                     *this.header_timer = None;
                     return Poll::Pending;
                 };
@@ -206,8 +214,16 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for H2Watch<T> {
             *this.mode = Mode::H2;
         }
         let now = Instant::now();
-        let meter = this.meter;
-        if let Err(abuse) = this.rx.feed(new, |f| meter.client_frame(f, now)) {
+        let (resets, header_timeout) = (*this.resets_per_second, *this.header_timeout);
+        let h2 = this.h2.get_or_insert_with(|| {
+            Box::new(H2State {
+                rx: FrameScanner::default(),
+                tx: FrameScanner::default(),
+                meter: Meter::new(resets, header_timeout, now),
+            })
+        });
+        let H2State { rx, meter, .. } = &mut **h2;
+        if let Err(abuse) = rx.feed(new, |f| meter.client_frame(f, now)) {
             buf.set_filled(before);
             self.as_mut().start_trip(abuse);
             return self.drive_trip(cx).map(Err);
@@ -232,13 +248,17 @@ impl<T: AsyncRead + AsyncWrite> AsyncWrite for H2Watch<T> {
             }
             Mode::Plain => return this.inner.poll_write(cx, buf),
         }
+        let Some(h2) = this.h2.as_mut() else {
+            // H2 mode is set together with its state (poll_read).
+            return this.inner.poll_write(cx, buf);
+        };
         let tripped = this.trip.is_some();
         let buf = if tripped {
-            if this.tx.at_boundary() {
+            if h2.tx.at_boundary() {
                 return self.drive_trip(cx).map(Err);
             }
             // Finish the frame hyper started, so the GOAWAY lands on a boundary.
-            &buf[..this.tx.left_in_frame().min(buf.len())]
+            &buf[..h2.tx.left_in_frame().min(buf.len())]
         } else {
             buf
         };
@@ -247,8 +267,8 @@ impl<T: AsyncRead + AsyncWrite> AsyncWrite for H2Watch<T> {
             other => return other,
         };
         let now = Instant::now();
-        let meter = this.meter;
-        let res = this.tx.feed(&buf[..n], |f| meter.gateway_frame(f, now));
+        let H2State { tx, meter, .. } = &mut **h2;
+        let res = tx.feed(&buf[..n], |f| meter.gateway_frame(f, now));
         if let Err(abuse) = res {
             self.as_mut().start_trip(abuse);
         }

@@ -231,6 +231,9 @@ pub(crate) async fn proxy(
     };
     let gauge = p.metrics.connection("websocket");
     let inflight = node.runtime.start_request();
+    // Boxed: the task then carries 8 bytes of session while it waits for the upgrades, and the
+    // relay moves it into its own heap block (issue 16: memory per idle WebSocket).
+    let session = Box::new(session);
     tokio::spawn(async move {
         let _gauge = gauge;
         let (Ok(down), Ok(up)) = (downstream.await, upstream_upgrade.await) else {
@@ -238,7 +241,7 @@ pub(crate) async fn proxy(
             return;
         };
         session
-            .run(
+            .relay(
                 TokioIo::new(down),
                 relay::Leg::new(node, TokioIo::new(up), inflight),
             )
