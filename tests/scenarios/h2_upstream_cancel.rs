@@ -26,15 +26,7 @@ const AT_ONCE: usize = 90;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let r = request(
-        "POST",
-        &format!("{}/control/grpc-read-delay?ms=1500", a.url()),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("control call");
-    assert_eq!(r.status, 200);
+    a.control("/control/grpc-read-delay?ms=1500").await;
     let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "")).await;
     let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let started = Instant::now();
@@ -104,7 +96,7 @@ async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
         r.expect("unary task");
     }
     assert!(!c.conn.is_finished(), "the client connection is still open");
-    let metrics = reqwest_text(&gw).await;
+    let metrics = metrics_text(&gw).await;
     assert!(
         !metrics.contains("gateway_h2_goaway_sent_total{"),
         "no GOAWAY for abuse: {}",
@@ -114,22 +106,15 @@ async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let stats = request(
-        "GET",
-        &format!("{}/control/stats", a.url()),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("stats");
     assert_eq!(
-        stats.json()["grpc_connections"],
+        a.stats().await["grpc_connections"],
         1,
         "one upstream h2c connection throughout"
     );
 }
 
-async fn reqwest_text(gw: &Gateway) -> String {
+/// The gateway's `/metrics` exposition.
+async fn metrics_text(gw: &Gateway) -> String {
     request("GET", &gw.admin("/metrics"), &[], Vec::new())
         .await
         .expect("metrics")

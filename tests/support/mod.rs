@@ -272,7 +272,8 @@ impl Mock {
         self.spawn().await;
     }
 
-    async fn control(&self, path: &str) -> Resp {
+    /// POSTs a `/control/...` knob (path with query) and asserts its 200.
+    pub async fn control(&self, path: &str) -> Resp {
         let r = request("POST", &format!("{}{path}", self.url()), &[], Vec::new())
             .await
             .expect("control call");
@@ -309,10 +310,17 @@ impl Mock {
 
     /// Requests received (excluding /control/*).
     pub async fn requests(&self) -> u64 {
-        let r = get(&format!("{}/control/stats", self.url()), &[])
+        self.stats().await["requests"]
+            .as_u64()
+            .expect("requests count")
+    }
+
+    /// The node's `GET /control/stats` JSON.
+    pub async fn stats(&self) -> serde_json::Value {
+        get(&format!("{}/control/stats", self.url()), &[])
             .await
-            .expect("stats");
-        r.json()["requests"].as_u64().expect("requests count")
+            .expect("stats")
+            .json()
     }
 
     /// Zeroes the request counter.

@@ -458,11 +458,7 @@ impl<T: AsyncWrite> AsyncWrite for FramingWatch<T> {
 mod tests {
     use super::*;
 
-    const L: HeadLimits = HeadLimits {
-        max_request_line: 16384,
-        max_header_bytes: 32768,
-        max_headers: 100,
-    };
+    const L: HeadLimits = super::super::head::TEST_LIMITS;
 
     /// Feeds `wire` in pieces of `step` bytes; returns what hyper reads, the refusal and the heads seen.
     fn scan(wire: &[u8], step: usize) -> (Vec<u8>, Option<(u64, Refusal)>, u64) {

@@ -226,15 +226,19 @@ pub fn trim(v: &[u8]) -> &[u8] {
     &v[start..end.max(start)]
 }
 
+/// The SPEC section 4 default limits, for unit tests here and in [`super::framing`].
+#[cfg(test)]
+pub(crate) const TEST_LIMITS: HeadLimits = HeadLimits {
+    max_request_line: 16384,
+    max_header_bytes: 32768,
+    max_headers: 100,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const L: HeadLimits = HeadLimits {
-        max_request_line: 16384,
-        max_header_bytes: 32768,
-        max_headers: 100,
-    };
+    const L: HeadLimits = TEST_LIMITS;
 
     fn fields(lines: &[&[u8]]) -> Result<HeadFacts, Refusal> {
         let mut f = HeadFacts::default();
