@@ -181,7 +181,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
             trusted: cfg.server.trusted_proxies.clone(),
             limits: cfg.limits.clone(),
             access_log: cfg.server.access_log,
-            zone: cfg.server.zone.clone(),
+            zone: cfg.server.zone.as_deref().map(Arc::from),
         },
         shutdown: watch.clone(),
     });

@@ -1,8 +1,115 @@
-//! Access-log fields read off the request (SPEC section 8, issue 17): the protocol as operators
-//! name it, and the trace id of a W3C Trace Context `traceparent` header. Reading only: the
-//! `traceparent` header itself is forwarded untouched (it is not hop-by-hop).
+//! Phase 6, log: the request's outcome in `gateway_requests_total`, the warm-up outcome of its
+//! route table (SPEC section 6 automatic rollback) and the access log line (SPEC section 8), from
+//! the [`LogCtx`] the phases filled in. Also the fields read off the request for it: the protocol
+//! as operators name it, and the trace id of a W3C Trace Context `traceparent` header (the header
+//! itself is forwarded untouched; it is not hop-by-hop).
+
+use std::sync::{Arc, OnceLock};
 
 use http::{HeaderMap, Method, Request, Version};
+use tokio::time::Instant;
+
+use super::{grpc, Proxy};
+use crate::metrics::RequestLabels;
+use crate::routing::RouteTable;
+
+/// Access-log fields gathered along the way (SPEC section 8).
+#[derive(Debug, Clone, Default)]
+pub struct LogCtx {
+    /// Method.
+    pub method: http::Method,
+    /// Target as received (the log shows its path); a cheap reference-counted copy.
+    pub uri: http::Uri,
+    /// Route id or `-`.
+    pub route: Option<Arc<str>>,
+    /// Node id or `-`.
+    pub node: Option<Arc<str>>,
+    /// Conn id.
+    pub conn_id: Option<String>,
+    /// Hops during this request.
+    pub hops: u32,
+    /// The gRPC status the response ended with, when it is gRPC (CASE-07).
+    pub grpc_status: grpc::GrpcStatus,
+    /// The route table snapshot that served the request: [`Proxy::finish`] counts the outcome on
+    /// its warm-ups (SPEC section 6 automatic rollback).
+    pub table: Option<Arc<RouteTable>>,
+    /// Client address.
+    pub client: Option<std::net::SocketAddr>,
+    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`access::protocol`]).
+    pub protocol: &'static str,
+    /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
+    pub trace_id: Option<String>,
+    /// Set when the gateway made the answer itself: [`ProxyError::reason`].
+    pub reason: Option<&'static str>,
+    /// The verified client certificate's subject (mTLS, SPEC section 10).
+    pub client_subject: Option<Arc<str>>,
+}
+
+impl Proxy {
+    /// Records metrics and the access log line for a finished request: `status` (the HTTP
+    /// status, also for a gRPC answer), `start` (the request's), `bytes_in`/`bytes_out` (body
+    /// bytes from and to the client).
+    pub fn finish(&self, log: &LogCtx, status: u16, start: Instant, bytes_in: u64, bytes_out: u64) {
+        if let Some(table) = &log.table {
+            table.record_outcome(
+                log.route.as_deref(),
+                log.node.as_deref(),
+                status,
+                Instant::now(),
+            );
+        }
+        let dash = dash();
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                route: log.route.clone().unwrap_or_else(|| dash.clone()),
+                node: log.node.clone().unwrap_or(dash),
+                code: status,
+            })
+            .inc();
+        if self.settings.access_log {
+            let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+            let upstream = log
+                .node
+                .as_deref()
+                .zip(log.table.as_ref())
+                .and_then(|(id, t)| t.node(id).map(|n| n.addr.clone()));
+            // A node's answer has an upstream status; the gateway's own answers a reason instead.
+            let upstream_status = match log.reason {
+                None if upstream.is_some() => Some(status),
+                _ => None,
+            };
+            tracing::info!(
+                target: "access",
+                client = %log.client.map_or_else(|| "-".to_string(), |a| a.to_string()),
+                protocol = log.protocol,
+                method = %log.method,
+                path = %log.uri.path(),
+                status,
+                duration_ms = format_args!("{duration_ms:.3}"),
+                route = log.route.as_deref().unwrap_or("-"),
+                node = log.node.as_deref().unwrap_or("-"),
+                conn_id = log.conn_id.as_deref().unwrap_or("-"),
+                bytes_in,
+                bytes_out,
+                hops = log.hops,
+                grpc_status = log.grpc_status.get(),
+                upstream = upstream.as_deref().unwrap_or("-"),
+                upstream_status = %upstream_status.map_or_else(|| "-".to_string(), |s| s.to_string()),
+                reason = log.reason.unwrap_or("-"),
+                trace_id = log.trace_id.as_deref(),
+                client_subject = log.client_subject.as_deref(),
+            );
+        }
+    }
+
+}
+
+/// The shared `-` label for requests without a route or node.
+fn dash() -> Arc<str> {
+    static DASH: OnceLock<Arc<str>> = OnceLock::new();
+    DASH.get_or_init(|| Arc::from("-")).clone()
+}
 
 /// `grpc` for gRPC requests, `ws` for WebSocket upgrades (HTTP/1.1 `Upgrade: websocket` or an
 /// RFC 8441 extended CONNECT), else `h2`, `http/1.1` or `http/1.0` by version.

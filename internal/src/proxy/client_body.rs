@@ -21,7 +21,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::body::BodyError;
-use super::respond::ProxyError;
+use super::error::ProxyError;
 use super::BoxError;
 use crate::config::BodyMinRate;
 

@@ -7,45 +7,25 @@
 use std::sync::Arc;
 
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use http::{header, HeaderMap, Method, Request, Response, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::body::{BodyTap, Replay, RequestBody, ResponseBody};
+use super::body::{BodyTap, Replay, RequestBody};
 use super::client_body::{client_fault, MinRate};
 use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
-use super::upstream::{keepalive_timeout, SendError};
-use super::{headers, LogCtx, Proxy, ProxyBody};
+use super::upstream::SendError;
+use super::context::RequestCtx;
+use super::{BoxError, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
 use crate::metrics::RetryLabels;
 use crate::registry::{Node, NodeId};
-use crate::routing::{Route, RouteTable};
-use crate::selection::{self, version::Wanted, Criteria};
-
-/// Request-wide context for the attempts.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    /// Matched route.
-    pub route: Arc<Route>,
-    /// The table snapshot the request uses throughout.
-    pub table: Arc<RouteTable>,
-    /// Conn id, if any.
-    pub conn_id: Option<String>,
-    /// True if the gateway issued the id (it is returned to the client).
-    pub issued: bool,
-    /// Version decision.
-    pub wanted: Wanted,
-    /// Request start.
-    pub start: Instant,
-    /// When the failure behind a hop counted while placing the request was first seen
-    /// ([`crate::hopper::Placement::hop_seen`]).
-    pub hop_seen: Option<Instant>,
-}
+use crate::selection;
 
 /// The `hopping_latency_seconds` observations a request owes: one per hop it counted, from when
 /// that hop's failure was first seen to when the request is served again (a node's response head)
@@ -125,28 +105,15 @@ pub(crate) fn build(
 }
 
 /// Picks another node for a retry, excluding `tried`.
-fn another(p: &Proxy, ctx: &Attempt, tried: &[NodeId]) -> Option<Arc<Node>> {
-    let metadata_key = ctx
-        .route
-        .config
-        .canary
-        .as_ref()
-        .map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria {
-        version: ctx.wanted.version.as_deref(),
-        metadata_key,
-        avoid_versions: &ctx.wanted.avoid,
-        exclude: tried,
-        zone: p.settings.zone.as_deref(),
-        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
-    };
+fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
+    let c = ctx.criteria(tried);
     selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
 }
 
 /// Forwards `req` to `node` (and others on retry); see the module docs.
 pub(crate) async fn forward(
     p: Arc<Proxy>,
-    ctx: Attempt,
+    ctx: RequestCtx,
     mut node: Arc<Node>,
     req: Request<Incoming>,
     up_headers: HeaderMap,
@@ -234,7 +201,7 @@ pub(crate) async fn forward(
                 p.metrics
                     .request_duration
                     .observe(ctx.start.elapsed().as_secs_f64());
-                return Ok(respond_with(
+                return Ok(super::response::respond(
                     &p,
                     &ctx,
                     &node,
@@ -253,27 +220,11 @@ pub(crate) async fn forward(
         failure_seen.get_or_insert(now);
         let detail = err.detail();
         let failure = Failure::of(&err);
-        let returned = match err {
-            SendError::Connect(_, back) | SendError::NotSent(_, back) => Some(back.into_body()),
-            SendError::Sent(e) | SendError::Stale(e) => {
-                // The client's body stalled, trickled, broke off or passed max_body: not the node's fault.
-                if let Some(client) = client_fault(&e) {
-                    return Err(client);
-                }
-                None
-            }
+        let (returned, cause) = match take_back(err) {
+            Ok(back) => back,
+            Err(client) => return Err(client),
         };
-        match failure.penalty() {
-            Penalty::Connect => {
-                node.runtime
-                    .record_connect_error(&health(&node), &detail, mark, now);
-            }
-            Penalty::Passive => {
-                node.runtime
-                    .record_passive_error(&health(&node), &detail, now);
-            }
-            Penalty::None => {}
-        }
+        charge(&node, failure, &detail, mark, now);
         // What the next attempt sends: the body handed back unsent, or the tap's replay of it.
         let replay = returned.or_else(|| match tap.replay(p.settings.limits.body_idle_timeout) {
             Replay::Body(b) => Some(b),
@@ -287,16 +238,6 @@ pub(crate) async fn forward(
             retries,
         );
         spent = after;
-        let fail = |kind: FailAs, node: &Node, detail: String| match kind {
-            FailAs::Connect => ProxyError::Connect {
-                node: node.id.to_string(),
-                detail,
-            },
-            FailAs::Upstream => ProxyError::Upstream {
-                node: node.id.to_string(),
-                detail,
-            },
-        };
         match (decision, replay) {
             (Decision::SameNode { retry }, Some(b)) => {
                 p.metrics
@@ -318,8 +259,8 @@ pub(crate) async fn forward(
                 Some(b),
             ) => {
                 tried.push(node.id.clone());
-                let Some(next) = another(&p, &ctx, &tried) else {
-                    return Err(fail(kind, &node, detail));
+                let Some(next) = another(&ctx, &tried) else {
+                    return Err(failed(kind, &node, detail, cause));
                 };
                 retry_log(&p, &ctx, &node, &next, retry, &detail);
                 body = b;
@@ -336,7 +277,7 @@ pub(crate) async fn forward(
                 )
                 .await;
             }
-            (Decision::Fail(kind), _) => return Err(fail(kind, &node, detail)),
+            (Decision::Fail(kind), _) => return Err(failed(kind, &node, detail, cause)),
             (Decision::SameNode { .. } | Decision::OtherNode { .. }, None) => {
                 unreachable!("retry::decide retries only a request whose body can be sent")
             }
@@ -344,7 +285,57 @@ pub(crate) async fn forward(
     }
 }
 
-fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static str, detail: &str) {
+/// The body an attempt handed back unsent (if any) and the attempt's failure as a cause.
+///
+/// # Errors
+/// The client's own fault when its body stalled, trickled, broke off or passed `max_body` (the
+/// node is not at fault and nothing is retried, CASE-22).
+fn take_back(err: SendError) -> Result<(Option<ProxyBody>, BoxError), ProxyError> {
+    Ok(match err {
+        SendError::Connect(e, back) => (Some(back.into_body()), Box::new(e)),
+        SendError::NotSent(e, back) => (Some(back.into_body()), Box::new(e)),
+        SendError::Sent(e) | SendError::Stale(e) => {
+            if let Some(client) = client_fault(&e) {
+                return Err(client);
+            }
+            (None, Box::new(e))
+        }
+    })
+}
+
+/// Charges `node`'s health for `failure` (SPEC section 6: connect errors count like failed
+/// probes, other failures as passive errors; a clean refusal or a stale pooled connection not at all).
+fn charge(node: &Node, failure: Failure, detail: &str, mark: crate::registry::passive::PassiveMark, now: Instant) {
+    let health = &node.settings.health;
+    match failure.penalty() {
+        Penalty::Connect => {
+            node.runtime.record_connect_error(health, detail, mark, now);
+        }
+        Penalty::Passive => {
+            node.runtime.record_passive_error(health, detail, now);
+        }
+        Penalty::None => {}
+    }
+}
+
+/// The error a request that cannot be retried fails with.
+fn failed(kind: FailAs, node: &Node, detail: String, cause: BoxError) -> ProxyError {
+    let node = node.id.to_string();
+    match kind {
+        FailAs::Connect => ProxyError::Connect {
+            node,
+            detail,
+            cause: Some(cause),
+        },
+        FailAs::Upstream => ProxyError::Upstream {
+            node,
+            detail,
+            cause: Some(cause),
+        },
+    }
+}
+
+fn retry_log(p: &Proxy, ctx: &RequestCtx, from: &Node, to: &Node, reason: &'static str, detail: &str) {
     p.metrics
         .retries
         .get_or_create(&RetryLabels {
@@ -362,7 +353,7 @@ fn retry_log(p: &Proxy, ctx: &Attempt, from: &Node, to: &Node, reason: &'static 
 #[allow(clippy::too_many_arguments)]
 async fn moved(
     p: &Proxy,
-    ctx: &Attempt,
+    ctx: &RequestCtx,
     old: &Node,
     next: Arc<Node>,
     reason: HopReason,
@@ -375,20 +366,7 @@ async fn moved(
         return next;
     };
     log.hops += 1;
-    let metadata_key = ctx
-        .route
-        .config
-        .canary
-        .as_ref()
-        .map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria {
-        version: ctx.wanted.version.as_deref(),
-        metadata_key,
-        avoid_versions: &ctx.wanted.avoid,
-        exclude: tried,
-        zone: p.settings.zone.as_deref(),
-        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
-    };
+    let c = ctx.criteria(tried);
     let now = Instant::now();
     let (node, counted) = p
         .hopper
@@ -407,70 +385,3 @@ async fn moved(
     node
 }
 
-// The response needs every piece of the attempt; a struct for one call site would only rename them.
-#[allow(clippy::too_many_arguments)]
-fn respond_with(
-    p: &Arc<Proxy>,
-    ctx: &Attempt,
-    node: &Node,
-    call_deadline: Option<Instant>,
-    sent: super::upstream::Sent,
-    inflight: crate::registry::InflightGuard,
-    tap: BodyTap,
-    log: LogCtx,
-) -> Response<ProxyBody> {
-    let keepalive = keepalive_timeout(&sent.response);
-    let (mut parts, incoming) = sent.response.into_parts();
-    // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
-    let mut log = log;
-    let incoming = super::grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
-    let grpc_status = log.grpc_status.clone();
-    // A response to HEAD, a 204 or a 304 ends at its head (CASE-27): its connection is reusable
-    // even when the client side drops the empty body unpolled.
-    let ended_at_head = incoming.is_end_stream();
-    // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
-    // node's mistake (RFC 9110 section 8.6): never passed on, and its connection may hold stray
-    // body bytes, so it is closed rather than pooled.
-    let framed_204 = parts.status == http::StatusCode::NO_CONTENT
-        && (parts.headers.contains_key(header::CONTENT_LENGTH)
-            || parts.headers.contains_key(header::TRANSFER_ENCODING));
-    if parts.status == http::StatusCode::NO_CONTENT {
-        parts.headers.remove(header::CONTENT_LENGTH);
-    }
-    headers::strip_hop_by_hop(&mut parts.headers);
-    // TE is a request header; a node has no business sending it back.
-    parts.headers.remove(header::TE);
-    if ctx.issued {
-        if let Some(id) = &ctx.conn_id {
-            if let Ok(v) = HeaderValue::from_str(id) {
-                parts.headers.insert(p.settings.affinity_header.clone(), v);
-            }
-        }
-    }
-    let status = parts.status.as_u16();
-    let proxy = p.clone();
-    let start = ctx.start;
-    let mut lease = sent.lease;
-    let done: super::body::Completion = Box::new(move |bytes_out, complete| {
-        drop(inflight);
-        if (complete || ended_at_head) && !framed_204 {
-            if let Some(l) = lease.take() {
-                proxy.upstream.give_back(l, keepalive);
-            }
-        }
-        proxy.finish(
-            &log,
-            status,
-            start,
-            tap.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
-            bytes_out,
-        );
-    });
-    let body = if super::grpc::is_grpc(&parts.headers) {
-        let call = super::grpc_call::CallBody::new(incoming, call_deadline, grpc_status);
-        ResponseBody::new(call, done).boxed_unsync()
-    } else {
-        ResponseBody::new(incoming, done).boxed_unsync()
-    };
-    Response::from_parts(parts, body)
-}

@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::head::{self, HeadFacts, HeadLimits, Refusal};
-use super::respond::ProxyError;
+use super::error::ProxyError;
 
 /// Longest chunk-size or trailer line followed; past it the watch stops following (hyper refuses
 /// such a body by itself, as a body error after the head was answered).

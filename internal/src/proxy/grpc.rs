@@ -271,17 +271,10 @@ pub fn encode_message(msg: &str) -> String {
     out
 }
 
-/// Rewrites a gateway error answer `http` (from `respond`) for a gRPC client: HTTP 200,
-/// trailers-only, `grpc-status` from [`code_for_http`] and `grpc-message` = `message`; the
-/// `Connection: close` decision of `http` is kept. Records the code in `status`.
-pub fn error_response(
-    http: Response<ProxyBody>,
-    message: &str,
-    status: &mut GrpcStatus,
-) -> Response<ProxyBody> {
-    let code = code_for_http(http.status());
-    status.track();
-    status.set(code);
+/// A gateway answer for a gRPC client (gRPC `PROTOCOL-HTTP2.md` Trailers-Only): HTTP 200,
+/// `content-type: application/grpc`, `grpc-status: code`, `grpc-message: message`
+/// (percent-encoded), an empty body; `Connection: close` when `close`.
+pub fn trailers_only(code: u32, message: &str, close: bool) -> Response<ProxyBody> {
     let mut resp = Response::new(super::respond::full(Bytes::new()));
     let h = resp.headers_mut();
     h.insert(
@@ -292,8 +285,8 @@ pub fn error_response(
     if let Ok(v) = HeaderValue::from_str(&encode_message(message)) {
         h.insert("grpc-message", v);
     }
-    if let Some(c) = http.headers().get(header::CONNECTION) {
-        h.insert(header::CONNECTION, c.clone());
+    if close {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
 }

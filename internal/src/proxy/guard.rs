@@ -12,7 +12,7 @@
 
 use http::{header, Request};
 
-use super::respond::ProxyError;
+use super::error::ProxyError;
 use crate::config::Limits;
 
 /// Checks `req`'s head against the framing rules and `limits`.
@@ -109,6 +109,27 @@ pub fn check_target<B>(req: &Request<B>) -> Result<(), ProxyError> {
         return Err(ProxyError::BadRequest(
             "request-target is neither origin-form nor absolute-form",
         ));
+    }
+    Ok(())
+}
+
+/// Refuses a request whose declared `Content-Length` is over the route's `max_body` (bytes)
+/// before anything is sent (SPEC section 4); a body without a declared length is counted as it
+/// streams ([`super::body::RequestBody`]).
+///
+/// # Errors
+/// [`ProxyError::BodyTooLarge`] (413, connection closed).
+pub fn check_declared_body<B>(req: &Request<B>, max_body: Option<u64>) -> Result<(), ProxyError> {
+    let Some(limit) = max_body else {
+        return Ok(());
+    };
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ProxyError::BodyTooLarge { limit });
     }
     Ok(())
 }

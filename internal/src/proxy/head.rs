@@ -12,7 +12,7 @@
 //! (section 6.3); no conflicting `Content-Length` values (section 6.3); no obs-fold (section 5.2).
 //! Pure functions; spawns nothing.
 
-use super::respond::ProxyError;
+use super::error::ProxyError;
 use crate::config::Limits;
 
 /// hyper's own bound on a request-target (it answers 414 at `u16::MAX` bytes and past).

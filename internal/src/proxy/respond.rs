@@ -1,132 +1,81 @@
-//! The one place where a failure becomes a response (STYLE section 4): an exhaustive match from
-//! [`ProxyError`] to status, JSON body (SPEC section 4: `{"code":-1,"message":"..."}`) and whether the
-//! client connection must close. The gateway never answers with an empty 502.
+//! The one place where a failure becomes an answer (STYLE section 4): [`render`] maps a
+//! [`ProxyError`] and the protocol at hand ([`Dialect`]) to one [`Answer`] carrying the HTTP status,
+//! the gRPC code, the WebSocket close code and reason, whether the client connection must close,
+//! and the response to send — a JSON body in the SPEC section 4 shape
+//! (`{"code":-1,"message":"..."}`), or for gRPC a Trailers-Only answer (HTTP 200, `grpc-status`,
+//! `grpc-message`). The gateway never answers with an empty 502.
+//!
+//! Model: linkerd2-proxy `linkerd/app/core/src/errors/respond.rs` (one value, every protocol).
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use super::client_body::ClientBodyError;
+use super::grpc;
+pub use super::error::ProxyError;
 use super::ProxyBody;
-use crate::config::Fallback;
-use crate::hopper::IdError;
 
-/// Why the gateway answered instead of a node.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    /// The conn id header broke a rule (or was forged in signed mode).
-    #[error("invalid {header} header: {source}")]
-    BadConnId {
-        /// Header name.
-        header: String,
-        /// Which rule.
-        #[source]
-        source: IdError,
-    },
-    /// A malformed request the gateway refuses to forward.
-    #[error("bad request: {0}")]
-    BadRequest(&'static str),
-    /// No route matches.
-    #[error("no route matches {method} {path}")]
-    NoRoute {
-        /// Method.
-        method: String,
-        /// Path.
-        path: String,
-    },
-    /// No selectable node and the route falls back.
-    #[error("no healthy node in cluster {cluster}")]
-    NoHealthyNode {
-        /// Cluster name.
-        cluster: String,
-        /// The route's fallback answer.
-        fallback: Fallback,
-    },
-    /// A version was requested that no node has, with `no_match = "reject"`.
-    #[error("no node of version {version:?} in cluster {cluster}")]
-    VersionRejected {
-        /// Cluster name.
-        cluster: String,
-        /// Requested version.
-        version: String,
-    },
-    /// The request body is larger than the route's `max_body`.
-    #[error("request body larger than {limit} bytes")]
-    BodyTooLarge {
-        /// The limit in bytes.
-        limit: u64,
-    },
-    /// Could not connect to any node tried.
-    #[error("could not connect to node {node}: {detail}")]
-    Connect {
-        /// Last node tried.
-        node: String,
-        /// Last error.
-        detail: String,
-    },
-    /// The node failed after the request was sent and it could not be retried.
-    #[error("node {node} failed: {detail}")]
-    Upstream {
-        /// Node.
-        node: String,
-        /// Error.
-        detail: String,
-    },
-    /// The node did not answer in time.
-    #[error("node {node} did not answer within {timeout_ms} ms")]
-    Timeout {
-        /// Node.
-        node: String,
-        /// Route timeout in ms.
-        timeout_ms: u128,
-    },
-    /// The request target is longer than the request-line limit (SPEC section 4: 414).
-    #[error("request line longer than {limit} bytes")]
-    UriTooLong {
-        /// The limit in bytes.
-        limit: usize,
-    },
-    /// The header block is larger, or has more fields, than allowed (SPEC section 4: 431).
-    #[error("request header block larger than {limit}")]
-    HeadersTooLarge {
-        /// The limit broken, e.g. `32768 bytes` or `100 fields`.
-        limit: String,
-    },
-    /// The gateway is shutting down.
-    #[error("gateway is shutting down")]
-    ShuttingDown,
-    /// The client's request body stalled, trickled below the minimum rate, or broke off
-    /// (CASE-22: 408, or 400 when the client broke off; the node is not at fault).
-    #[error(transparent)]
-    ClientBody(#[from] super::client_body::ClientBodyError),
+/// The protocol a failure is answered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// HTTP/1.x or HTTP/2: a JSON body with the failure's status.
+    Http,
+    /// gRPC (`content-type: application/grpc…`): Trailers-Only, HTTP 200 (gRPC `PROTOCOL-HTTP2.md`).
+    Grpc,
+    /// A WebSocket: before the upgrade, the JSON HTTP answer; once upgraded, a Close frame
+    /// ([`Answer::ws_close`], RFC 6455 section 7.4).
+    WebSocket,
 }
 
-impl ProxyError {
-    /// The access log's `reason` code for this gateway-made answer (SPEC section 8, issue 17).
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ProxyError::BadConnId { .. } => "bad_conn_id",
-            ProxyError::BadRequest(_) => "bad_request",
-            ProxyError::NoRoute { .. } => "no_route",
-            ProxyError::NoHealthyNode { .. } => "no_healthy_node",
-            ProxyError::VersionRejected { .. } => "version_rejected",
-            ProxyError::BodyTooLarge { .. } => "body_too_large",
-            ProxyError::Connect { .. } => "connect_failed",
-            ProxyError::Upstream { .. } => "upstream_failed",
-            ProxyError::Timeout { .. } => "upstream_timeout",
-            ProxyError::UriTooLong { .. } => "uri_too_long",
-            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
-            ProxyError::ShuttingDown => "shutting_down",
-            ProxyError::ClientBody(_) => "client_body",
-        }
-    }
+/// A failure rendered for one protocol (see the module docs).
+#[derive(Debug)]
+pub struct Answer {
+    /// The failure's HTTP status; metrics and the access log keep it even when the client gets
+    /// gRPC's HTTP 200.
+    pub status: StatusCode,
+    /// The gRPC status code ([`grpc::code_for_http`]); sent as `grpc-status` in [`Dialect::Grpc`].
+    pub grpc_status: u32,
+    /// The WebSocket close code and reason (reason at most 123 bytes once framed, RFC 6455 section 5.5).
+    pub ws_close: (u16, String),
+    /// True if the client connection must close after the answer (`Connection: close` on HTTP/1.1).
+    pub close: bool,
+    /// The response to send over HTTP.
+    pub response: Response<ProxyBody>,
+}
 
-    /// True if the node is at fault (for passive health).
-    pub fn is_node_fault(&self) -> bool {
-        matches!(
-            self,
-            ProxyError::Connect { .. } | ProxyError::Upstream { .. } | ProxyError::Timeout { .. }
-        )
+/// Renders `err` for `dialect`; see the module docs. Never fails.
+pub fn render(err: &ProxyError, dialect: Dialect) -> Answer {
+    let (mut response, close) = http_answer(err);
+    if close {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let status = response.status();
+    let grpc_status = grpc::code_for_http(status);
+    if dialect == Dialect::Grpc {
+        response = grpc::trailers_only(grpc_status, &err.to_string(), close);
+    }
+    Answer {
+        status,
+        grpc_status,
+        ws_close: ws_close(err),
+        close,
+        response,
+    }
+}
+
+/// The Close frame a live WebSocket ends with for `err` (RFC 6455 section 7.4.1): 1009 for a
+/// message over the limit, 1002 for a broken frame, 1011 when the node went away, 1001 ("going
+/// away") for shutdown, idle and drain; 1011 with the message for any other failure.
+fn ws_close(err: &ProxyError) -> (u16, String) {
+    match err {
+        ProxyError::MessageTooBig { .. } => (1009, err.to_string()),
+        ProxyError::FrameProtocol(what) => (1002, (*what).to_string()),
+        ProxyError::ShuttingDown => (1001, "gateway shutting down".to_string()),
+        ProxyError::Idle | ProxyError::DrainDeadline => (1001, err.to_string()),
+        _ => (1011, err.to_string()),
     }
 }
 
@@ -149,8 +98,8 @@ pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         .boxed_unsync()
 }
 
-/// Maps `err` to the response and whether to close the client connection.
-pub fn respond(err: &ProxyError) -> (Response<ProxyBody>, bool) {
+/// The HTTP answer to `err` and whether the client connection must close (SPEC section 4).
+fn http_answer(err: &ProxyError) -> (Response<ProxyBody>, bool) {
     let msg = err.to_string();
     match err {
         ProxyError::BadConnId { .. } => (json_error(StatusCode::BAD_REQUEST, &msg), false),
@@ -186,5 +135,16 @@ pub fn respond(err: &ProxyError) -> (Response<ProxyBody>, bool) {
             }
             ClientBodyError::Broken(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
         },
+        ProxyError::Idle => (json_error(StatusCode::REQUEST_TIMEOUT, &msg), true),
+        ProxyError::DrainDeadline => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), true),
+        ProxyError::MessageTooBig { .. } => {
+            (json_error(StatusCode::PAYLOAD_TOO_LARGE, &msg), true)
+        }
+        ProxyError::FrameProtocol(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
+        ProxyError::NodeGone => (json_error(StatusCode::BAD_GATEWAY, &msg), true),
     }
 }
+
+#[cfg(test)]
+#[path = "respond_tests.rs"]
+mod tests;

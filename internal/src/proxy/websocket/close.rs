@@ -2,6 +2,7 @@
 //! binding), Close frames to either leg, and the bounded wait for the client's reply before TCP
 //! closes (SPEC section 5: never 1005/1006 on the wire). Spawns nothing.
 
+use crate::proxy::respond::{render, Dialect, ProxyError};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
@@ -25,7 +26,7 @@ impl Relay {
         let mut clock = HopClock::new(self.s.p.metrics.clone(), None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
-            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
+            pick_other(&self.s.ctx, &self.s.p.routing.table(), std::slice::from_ref(&old.id)),
         ) {
             let (_, counted) = self
                 .s
@@ -68,6 +69,14 @@ impl Relay {
                 .await;
             }
         }
+    }
+
+    /// Ends the socket from the gateway's side because of `err`: Close to the node, to the client
+    /// the Close code and reason [`crate::proxy::respond::render`] gives `err`, and a bounded wait
+    /// for the client's reply before TCP closes.
+    pub(super) async fn end(&mut self, err: ProxyError) -> Flow {
+        let (code, reason) = render(&err, Dialect::WebSocket).ws_close;
+        self.close_client(code, &reason).await
     }
 
     /// Ends the socket from the gateway's side: Close to the node, Close `code` to the client, and a

@@ -10,6 +10,7 @@
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
 
+use crate::proxy::respond::ProxyError;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
 use super::{pick_other, redial_node, DialError, Handshake, Negotiated, Stream};
 use crate::hopper::{Follow, HopReason};
-use crate::proxy::forward::Attempt;
+use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
 
@@ -138,7 +139,7 @@ impl Relay {
                         }
                     }
                 }
-                () = self.shutdown.signaled() => return self.close_client(1001, "gateway shutting down").await,
+                () = self.shutdown.signaled() => return self.end(ProxyError::ShuttingDown).await,
             }
         };
         let counted = match &self.s.ctx.conn_id {
@@ -179,7 +180,7 @@ impl Relay {
 /// Tries selectable nodes other than `from` until one takes the socket or `deadline` passes.
 async fn redial(
     p: Arc<Proxy>,
-    ctx: Attempt,
+    ctx: RequestCtx,
     hs: Handshake,
     negotiated: Negotiated,
     from: NodeId,
@@ -187,7 +188,7 @@ async fn redial(
 ) -> Option<(Arc<Node>, Stream)> {
     let mut tried = vec![from.clone()];
     loop {
-        let Some(node) = pick_other(&p, &ctx, &tried) else {
+        let Some(node) = pick_other(&ctx, &p.routing.table(), &tried) else {
             if Instant::now() + RETRY_PAUSE >= deadline {
                 return None;
             }

@@ -30,12 +30,14 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::forward::{Attempt, HopClock};
-use super::respond::ProxyError;
+use super::context::RequestCtx;
+use super::forward::HopClock;
+use super::error::ProxyError;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::hopper::{Follow, HopReason};
 use crate::registry::{Node, NodeId};
-use crate::selection::{self, Criteria};
+use crate::routing::RouteTable;
+use crate::selection;
 
 /// The upgraded stream of either leg.
 type Stream = TokioIo<Upgraded>;
@@ -86,7 +88,7 @@ pub(super) enum DialError {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn proxy(
     p: Arc<Proxy>,
-    ctx: Attempt,
+    ctx: RequestCtx,
     mut node: Arc<Node>,
     req: Request<Incoming>,
     mut up_headers: HeaderMap,
@@ -136,15 +138,17 @@ pub(crate) async fn proxy(
             return Err(ProxyError::Upstream {
                 node: node.id.to_string(),
                 detail,
+                cause: Some(Box::new(err)),
             });
         };
         node.runtime.record_connect_error(h, &detail, mark, now);
         let seen = *failure_seen.get_or_insert(now);
         tried.push(node.id.clone());
-        let Some(next) = pick_other(&p, &ctx, &tried) else {
+        let Some(next) = pick_other(&ctx, &p.routing.table(), &tried) else {
             return Err(ProxyError::Connect {
                 node: node.id.to_string(),
                 detail,
+                cause: Some(Box::new(err)),
             });
         };
         tracing::info!(route = %ctx.route.id, from = %node.id, to = %next.id, detail, "websocket handshake: retrying on another node");
@@ -383,26 +387,12 @@ async fn redial_node(
 
 /// Picks a node of the route's cluster other than those in `exclude`, from the live table (the
 /// socket may outlive the table it started with).
-fn pick_other(p: &Proxy, ctx: &Attempt, exclude: &[NodeId]) -> Option<Arc<Node>> {
-    let table = p.routing.table();
-    let cluster = table
+fn pick_other(ctx: &RequestCtx, live: &RouteTable, exclude: &[NodeId]) -> Option<Arc<Node>> {
+    let cluster = live
         .clusters
         .get(&ctx.route.cluster.name)
         .cloned()
         .unwrap_or_else(|| ctx.route.cluster.clone());
-    let metadata_key = ctx
-        .route
-        .config
-        .canary
-        .as_ref()
-        .map_or("version", |c| c.metadata_key.as_str());
-    let c = Criteria {
-        version: ctx.wanted.version.as_deref(),
-        metadata_key,
-        avoid_versions: &ctx.wanted.avoid,
-        exclude,
-        zone: p.settings.zone.as_deref(),
-        key: ctx.conn_id.as_deref().or(ctx.wanted.split_key.as_deref()),
-    };
-    selection::select(&table, &cluster, &c, Instant::now()).node
+    let c = ctx.criteria(exclude);
+    selection::select(live, &cluster, &c, Instant::now()).node
 }

@@ -9,6 +9,7 @@
 //! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001,
 //! the idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
 
+use crate::proxy::respond::{render, Dialect, ProxyError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use super::{Handshake, Negotiated, Stream};
 use crate::config::WsMode;
 use crate::drain;
 use crate::hopper::HopReason;
-use crate::proxy::forward::Attempt;
+use crate::proxy::context::RequestCtx;
 use crate::proxy::{LogCtx, Proxy};
 use crate::registry::{InflightGuard, Node, NodeSignal};
 
@@ -39,7 +40,7 @@ pub(super) struct Session {
     /// The proxy (metrics, hopper, upstream client, shutdown watch).
     pub(super) p: Arc<Proxy>,
     /// Route, conn id and version decision of the upgrade request.
-    pub(super) ctx: Attempt,
+    pub(super) ctx: RequestCtx,
     /// The handshake to replay on a hop.
     pub(super) hs: Handshake,
     /// What the first node agreed to.
@@ -256,10 +257,10 @@ impl Relay {
             Event::Client(r) => self.on_client(r).await,
             Event::Node(r) => self.on_node(r).await,
             Event::Signal => self.on_signal().await,
-            Event::Shutdown => Box::pin(self.close_client(1001, "gateway shutting down")).await,
-            Event::Idle => Box::pin(self.close_client(1001, "idle timeout")).await,
+            Event::Shutdown => Box::pin(self.end(ProxyError::ShuttingDown)).await,
+            Event::Idle => Box::pin(self.end(ProxyError::Idle)).await,
             Event::DrainAct => Box::pin(self.node_gone(HopReason::Draining, true)).await,
-            Event::DrainDeadline => Box::pin(self.close_client(1001, "node drained")).await,
+            Event::DrainDeadline => Box::pin(self.end(ProxyError::DrainDeadline)).await,
             Event::Grace => Flow::End,
         }
     }
@@ -316,11 +317,10 @@ impl Relay {
             .map(|l| l.node.id.to_string())
             .unwrap_or_default();
         tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "client websocket message over limits.websocket_max_message; closing 1009");
-        let reason = format!(
-            "message over {} bytes (websocket_max_message)",
-            self.max_message
-        );
-        self.close_client(1009, &reason).await
+        self.end(ProxyError::MessageTooBig {
+            limit: self.max_message,
+        })
+        .await
     }
 
     /// The node sent a message over `websocket_max_message`: Close 1009 to the node, 1001 to the
@@ -332,11 +332,14 @@ impl Relay {
             .map(|l| l.node.id.to_string())
             .unwrap_or_default();
         tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "node websocket message over limits.websocket_max_message; closing 1009");
-        let reason = format!(
-            "message over {} bytes (websocket_max_message)",
-            self.max_message
-        );
-        self.close_node(1009, &reason).await;
+        let (code, reason) = render(
+            &ProxyError::MessageTooBig {
+                limit: self.max_message,
+            },
+            Dialect::WebSocket,
+        )
+        .ws_close;
+        self.close_node(code, &reason).await;
         self.close_client(1001, "node sent a message over the size limit")
             .await
     }
@@ -346,7 +349,7 @@ impl Relay {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
             Err(FrameError::Protocol(what)) => {
-                return Box::pin(self.close_client(1002, what)).await
+                return Box::pin(self.end(ProxyError::FrameProtocol(what))).await
             }
             Ok(None)
             | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
@@ -562,7 +565,7 @@ impl Relay {
         self.drain_act_at = None;
         self.drain_deadline = None;
         let Some(mut leg) = self.up.take() else {
-            return self.close_client(1011, "node went away").await;
+            return self.end(ProxyError::NodeGone).await;
         };
         if alive && !leg.close_sent {
             if self.mode == WsMode::Close {
@@ -578,7 +581,7 @@ impl Relay {
         let old = leg.node.clone();
         drop(leg);
         match self.mode {
-            WsMode::Close => self.close_client(1011, "node went away").await,
+            WsMode::Close => self.end(ProxyError::NodeGone).await,
             WsMode::Hint => self.hint(&old, reason, seen).await,
             // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
             WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => {

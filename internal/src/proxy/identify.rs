@@ -1,0 +1,62 @@
+//! Phase 2, identify: the request's conn id (SPEC section 5) — the client's affinity header,
+//! validated once, or one the gateway issues for a WebSocket or an HTTP/2 connection.
+
+use http::HeaderMap;
+
+use super::context::Kind;
+use super::respond::ProxyError;
+use super::{DownstreamConn, Proxy};
+
+/// A request's conn id and where it came from.
+#[derive(Debug, Default)]
+pub struct Identity {
+    /// The id, if the request has one.
+    pub conn_id: Option<String>,
+    /// True if the gateway issued it (it is returned to the client and sent to the node).
+    pub issued: bool,
+    /// True if the client sent the affinity header (the node gets it as the client sent it).
+    pub from_client: bool,
+}
+
+/// The conn id of a request with `headers`, of `kind`, over HTTP/2 when `h2`, on `dc`: the
+/// client's (validated, SPEC section 5 rules), else a fresh one for each WebSocket (also over
+/// HTTP/2, RFC 8441), else the HTTP/2 connection's own (issued once per connection), else none.
+///
+/// # Errors
+/// [`ProxyError::BadConnId`] when the client's id breaks a rule (400).
+pub fn identify(
+    p: &Proxy,
+    headers: &HeaderMap,
+    kind: Kind,
+    h2: bool,
+    dc: &DownstreamConn,
+) -> Result<Identity, ProxyError> {
+    let header = &p.settings.affinity_header;
+    Ok(match headers.get(header) {
+        Some(v) => {
+            let id = p
+                .ids
+                .parse(v.as_bytes())
+                .map_err(|source| ProxyError::BadConnId {
+                    header: header.to_string(),
+                    source,
+                })?;
+            Identity {
+                conn_id: Some(id.to_string()),
+                issued: false,
+                from_client: true,
+            }
+        }
+        None if kind == Kind::WebSocket => Identity {
+            conn_id: Some(p.ids.issue()),
+            issued: true,
+            from_client: false,
+        },
+        None if h2 => Identity {
+            conn_id: Some(dc.conn_id.get_or_init(|| p.ids.issue()).clone()),
+            issued: true,
+            from_client: false,
+        },
+        None => Identity::default(),
+    })
+}

@@ -1,0 +1,50 @@
+//! The request head as the node sees it (start of phase 4, forward): the client's fields minus
+//! hop-by-hop (RFC 9110 section 7.6.1), plus `X-Forwarded-*` (SPEC section 4), the conn id the
+//! gateway issued, and `Host` for an HTTP/2 client.
+
+use http::{header, HeaderMap, HeaderName, HeaderValue};
+
+use super::context::{Kind, RequestCtx};
+use super::{headers, DownstreamConn, Proxy};
+
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// The node's header map for a request with `client` headers (taken, or copied for a WebSocket,
+/// whose handshake headers are replayed on every re-dial), on `dc`, in `ctx`, whose route phase
+/// settled `host`. `from_client` says the client sent the affinity header: it then stays as sent
+/// (or away, when the client nominated it in `Connection`).
+pub fn node_headers(
+    p: &Proxy,
+    client: &mut HeaderMap,
+    dc: &DownstreamConn,
+    ctx: &RequestCtx,
+    from_client: bool,
+    host: Option<HeaderValue>,
+) -> HeaderMap {
+    let mut up = if ctx.kind == Kind::WebSocket {
+        client.clone()
+    } else {
+        std::mem::take(client)
+    };
+    headers::strip_hop_by_hop(&mut up);
+    headers::set_forwarded(
+        &mut up,
+        &dc.forwarded_peer,
+        host.as_ref(),
+        p.settings.trusted.as_deref(),
+    );
+    if dc.tls.is_some() {
+        up.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+    }
+    if let Some(id) = ctx.conn_id.as_ref().filter(|_| !from_client) {
+        if let Ok(v) = HeaderValue::from_str(id) {
+            up.insert(p.settings.affinity_header.clone(), v);
+        }
+    }
+    if ctx.h2 {
+        if let Some(h) = host {
+            up.insert(header::HOST, h);
+        }
+    }
+    up
+}
