@@ -102,7 +102,6 @@ impl Proxy {
             );
         }
     }
-
 }
 
 /// The shared `-` label for requests without a route or node.

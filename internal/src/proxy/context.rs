@@ -36,7 +36,8 @@ impl Kind {
 /// What `req` is: a WebSocket (an HTTP/1.1 `Upgrade: websocket` or an RFC 8441 extended
 /// CONNECT), else gRPC by its `content-type`, else plain HTTP.
 pub fn kind_of<B>(req: &http::Request<B>) -> Kind {
-    if super::websocket::is_extended_connect(req) || super::headers::is_websocket_upgrade(req.headers())
+    if super::websocket::is_extended_connect(req)
+        || super::headers::is_websocket_upgrade(req.headers())
     {
         Kind::WebSocket
     } else if super::grpc::is_grpc(req.headers()) {
@@ -88,10 +89,7 @@ impl RequestCtx {
             avoid_versions: &self.wanted.avoid,
             exclude,
             zone: self.zone.as_deref(),
-            key: self
-                .conn_id
-                .as_deref()
-                .or(self.wanted.split_key.as_deref()),
+            key: self.conn_id.as_deref().or(self.wanted.split_key.as_deref()),
         }
     }
 

@@ -15,11 +15,11 @@ use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay, RequestBody};
 use super::client_body::{client_fault, MinRate};
+use super::context::RequestCtx;
 use super::expect::{self, ContinueGate};
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::upstream::SendError;
-use super::context::RequestCtx;
 use super::{BoxError, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
@@ -305,7 +305,13 @@ fn take_back(err: SendError) -> Result<(Option<ProxyBody>, BoxError), ProxyError
 
 /// Charges `node`'s health for `failure` (SPEC section 6: connect errors count like failed
 /// probes, other failures as passive errors; a clean refusal or a stale pooled connection not at all).
-fn charge(node: &Node, failure: Failure, detail: &str, mark: crate::registry::passive::PassiveMark, now: Instant) {
+fn charge(
+    node: &Node,
+    failure: Failure,
+    detail: &str,
+    mark: crate::registry::passive::PassiveMark,
+    now: Instant,
+) {
     let health = &node.settings.health;
     match failure.penalty() {
         Penalty::Connect => {
@@ -335,7 +341,14 @@ fn failed(kind: FailAs, node: &Node, detail: String, cause: BoxError) -> ProxyEr
     }
 }
 
-fn retry_log(p: &Proxy, ctx: &RequestCtx, from: &Node, to: &Node, reason: &'static str, detail: &str) {
+fn retry_log(
+    p: &Proxy,
+    ctx: &RequestCtx,
+    from: &Node,
+    to: &Node,
+    reason: &'static str,
+    detail: &str,
+) {
     p.metrics
         .retries
         .get_or_create(&RetryLabels {
@@ -384,4 +397,3 @@ async fn moved(
     }
     node
 }
-

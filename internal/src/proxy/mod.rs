@@ -231,8 +231,17 @@ impl Proxy {
             // A hop counted at placement is served again once the node answers the upgrade.
             let _clock = forward::HopClock::new(self.metrics.clone(), ctx.hop_seen);
             let target = matched.path_and_query.as_str().to_string();
-            return websocket::proxy(self.clone(), ctx, node, req, up_headers, target, upgrade, log)
-                .await;
+            return websocket::proxy(
+                self.clone(),
+                ctx,
+                node,
+                req,
+                up_headers,
+                target,
+                upgrade,
+                log,
+            )
+            .await;
         }
         forward::forward(
             self.clone(),

@@ -12,8 +12,8 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use super::client_body::ClientBodyError;
-use super::grpc;
 pub use super::error::ProxyError;
+use super::grpc;
 use super::ProxyBody;
 
 /// The protocol a failure is answered in.
@@ -137,9 +137,7 @@ fn http_answer(err: &ProxyError) -> (Response<ProxyBody>, bool) {
         },
         ProxyError::Idle => (json_error(StatusCode::REQUEST_TIMEOUT, &msg), true),
         ProxyError::DrainDeadline => (json_error(StatusCode::SERVICE_UNAVAILABLE, &msg), true),
-        ProxyError::MessageTooBig { .. } => {
-            (json_error(StatusCode::PAYLOAD_TOO_LARGE, &msg), true)
-        }
+        ProxyError::MessageTooBig { .. } => (json_error(StatusCode::PAYLOAD_TOO_LARGE, &msg), true),
         ProxyError::FrameProtocol(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
         ProxyError::NodeGone => (json_error(StatusCode::BAD_GATEWAY, &msg), true),
     }

@@ -155,7 +155,13 @@ fn cases() -> Vec<Case> {
         case(ProxyError::Idle, 408, 4, 1001, true),
         case(ProxyError::DrainDeadline, 503, 14, 1001, true),
         case(ProxyError::MessageTooBig { limit: 64 }, 413, 8, 1009, true),
-        case(ProxyError::FrameProtocol("unmasked client frame"), 400, 13, 1002, true),
+        case(
+            ProxyError::FrameProtocol("unmasked client frame"),
+            400,
+            13,
+            1002,
+            true,
+        ),
         case(ProxyError::NodeGone, 502, 14, 1011, true),
     ]
 }
@@ -215,7 +221,11 @@ async fn http_and_websocket_handshake_answers_are_json_with_the_status() {
             assert_eq!(connection_close(&a.response), c.close, "{what}");
             let ct = a.response.headers().get(header::CONTENT_TYPE).cloned();
             let body = body_of(a.response).await;
-            assert_eq!(ct.as_ref().map(|v| v.as_bytes()), Some(&b"application/json"[..]), "{what}");
+            assert_eq!(
+                ct.as_ref().map(|v| v.as_bytes()),
+                Some(&b"application/json"[..]),
+                "{what}"
+            );
             let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
             match &c.err {
                 ProxyError::NoHealthyNode { .. } => assert_eq!(
@@ -234,7 +244,11 @@ async fn grpc_answers_are_trailers_only_with_the_mapped_code() {
     for c in cases() {
         let a = render(&c.err, Dialect::Grpc);
         let what = format!("{:?}", c.err);
-        assert_eq!(a.status.as_u16(), c.status, "{what}: metrics keep the HTTP status");
+        assert_eq!(
+            a.status.as_u16(),
+            c.status,
+            "{what}: metrics keep the HTTP status"
+        );
         assert_eq!(a.grpc_status, c.grpc, "{what}");
         assert_eq!(a.close, c.close, "{what}");
         let h = a.response.headers();
@@ -247,7 +261,10 @@ async fn grpc_answers_are_trailers_only_with_the_mapped_code() {
             "{what}"
         );
         assert_eq!(connection_close(&a.response), c.close, "{what}");
-        assert!(body_of(a.response).await.is_empty(), "{what}: Trailers-Only");
+        assert!(
+            body_of(a.response).await.is_empty(),
+            "{what}: Trailers-Only"
+        );
     }
 }
 

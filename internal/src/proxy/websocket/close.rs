@@ -26,7 +26,11 @@ impl Relay {
         let mut clock = HopClock::new(self.s.p.metrics.clone(), None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
-            pick_other(&self.s.ctx, &self.s.p.routing.table(), std::slice::from_ref(&old.id)),
+            pick_other(
+                &self.s.ctx,
+                &self.s.p.routing.table(),
+                std::slice::from_ref(&old.id),
+            ),
         ) {
             let (_, counted) = self
                 .s

@@ -15,6 +15,8 @@ mod close;
 mod frame;
 mod hop;
 mod message;
+mod node;
+mod pass;
 mod relay;
 
 use std::sync::Arc;
@@ -31,8 +33,8 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::context::RequestCtx;
-use super::forward::HopClock;
 use super::error::ProxyError;
+use super::forward::HopClock;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::hopper::{Follow, HopReason};
 use crate::registry::{Node, NodeId};

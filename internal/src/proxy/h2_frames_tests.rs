@@ -1,0 +1,129 @@
+//! Unit tests of [`super`].
+
+use super::*;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = u32::to_be_bytes(payload.len() as u32)[1..].to_vec();
+    v.push(kind);
+    v.push(flags);
+    v.extend_from_slice(&stream.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+#[test]
+fn scanner_finds_frames_fed_byte_by_byte() {
+    let mut bytes = frame(HEADERS, END_HEADERS, 1, &[0x82; 21]);
+    bytes.extend(frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+    bytes.extend(frame(PING, 0, 0, &[0; 8]));
+    let mut s = FrameScanner::default();
+    let mut seen = Vec::new();
+    for b in &bytes {
+        s.feed::<()>(std::slice::from_ref(b), |f| {
+            seen.push(f);
+            Ok(())
+        })
+        .expect("feed");
+    }
+    assert!(s.at_boundary());
+    assert_eq!(seen.len(), 3);
+    assert_eq!(
+        (seen[0].kind, seen[0].len, seen[0].stream),
+        (HEADERS, 21, 1)
+    );
+    assert_eq!((seen[1].kind, seen[1].word), (RST_STREAM, Some(CANCEL)));
+    assert_eq!(seen[2].kind, PING);
+}
+
+#[test]
+fn resets_are_a_rate_with_bursts() {
+    let t0 = Instant::now();
+    let mut m = Meter::new(200, Duration::from_secs(10), t0);
+    let rst = |s| Frame {
+        len: 4,
+        kind: RST_STREAM,
+        flags: 0,
+        stream: s,
+        word: Some(CANCEL),
+    };
+    // A burst of 200 passes, the 201st in the same instant does not.
+    for i in 0..200 {
+        assert_eq!(m.client_frame(rst(2 * i + 1), t0), Ok(()));
+    }
+    assert_eq!(m.client_frame(rst(401), t0), Err(Abuse::Resets));
+    // An honest canceller at 150/s for 10 s is never cut.
+    let mut m = Meter::new(200, Duration::from_secs(10), t0);
+    for i in 0..1500u32 {
+        let now = t0 + Duration::from_millis(u64::from(i) * 1000 / 150);
+        assert_eq!(m.client_frame(rst(2 * i + 1), now), Ok(()), "reset {i}");
+    }
+}
+
+#[test]
+fn one_charge_per_stream_and_gateway_resets_by_code() {
+    let t0 = Instant::now();
+    let mut m = Meter::new(1, Duration::from_secs(10), t0);
+    let rst = |code| Frame {
+        len: 4,
+        kind: RST_STREAM,
+        flags: 0,
+        stream: 5,
+        word: Some(code),
+    };
+    assert_eq!(m.client_frame(rst(CANCEL), t0), Ok(()));
+    assert_eq!(m.gateway_frame(rst(0x5), t0), Ok(()), "same stream");
+    let other = Frame {
+        stream: 7,
+        ..rst(0x1)
+    };
+    assert_eq!(
+        m.gateway_frame(
+            Frame {
+                word: Some(NO_ERROR),
+                ..other
+            },
+            t0
+        ),
+        Ok(())
+    );
+    assert_eq!(m.gateway_frame(other, t0), Err(Abuse::Resets));
+}
+
+#[test]
+fn header_block_must_end_in_time_and_empty_continuations_are_charged() {
+    let t0 = Instant::now();
+    let mut m = Meter::new(200, Duration::from_secs(10), t0);
+    let h = Frame {
+        len: 21,
+        kind: HEADERS,
+        flags: 0,
+        stream: 1,
+        word: None,
+    };
+    let c = Frame {
+        len: 0,
+        kind: CONTINUATION,
+        ..h
+    };
+    assert_eq!(m.client_frame(h, t0), Ok(()));
+    assert_eq!(m.last_client_stream(), 1);
+    assert_eq!(m.header_deadline(), Some(t0 + Duration::from_secs(10)));
+    assert_eq!(
+        m.client_frame(c, t0 + Duration::from_secs(11)),
+        Err(Abuse::HeaderBlockTimeout)
+    );
+    let mut m = Meter::new(200, Duration::from_secs(10), t0);
+    let mut res = Ok(());
+    for _ in 0..=MAX_CONTROL_FRAMES_PER_SECOND {
+        res = res.and(m.client_frame(c, t0));
+    }
+    assert_eq!(res, Err(Abuse::ControlFrames));
+}
+
+#[test]
+fn goaway_bytes() {
+    assert_eq!(
+        goaway(3, ENHANCE_YOUR_CALM, b"x"),
+        vec![0, 0, 9, 7, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0xb, b'x']
+    );
+}

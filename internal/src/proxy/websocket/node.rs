@@ -1,0 +1,138 @@
+//! The relay's node events: the node leg lost, the node's signal (ejected, draining, drain
+//! deadline), and a leg that must go — hop, hint or close by the route's `websocket` mode
+//! (SPEC section 5). Part of [`super::relay::Relay`].
+
+use crate::proxy::respond::ProxyError;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::frame::{self, Kind};
+use crate::config::WsMode;
+use crate::hopper::HopReason;
+
+use super::relay::{Flow, Leg, Relay, CLOSE_REPLY_WAIT};
+
+impl Relay {
+    /// The node leg failed or closed TCP without a Close frame.
+    pub(super) async fn node_lost(&mut self, detail: &str) -> Flow {
+        if let Some(close) = self.client_close.clone() {
+            // Closing anyway: complete the client's handshake with its own code.
+            let _ = self.send_client(&close).await;
+            return Flow::End;
+        }
+        if self.node_closed {
+            // The node sent Close and then closed TCP: only the client's reply is missing.
+            self.up = None;
+            return Flow::Continue;
+        }
+        if let Some(leg) = &self.up {
+            leg.node.runtime.record_passive_error(
+                &leg.node.settings.health,
+                &format!("websocket: {detail}"),
+                Instant::now(),
+            );
+            tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
+        }
+        Box::pin(self.node_gone(HopReason::NodeLost, false)).await
+    }
+
+    pub(super) async fn on_signal(&mut self) -> Flow {
+        let Some(leg) = self.up.as_mut() else {
+            return Flow::Continue;
+        };
+        let signal = *leg.signal.borrow_and_update();
+        if self.client_close.is_some() || self.node_closed {
+            return Flow::Continue;
+        }
+        if signal.usable {
+            self.drain_act_at = None;
+            self.drain_deadline = None;
+            return Flow::Continue;
+        }
+        match signal.drain_deadline {
+            Some(deadline) => {
+                self.drain_deadline = Some(deadline);
+                if self.mode != WsMode::Close && self.drain_act_at.is_none() {
+                    // Spread hops and hints over the drain period so healthy nodes are not hit all at once.
+                    let now = Instant::now();
+                    let left = deadline.saturating_duration_since(now).as_millis() as u64;
+                    let wait = if left == 0 {
+                        0
+                    } else {
+                        rand::random_range(0..left)
+                    };
+                    self.drain_act_at = Some(now + Duration::from_millis(wait));
+                }
+                Flow::Continue
+            }
+            // Ejected while the socket still works: `close` keeps serving it.
+            None if self.mode == WsMode::Close => Flow::Continue,
+            None => Box::pin(self.node_gone(HopReason::Ejected, true)).await,
+        }
+    }
+
+    /// Ends a leg whose node still works (drain, ejection) before the socket moves on: sends the
+    /// node Close 1001 and relays the data frames it still sends until its Close reply, so the
+    /// answers to messages it already received reach the client instead of being dropped with the
+    /// leg. Bounded by [`CLOSE_REPLY_WAIT`]; the node's pings, pongs and Close stay on the old leg
+    /// (the client's next peer is another node). Client frames wait in the client socket meanwhile.
+    pub(super) async fn retire(&mut self, leg: &mut Leg) {
+        let sent = tokio::time::timeout(
+            CLOSE_REPLY_WAIT,
+            leg.io.write(&frame::close(1001, "going away")),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(_))) {
+            return;
+        }
+        leg.close_sent = true;
+        let deadline = Instant::now() + CLOSE_REPLY_WAIT;
+        while let Ok(Ok(Some((f, _)))) = tokio::time::timeout_at(deadline, leg.io.read()).await {
+            match frame::kind(&f) {
+                Kind::Close => return,
+                Kind::Ping | Kind::Pong => {}
+                Kind::Start { fin } | Kind::Continue { fin } => {
+                    self.node_in_message = !fin;
+                    if self.send_client(&f).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node leg must be replaced: hop, hint or close per the route's mode. `alive` says whether
+    /// the old leg still works (it then gets a Close 1001 first).
+    pub(super) async fn node_gone(&mut self, reason: HopReason, alive: bool) -> Flow {
+        // The failure is seen now; retiring a live leg below takes up to CLOSE_REPLY_WAIT.
+        let seen = Instant::now();
+        self.drain_act_at = None;
+        self.drain_deadline = None;
+        let Some(mut leg) = self.up.take() else {
+            return self.end(ProxyError::NodeGone).await;
+        };
+        if alive && !leg.close_sent {
+            if self.mode == WsMode::Close {
+                let _ = tokio::time::timeout(
+                    CLOSE_REPLY_WAIT,
+                    leg.io.write(&frame::close(1001, "going away")),
+                )
+                .await;
+            } else {
+                self.retire(&mut leg).await;
+            }
+        }
+        let old = leg.node.clone();
+        drop(leg);
+        match self.mode {
+            WsMode::Close => self.end(ProxyError::NodeGone).await,
+            WsMode::Hint => self.hint(&old, reason, seen).await,
+            // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
+            WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => {
+                self.hint(&old, reason, seen).await
+            }
+            WsMode::Hop => self.hop(old, reason, seen).await,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The relay's frame handling (RFC 6455 sections 5 and 7): a client frame or a node frame read,
+//! counted, checked against `limits.websocket_max_message` (1009), and passed to the other side;
+//! a Close is relayed and its reply awaited (CASE-05). Part of [`super::relay::Relay`].
+
+use crate::proxy::respond::{render, Dialect, ProxyError};
+
+use tokio::time::Instant;
+
+use super::frame::{self, FrameError, Kind};
+use crate::config::WsMode;
+use crate::hopper::HopReason;
+
+use super::relay::{Flow, Read, Relay, CLOSE_GRACE};
+
+impl Relay {
+    /// Fragment bookkeeping for a client frame.
+    pub(super) fn track_client(&mut self, k: Kind) {
+        match k {
+            Kind::Start { fin } | Kind::Continue { fin } => self.client_in_message = !fin,
+            Kind::Ping | Kind::Pong | Kind::Close => {}
+        }
+    }
+
+    /// The client sent a message over `websocket_max_message`: Close 1009 to it (RFC 6455
+    /// section 7.4.1), 1001 to the node, one WARN line naming route and node.
+    pub(super) async fn client_too_big(&mut self, size: u64) -> Flow {
+        let node = self
+            .up
+            .as_ref()
+            .map(|l| l.node.id.to_string())
+            .unwrap_or_default();
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "client websocket message over limits.websocket_max_message; closing 1009");
+        self.end(ProxyError::MessageTooBig {
+            limit: self.max_message,
+        })
+        .await
+    }
+
+    /// The node sent a message over `websocket_max_message`: Close 1009 to the node, 1001 to the
+    /// client.
+    pub(super) async fn node_too_big(&mut self, size: u64) -> Flow {
+        let node = self
+            .up
+            .as_ref()
+            .map(|l| l.node.id.to_string())
+            .unwrap_or_default();
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "node websocket message over limits.websocket_max_message; closing 1009");
+        let (code, reason) = render(
+            &ProxyError::MessageTooBig {
+                limit: self.max_message,
+            },
+            Dialect::WebSocket,
+        )
+        .ws_close;
+        self.close_node(code, &reason).await;
+        self.close_client(1001, "node sent a message over the size limit")
+            .await
+    }
+
+    pub(super) async fn on_client(&mut self, r: Read) -> Flow {
+        let (frame, wire) = match r {
+            Ok(Some(f)) => f,
+            Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
+            Err(FrameError::Protocol(what)) => {
+                return Box::pin(self.end(ProxyError::FrameProtocol(what))).await
+            }
+            Ok(None)
+            | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
+                tracing::debug!("client left without a close handshake");
+                return Flow::End;
+            }
+        };
+        self.bytes_in += wire as u64;
+        self.touch();
+        let k = frame::kind(&frame);
+        self.track_client(k);
+        if let Err(size) = self
+            .client_size
+            .add(k, frame.payload().len(), self.max_message)
+        {
+            return Box::pin(self.client_too_big(size)).await;
+        }
+        if k == Kind::Close {
+            if self.node_closed {
+                // The client's reply to the node's Close: pass it on, the session is over.
+                if let Some(leg) = self.up.as_mut() {
+                    if leg.io.write(&frame).await.is_ok() {
+                        leg.close_sent = true;
+                    }
+                }
+                return Flow::End;
+            }
+            self.client_close = Some(frame.clone());
+            self.closing_until = Some(Instant::now() + CLOSE_GRACE);
+        }
+        let Some(leg) = self.up.as_mut() else {
+            return Flow::Continue;
+        };
+        if leg.io.peer_gone() {
+            // The node is already gone: keep the frame for the next node instead of losing it.
+            if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+                tracing::debug!("held frame bound reached while the node leg is closing");
+            }
+            return Flow::Continue;
+        }
+        match leg.io.write(&frame).await {
+            Ok(_) => {
+                leg.close_sent |= k == Kind::Close;
+                self.partial.sent(&frame);
+                Flow::Continue
+            }
+            Err(e) => {
+                // A write that failed did not reach a live node: keep the frame for the next node.
+                if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+                    tracing::debug!("held frame bound reached while the node leg failed");
+                }
+                Box::pin(self.node_lost(&e.to_string())).await
+            }
+        }
+    }
+
+    pub(super) async fn on_node(&mut self, r: Read) -> Flow {
+        let (frame, _) = match r {
+            Ok(Some(f)) => f,
+            Err(FrameError::TooBig(size, _)) => return Box::pin(self.node_too_big(size)).await,
+            Ok(None) => {
+                return self
+                    .node_lost("connection closed without a close frame")
+                    .await
+            }
+            Err(e) => return Box::pin(self.node_lost(&e.to_string())).await,
+        };
+        if let Some(seen) = self.failure_seen.take() {
+            let latency = seen.elapsed();
+            self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
+            tracing::info!(
+                node = self
+                    .up
+                    .as_ref()
+                    .map(|l| l.node.id.to_string())
+                    .unwrap_or_default(),
+                latency_ms = latency.as_millis() as u64,
+                "websocket served again after a hop"
+            );
+        }
+        self.touch();
+        let k = frame::kind(&frame);
+        if let Err(size) = self
+            .node_size
+            .add(k, frame.payload().len(), self.max_message)
+        {
+            return Box::pin(self.node_too_big(size)).await;
+        }
+        match k {
+            Kind::Start { fin } | Kind::Continue { fin } => self.node_in_message = !fin,
+            Kind::Close
+                if self.client_close.is_none()
+                    && self.mode != WsMode::Close
+                    && matches!(frame::close_code(&frame), Some(1001 | 1012)) =>
+            {
+                // The node is going away (shutdown, drain, restart): move the socket, do not end it.
+                if let Some(leg) = self.up.as_mut() {
+                    if leg.io.write(&frame).await.is_ok() {
+                        leg.close_sent = true;
+                    }
+                }
+                return Box::pin(self.node_gone(HopReason::GoingAway, false)).await;
+            }
+            Kind::Close if self.client_close.is_none() => {
+                self.node_closed = true;
+                self.closing_until = Some(Instant::now() + CLOSE_GRACE);
+            }
+            Kind::Close | Kind::Ping | Kind::Pong => {}
+        }
+        if self.send_client(&frame).await.is_err() {
+            return Flow::End;
+        }
+        if k == Kind::Close && self.client_close.is_some() {
+            // The node answered the client's Close: the closing handshake is complete.
+            return Flow::End;
+        }
+        Flow::Continue
+    }
+}
