@@ -4,6 +4,8 @@
 //! `<uuid-v4>.<hex HMAC-SHA256 tag>` and accepts only ids whose tag verifies under the current key or
 //! an accepted old key; comparison is constant-time.
 
+use std::sync::Arc;
+
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -27,6 +29,32 @@ pub enum IdError {
     /// Signed mode: the tag does not verify.
     #[error("conn id signature does not verify")]
     Forged,
+}
+
+/// A conn id that passed the SPEC section 5 rules once ([`ConnIds::parse`]) or was issued by the
+/// gateway ([`ConnIds::issue`]): 1-128 bytes of visible ASCII, so it is always a valid header
+/// value. Cheap to clone (shared); reads as `&str`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnId(Arc<str>);
+
+impl ConnId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for ConnId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// Validates and issues conn ids.
@@ -62,7 +90,7 @@ impl ConnIds {
     ///
     /// # Errors
     /// [`IdError`] naming the first rule broken.
-    pub fn parse<'a>(&self, raw: &'a [u8]) -> Result<&'a str, IdError> {
+    pub fn parse(&self, raw: &[u8]) -> Result<ConnId, IdError> {
         if raw.is_empty() {
             return Err(IdError::Empty);
         }
@@ -76,19 +104,19 @@ impl ConnIds {
         if self.mode == IdMode::Signed && !self.verify(id) {
             return Err(IdError::Forged);
         }
-        Ok(id)
+        Ok(ConnId(Arc::from(id)))
     }
 
     /// A new id: a UUID v4, signed in `signed` mode.
-    pub fn issue(&self) -> String {
+    pub fn issue(&self) -> ConnId {
         let uuid = uuid::Uuid::new_v4().to_string();
-        match (self.mode, self.keys.first()) {
+        ConnId(Arc::from(match (self.mode, self.keys.first()) {
             (IdMode::Signed, Some(key)) => {
                 let tag = tag(key, &uuid);
                 format!("{uuid}.{}", hex::encode(tag))
             }
             _ => uuid,
-        }
+        }))
     }
 
     fn verify(&self, id: &str) -> bool {
@@ -120,8 +148,8 @@ mod tests {
     #[test]
     fn client_ids_are_checked_for_length_and_charset() {
         let ids = ConnIds::new(IdMode::Client, vec![]);
-        assert_eq!(ids.parse(b"c-1001"), Ok("c-1001"));
-        assert_eq!(ids.parse(&[b'a'; 128]), Ok(&*"a".repeat(128)));
+        assert_eq!(ids.parse(b"c-1001").as_deref(), Ok("c-1001"));
+        assert_eq!(ids.parse(&[b'a'; 128]).as_deref(), Ok(&*"a".repeat(128)));
         assert_eq!(ids.parse(&[b'a'; 129]), Err(IdError::TooLong));
         assert_eq!(ids.parse(b"a\x01b"), Err(IdError::BadChars));
         assert_eq!(ids.parse(b"a b"), Err(IdError::BadChars));
@@ -140,7 +168,7 @@ mod tests {
         );
         let id = ids.issue();
         assert!(id.len() <= MAX_ID_LEN);
-        assert_eq!(ids.parse(id.as_bytes()), Ok(id.as_str()));
+        assert_eq!(ids.parse(id.as_bytes()).as_ref(), Ok(&id));
         let old = ConnIds::new(IdMode::Signed, vec![b"old-key".to_vec()]).issue();
         assert!(
             ids.parse(old.as_bytes()).is_ok(),

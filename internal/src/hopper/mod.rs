@@ -19,7 +19,7 @@ use crate::routing::{Cluster, RouteTable};
 use crate::selection::{self, Criteria, VersionMiss};
 
 pub use affinity::AffinityStore;
-pub use ids::{ConnIds, IdError};
+pub use ids::{ConnId, ConnIds, IdError};
 
 /// Whether a hop follows a racing move of the same id ([`Hopper::hop`]).
 #[derive(Debug, Clone, Copy)]

@@ -25,7 +25,7 @@ pub struct LogCtx {
     /// Node id or `-`.
     pub node: Option<Arc<str>>,
     /// Conn id.
-    pub conn_id: Option<String>,
+    pub conn_id: Option<crate::hopper::ConnId>,
     /// Hops during this request.
     pub hops: u32,
     /// The gRPC status the response ended with, when it is gRPC (CASE-07).

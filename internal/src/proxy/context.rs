@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::respond::Dialect;
+use crate::hopper::ConnId;
 use crate::registry::NodeId;
 use crate::routing::{Route, RouteTable};
 use crate::selection::{version::Wanted, Criteria};
@@ -60,7 +61,7 @@ pub struct RequestCtx {
     /// The table snapshot the request uses throughout.
     pub table: Arc<RouteTable>,
     /// Conn id (validated, or issued by the gateway), if any (SPEC section 5).
-    pub conn_id: Option<String>,
+    pub conn_id: Option<ConnId>,
     /// True if the gateway issued the id (it is returned to the client).
     pub issued: bool,
     /// Version decision (SPEC section 7).

@@ -6,12 +6,13 @@ use http::HeaderMap;
 use super::context::Kind;
 use super::respond::ProxyError;
 use super::{DownstreamConn, Proxy};
+use crate::hopper::ConnId;
 
 /// A request's conn id and where it came from.
 #[derive(Debug, Default)]
 pub struct Identity {
     /// The id, if the request has one.
-    pub conn_id: Option<String>,
+    pub conn_id: Option<ConnId>,
     /// True if the gateway issued it (it is returned to the client and sent to the node).
     pub issued: bool,
     /// True if the client sent the affinity header (the node gets it as the client sent it).
@@ -42,7 +43,7 @@ pub fn identify(
                     source,
                 })?;
             Identity {
-                conn_id: Some(id.to_string()),
+                conn_id: Some(id),
                 issued: false,
                 from_client: true,
             }

@@ -77,7 +77,7 @@ pub struct DownstreamConn {
     /// The client as `X-Forwarded-For` names it, formatted once.
     pub forwarded_peer: headers::Peer,
     /// For h2 connections without an affinity header: the connection's own conn id (SPEC section 5).
-    pub conn_id: OnceLock<String>,
+    pub conn_id: OnceLock<crate::hopper::ConnId>,
     /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
     pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
     /// Request framing as read off the socket (CASE-13); fed by [`framing::FramingWatch`].
