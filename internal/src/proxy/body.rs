@@ -331,6 +331,13 @@ where
     }
 }
 
+/// A body from bytes.
+pub fn full(b: impl Into<Bytes>) -> ProxyBody {
+    http_body_util::Full::new(b.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 #[cfg(test)]
 #[path = "body_tests.rs"]
 mod tests;

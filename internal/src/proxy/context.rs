@@ -37,7 +37,7 @@ impl Kind {
 /// What `req` is: a WebSocket (an HTTP/1.1 `Upgrade: websocket` or an RFC 8441 extended
 /// CONNECT), else gRPC by its `content-type`, else plain HTTP.
 pub fn kind_of<B>(req: &http::Request<B>) -> Kind {
-    if super::websocket::is_extended_connect(req)
+    if super::headers::is_extended_connect(req)
         || super::headers::is_websocket_upgrade(req.headers())
     {
         Kind::WebSocket

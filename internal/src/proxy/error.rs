@@ -7,6 +7,7 @@
 //! Model: hyper's `src/error.rs` (kept cause, predicates) with linkerd2-proxy's
 //! `errors/respond.rs` (one rendering per protocol).
 
+use super::body::BodyError;
 use super::client_body::ClientBodyError;
 use super::BoxError;
 use crate::config::Fallback;
@@ -198,6 +199,41 @@ impl ProxyError {
                 | ProxyError::MessageTooBig { .. }
                 | ProxyError::FrameProtocol(_)
         )
+    }
+}
+
+impl ProxyError {
+    /// Attributes a failed upstream attempt to the client's body, if that is what failed.
+    /// Returns the error to answer with (408 for idle/slow, 413 past `max_body`, 400 when the client
+    /// broke off), or `None` when the node (or the network to it) is at fault.
+    pub fn client_fault(e: &hyper::Error) -> Option<ProxyError> {
+        // The upstream error itself is a hyper error too: only its causes can be the client's body.
+        let mut src = std::error::Error::source(e);
+        while let Some(cause) = src {
+            if let Some(b) = cause.downcast_ref::<BodyError>() {
+                return Some(match b {
+                    BodyError::Idle(d) => ProxyError::ClientBody(ClientBodyError::Idle(*d)),
+                    BodyError::TooLarge(limit) => ProxyError::BodyTooLarge { limit: *limit },
+                });
+            }
+            if let Some(ClientBodyError::BelowMinRate { min, bytes, window }) =
+                cause.downcast_ref::<ClientBodyError>()
+            {
+                return Some(ProxyError::ClientBody(ClientBodyError::BelowMinRate {
+                    min: *min,
+                    bytes: *bytes,
+                    window: *window,
+                }));
+            }
+            if let Some(h) = cause.downcast_ref::<hyper::Error>() {
+                // hyper's server reading the client's body (the downstream side).
+                return Some(ProxyError::ClientBody(ClientBodyError::Broken(
+                    super::send_error::describe(h),
+                )));
+            }
+            src = cause.source();
+        }
+        None
     }
 }
 

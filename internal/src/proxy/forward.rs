@@ -14,9 +14,10 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay, RequestBody};
-use super::client_body::{client_fault, MinRate};
+use super::client_body::MinRate;
 use super::context::RequestCtx;
 use super::expect::{self, ContinueGate};
+use super::hop_clock::HopClock;
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::upstream::SendError;
@@ -26,41 +27,6 @@ use crate::hopper::{Follow, HopReason};
 use crate::metrics::RetryLabels;
 use crate::registry::{Node, NodeId};
 use crate::selection;
-
-/// The `hopping_latency_seconds` observations a request owes: one per hop it counted, from when
-/// that hop's failure was first seen to when the request is served again (a node's response head)
-/// or given up. Observed on drop, so every exit of [`forward`] pays exactly once per hop.
-#[derive(Debug)]
-pub(crate) struct HopClock {
-    metrics: Arc<crate::metrics::Metrics>,
-    seen: Vec<Instant>,
-}
-
-impl HopClock {
-    /// A clock owing the hop counted at placement, if any.
-    pub(crate) fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
-        HopClock {
-            metrics,
-            seen: placed.into_iter().collect(),
-        }
-    }
-
-    /// Owes one more observation, for a hop whose failure was seen at `seen`.
-    pub(crate) fn push(&mut self, seen: Instant) {
-        self.seen.push(seen);
-    }
-}
-
-impl Drop for HopClock {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        for t in self.seen.drain(..) {
-            self.metrics
-                .hop_latency
-                .observe(now.saturating_duration_since(t).as_secs_f64());
-        }
-    }
-}
 
 fn is_idempotent(m: &Method) -> bool {
     matches!(
@@ -295,7 +261,7 @@ fn take_back(err: SendError) -> Result<(Option<ProxyBody>, BoxError), ProxyError
         SendError::Connect(e, back) => (Some(back.into_body()), Box::new(e)),
         SendError::NotSent(e, back) => (Some(back.into_body()), Box::new(e)),
         SendError::Sent(e) | SendError::Stale(e) => {
-            if let Some(client) = client_fault(&e) {
+            if let Some(client) = ProxyError::client_fault(&e) {
                 return Err(client);
             }
             (None, Box::new(e))

@@ -23,7 +23,6 @@ use http_body::{Body, Frame, SizeHint};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::{BoxError, ProxyBody};
 use crate::registry::{Node, NodeSignal};
@@ -226,20 +225,6 @@ pub fn parse_timeout(v: &str) -> Option<Duration> {
     })
 }
 
-/// When the response head of a request that started at `start` must have arrived: the route
-/// `timeout` (SPEC section 3: whole request, not applied to streaming gRPC, so it only ever bounds
-/// the head), or for a gRPC call with a deadline (its `grpc-timeout`, capped by the route's
-/// `grpc_max_timeout` = `cap`, see [`super::grpc_call::budget`]) that deadline, which replaces it
-/// (a client asking for a long deadline may legitimately wait on a stream).
-pub fn head_deadline(
-    start: Instant,
-    route_timeout: Duration,
-    cap: Option<Duration>,
-    request: &HeaderMap,
-) -> Instant {
-    start + super::grpc_call::budget(request, cap).unwrap_or(route_timeout)
-}
-
 /// gRPC status code for a gateway answer with HTTP status `status`, per gRPC's
 /// `doc/http-grpc-status-mapping.md` (plus 413/414/431 as RESOURCE_EXHAUSTED, 408 as
 /// DEADLINE_EXCEEDED, which that table leaves as UNKNOWN). The gateway's own `504` is always a
@@ -275,7 +260,7 @@ pub fn encode_message(msg: &str) -> String {
 /// `content-type: application/grpc`, `grpc-status: code`, `grpc-message: message`
 /// (percent-encoded), an empty body; `Connection: close` when `close`.
 pub fn trailers_only(code: u32, message: &str, close: bool) -> Response<ProxyBody> {
-    let mut resp = Response::new(super::respond::full(Bytes::new()));
+    let mut resp = Response::new(super::body::full(Bytes::new()));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

@@ -150,6 +150,20 @@ where
     }
 }
 
+/// When the response head of a request that started at `start` must have arrived: the route
+/// `timeout` (SPEC section 3: whole request, not applied to streaming gRPC, so it only ever bounds
+/// the head), or for a gRPC call with a deadline (its `grpc-timeout`, capped by the route's
+/// `grpc_max_timeout` = `cap`, see [`budget`]) that deadline, which replaces it
+/// (a client asking for a long deadline may legitimately wait on a stream).
+pub fn head_deadline(
+    start: Instant,
+    route_timeout: Duration,
+    cap: Option<Duration>,
+    request: &HeaderMap,
+) -> Instant {
+    start + budget(request, cap).unwrap_or(route_timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +236,36 @@ mod tests {
             .expect("trailers, not an error");
         assert_eq!(out.trailers().expect("test value")["grpc-status"], "14");
         assert_eq!(status.get(), Some(14));
+    }
+
+    #[test]
+    fn head_deadline_is_the_call_deadline_or_the_route_timeout() {
+        fn ct(v: &str) -> HeaderMap {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_str(v).expect("value"),
+            );
+            h
+        }
+        let start = Instant::now();
+        let mut h = ct("application/grpc");
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), None, &h),
+            start + Duration::from_secs(30)
+        );
+        h.insert("grpc-timeout", http::HeaderValue::from_static("90S"));
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), None, &h),
+            start + Duration::from_secs(90)
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        assert_eq!(
+            head_deadline(start, Duration::from_secs(30), None, &h),
+            start + Duration::from_secs(30)
+        );
     }
 }

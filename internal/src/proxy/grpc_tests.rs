@@ -3,6 +3,7 @@
 use http_body_util::{BodyExt, StreamBody};
 
 use super::*;
+use tokio::time::Instant;
 
 fn ct(v: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -31,25 +32,6 @@ fn timeouts_and_messages() {
     assert_eq!(parse_timeout("123456789S"), None);
     assert_eq!(parse_timeout("S"), None);
     assert_eq!(parse_timeout("10x"), None);
-    let start = Instant::now();
-    let mut h = ct("application/grpc");
-    assert_eq!(
-        head_deadline(start, Duration::from_secs(30), None, &h),
-        start + Duration::from_secs(30)
-    );
-    h.insert("grpc-timeout", HeaderValue::from_static("90S"));
-    assert_eq!(
-        head_deadline(start, Duration::from_secs(30), None, &h),
-        start + Duration::from_secs(90)
-    );
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    assert_eq!(
-        head_deadline(start, Duration::from_secs(30), None, &h),
-        start + Duration::from_secs(30)
-    );
     assert_eq!(encode_message("no node 100% ok\n"), "no node 100%25 ok%0A");
     assert_eq!(code_for_http(StatusCode::BAD_GATEWAY), UNAVAILABLE);
     assert_eq!(code_for_http(StatusCode::NOT_FOUND), 12);

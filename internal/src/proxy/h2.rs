@@ -8,7 +8,7 @@
 //! that received GOAWAY takes no new streams: it is replaced, and only the connection that failed
 //! is dropped from the slot (a newer one another request opened meanwhile stays). Streams the node
 //! declared unprocessed come back to the caller as [`SendError::Sent`] with an error that
-//! [`super::upstream::is_unprocessed`] recognises, for replay (CASE-09).
+//! [`super::send_error::is_unprocessed`] recognises, for replay (CASE-09).
 //!
 //! Spawns one task per connection, driving it until it closes (after GOAWAY once its streams are
 //! done, or when the last handle is dropped). Never holds its mutex across an `.await`.
@@ -25,7 +25,7 @@ use http::Request;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
-use super::upstream::{is_unprocessed, SendError, Sent};
+use super::send_error::{is_unprocessed, SendError};
 use super::ProxyBody;
 use crate::registry::{Node, NodeId};
 use crate::tls::client::{self as tls, Alpn, ClusterTls};
@@ -185,7 +185,7 @@ impl H2Pool {
         node: &Node,
         connect_timeout: Duration,
         mut req: Request<ProxyBody>,
-    ) -> Result<Sent, SendError> {
+    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
         let mut dialled: Option<u64> = None;
         let mut stale = 0;
         loop {
@@ -202,12 +202,7 @@ impl H2Pool {
             let fresh = dialled == Some(conn.id);
             let mut send = conn.send.clone();
             match send.try_send_request(req).await {
-                Ok(response) => {
-                    return Ok(Sent {
-                        response,
-                        lease: None,
-                    })
-                }
+                Ok(response) => return Ok(response),
                 Err(mut e) => match e.take_message() {
                     // The connection was closing (GOAWAY) before our stream went out: use another.
                     Some(back) if !fresh && stale < MAX_STALE_RETRIES => {

@@ -230,6 +230,17 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// True if `req` opens a WebSocket over HTTP/2: an extended CONNECT with `:protocol = websocket`
+/// (RFC 8441 section 4), which hyper accepts when the listener enables the CONNECT protocol.
+pub fn is_extended_connect<B>(req: &http::Request<B>) -> bool {
+    req.version() == http::Version::HTTP_2
+        && req.method() == http::Method::CONNECT
+        && req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,7 @@ pub mod h2_frames;
 pub mod h2_watch;
 pub mod head;
 pub mod headers;
+pub mod hop_clock;
 pub mod identify;
 pub mod outbound;
 pub mod respond;
@@ -38,6 +39,7 @@ pub mod response;
 pub(crate) mod retry;
 pub mod route;
 pub mod select;
+pub mod send_error;
 pub mod upstream;
 pub mod websocket;
 
@@ -229,7 +231,7 @@ impl Proxy {
             log.uri = log.uri.to_string().parse().unwrap_or_default();
             let upgrade = hyper::upgrade::on(&mut req);
             // A hop counted at placement is served again once the node answers the upgrade.
-            let _clock = forward::HopClock::new(self.metrics.clone(), ctx.hop_seen);
+            let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
             let target = matched.path_and_query.as_str().to_string();
             return websocket::proxy(
                 self.clone(),

@@ -7,10 +7,9 @@
 //!
 //! Model: linkerd2-proxy `linkerd/app/core/src/errors/respond.rs` (one value, every protocol).
 
-use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 
+pub use super::body::full;
 use super::client_body::ClientBodyError;
 pub use super::error::ProxyError;
 use super::grpc;
@@ -89,13 +88,6 @@ pub fn json_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
         HeaderValue::from_static("application/json"),
     );
     resp
-}
-
-/// A body from bytes.
-pub fn full(b: impl Into<Bytes>) -> ProxyBody {
-    Full::new(b.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
 }
 
 /// The HTTP answer to `err` and whether the client connection must close (SPEC section 4).

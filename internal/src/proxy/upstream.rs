@@ -22,6 +22,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
+pub use super::send_error::{connect_detail, describe, is_refused, is_unprocessed, SendError};
 use super::ProxyBody;
 use crate::config::Protocol;
 use crate::registry::Node;
@@ -31,81 +32,6 @@ use crate::tls::client::{self as tls, Alpn, NodeStream};
 const MAX_IDLE_PER_NODE: usize = 256;
 /// Margin subtracted from a node's advertised keep-alive timeout, so we never race its close.
 const KEEPALIVE_MARGIN: Duration = Duration::from_millis(500);
-
-/// Why an upstream attempt failed.
-#[derive(Debug)]
-pub enum SendError {
-    /// TCP connect or handshake failed: nothing was sent; the request is handed back.
-    Connect(std::io::Error, Request<ProxyBody>),
-    /// The connection failed before the request was written; the request is handed back.
-    NotSent(hyper::Error, Request<ProxyBody>),
-    /// Failed after (part of) the request was written.
-    Sent(hyper::Error),
-    /// A reused pooled HTTP/1.1 connection failed after the request was written and before a
-    /// response head arrived: the node closed it while it sat idle (CASE-21). Not a node fault;
-    /// the request may be replayed on a new connection to the same node when it is idempotent.
-    Stale(hyper::Error),
-}
-
-impl SendError {
-    /// Text for logs and the 502 body.
-    pub fn detail(&self) -> String {
-        match self {
-            SendError::Connect(e, _) => connect_detail(e),
-            SendError::NotSent(e, _) => format!("connection closed before sending: {e}"),
-            SendError::Sent(e) => describe(e),
-            SendError::Stale(e) => format!("pooled connection closed by the node: {}", describe(e)),
-        }
-    }
-}
-
-/// A failed connect for logs and the 502 body: a TLS handshake error as is (it names the alert or
-/// the verification error, SPEC section 10), anything else as `connect: <error>`.
-pub fn connect_detail(e: &std::io::Error) -> String {
-    match tls::handshake_error(e) {
-        Some(hs) => hs.to_string(),
-        None => format!("connect: {e}"),
-    }
-}
-
-/// hyper's error with its cause chain, for a precise 502 message.
-pub fn describe(e: &hyper::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
-
-/// True if an h2 error says the node did not process the stream (GOAWAY above its last stream id,
-/// or REFUSED_STREAM), so any request may be replayed (RFC 9113 section 8.7).
-pub fn is_unprocessed(e: &hyper::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = src {
-        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
-            return h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR));
-        }
-        src = err.source();
-    }
-    false
-}
-
-/// True if an h2 error is the node's RST_STREAM(REFUSED_STREAM) for this stream: nothing was
-/// processed, and the node itself declined, so another node should take it (SPEC section 5).
-pub fn is_refused(e: &hyper::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = src {
-        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
-            return h2e.is_reset() && h2e.reason() == Some(h2::Reason::REFUSED_STREAM);
-        }
-        src = err.source();
-    }
-    false
-}
 
 struct Idle {
     send: http1::SendRequest<ProxyBody>,
@@ -208,7 +134,13 @@ impl Upstream {
     pub async fn send(&self, node: &Node, req: Request<ProxyBody>) -> Result<Sent, SendError> {
         match node.settings.protocol {
             Protocol::Http1 => self.send_h1(node, req).await,
-            Protocol::H2c | Protocol::H2 => self.h2.send(node, self.connect_timeout, req).await,
+            Protocol::H2c | Protocol::H2 => {
+                let response = self.h2.send(node, self.connect_timeout, req).await?;
+                Ok(Sent {
+                    response,
+                    lease: None,
+                })
+            }
         }
     }
 

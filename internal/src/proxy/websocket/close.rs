@@ -10,7 +10,7 @@ use super::frame::{self, FrameError, Kind};
 use super::pick_other;
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
 use crate::hopper::{Follow, HopReason};
-use crate::proxy::forward::HopClock;
+use crate::proxy::hop_clock::HopClock;
 use crate::registry::Node;
 
 /// `retry_ms` in a reconnect hint is drawn from this range, so hinted clients do not all come back

@@ -11,12 +11,10 @@
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
 
 use crate::proxy::respond::ProxyError;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
 use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
@@ -25,55 +23,6 @@ use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
-
-/// From the failure being seen, how long the gateway looks for a node that takes the socket.
-const HOP_DEADLINE: Duration = Duration::from_secs(5);
-/// Pause before trying the nodes again when every candidate refused.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
-const MAX_HELD_FRAMES: usize = 1024;
-/// Payload bytes held while the node leg is being replaced.
-const MAX_HELD_BYTES: usize = 1 << 20;
-
-/// Client frames held while the node leg is replaced, bounded by count and bytes.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    pub(super) frames: VecDeque<Frame>,
-    bytes: usize,
-}
-
-impl Held {
-    /// Queues `frame`; false when that would pass a bound.
-    pub(super) fn push(&mut self, frame: Frame) -> bool {
-        let len = frame.payload().len();
-        if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
-            return false;
-        }
-        self.bytes += len;
-        self.frames.push_back(frame);
-        true
-    }
-
-    /// Puts `frames` (already in order) before everything held; false when that would pass a
-    /// bound.
-    pub(super) fn prepend(&mut self, frames: Vec<Frame>) -> bool {
-        let len: usize = frames.iter().map(|f| f.payload().len()).sum();
-        if self.frames.len() + frames.len() > MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
-            return false;
-        }
-        self.bytes += len;
-        for f in frames.into_iter().rev() {
-            self.frames.push_front(f);
-        }
-        true
-    }
-
-    /// Takes every held frame, oldest first.
-    pub(super) fn take(&mut self) -> VecDeque<Frame> {
-        self.bytes = 0;
-        std::mem::take(&mut self.frames)
-    }
-}
 
 impl Relay {
     /// Moves the socket from `old` to another node. The old leg is already dropped.
@@ -177,6 +126,10 @@ impl Relay {
     }
 }
 
+/// From the failure being seen, how long the gateway looks for a node that takes the socket.
+const HOP_DEADLINE: Duration = Duration::from_secs(5);
+/// Pause before trying the nodes again when every candidate refused.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Tries selectable nodes other than `from` until one takes the socket or `deadline` passes.
 async fn redial(
     p: Arc<Proxy>,

@@ -7,6 +7,8 @@
 //! replays them to the new node before the rest, so the new node receives the message whole.
 //! Control frames between fragments are neither counted nor kept. Pure; spawns nothing.
 
+use std::collections::VecDeque;
+
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
 use super::frame::{self, Kind};
@@ -90,6 +92,51 @@ impl Partial {
         let frames = std::mem::take(&mut self.frames);
         self.clear();
         (!overflow).then_some(frames)
+    }
+}
+
+/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
+const MAX_HELD_FRAMES: usize = 1024;
+/// Payload bytes held while the node leg is being replaced.
+const MAX_HELD_BYTES: usize = 1 << 20;
+
+/// Client frames held while the node leg is replaced, bounded by count and bytes.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    pub(super) frames: VecDeque<Frame>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Queues `frame`; false when that would pass a bound.
+    pub(super) fn push(&mut self, frame: Frame) -> bool {
+        let len = frame.payload().len();
+        if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        self.frames.push_back(frame);
+        true
+    }
+
+    /// Puts `frames` (already in order) before everything held; false when that would pass a
+    /// bound.
+    pub(super) fn prepend(&mut self, frames: Vec<Frame>) -> bool {
+        let len: usize = frames.iter().map(|f| f.payload().len()).sum();
+        if self.frames.len() + frames.len() > MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        for f in frames.into_iter().rev() {
+            self.frames.push_front(f);
+        }
+        true
+    }
+
+    /// Takes every held frame, oldest first.
+    pub(super) fn take(&mut self) -> VecDeque<Frame> {
+        self.bytes = 0;
+        std::mem::take(&mut self.frames)
     }
 }
 

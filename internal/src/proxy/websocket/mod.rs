@@ -34,7 +34,8 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::context::RequestCtx;
 use super::error::ProxyError;
-use super::forward::HopClock;
+use super::headers::is_extended_connect;
+use super::hop_clock::HopClock;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::hopper::{Follow, HopReason};
 use crate::registry::{Node, NodeId};
@@ -255,19 +256,8 @@ pub(crate) async fn proxy(
     });
     Ok(Response::from_parts(
         parts,
-        super::respond::full(bytes::Bytes::new()),
+        super::body::full(bytes::Bytes::new()),
     ))
-}
-
-/// True if `req` opens a WebSocket over HTTP/2: an extended CONNECT with `:protocol = websocket`
-/// (RFC 8441 section 4), which hyper accepts when the listener enables the CONNECT protocol.
-pub(crate) fn is_extended_connect<B>(req: &Request<B>) -> bool {
-    req.version() == http::Version::HTTP_2
-        && req.method() == Method::CONNECT
-        && req
-            .extensions()
-            .get::<hyper::ext::Protocol>()
-            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// Turns the headers of an RFC 8441 request into those of an RFC 6455 handshake: a fresh

@@ -19,8 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tracing::Instrument;
 
 use super::frame::{FrameError, FrameIo, Peer};
-use super::hop::Held;
-use super::message::{MessageSize, Partial};
+use super::message::{Held, MessageSize, Partial};
 use super::{Handshake, Negotiated, Stream};
 use crate::config::WsMode;
 use crate::drain;

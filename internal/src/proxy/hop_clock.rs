@@ -1,0 +1,42 @@
+//! What a request or a WebSocket owes `hopping_latency_seconds` (SPEC section 9): one
+//! observation per counted hop, from when its failure was first seen to when the client is
+//! served again.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+/// The `hopping_latency_seconds` observations a request owes: one per hop it counted, from when
+/// that hop's failure was first seen to when the request is served again (a node's response head)
+/// or given up. Observed on drop, so every exit of [`super::forward::forward`] pays exactly once per hop.
+#[derive(Debug)]
+pub struct HopClock {
+    metrics: Arc<crate::metrics::Metrics>,
+    seen: Vec<Instant>,
+}
+
+impl HopClock {
+    /// A clock owing the hop counted at placement, if any.
+    pub fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
+        HopClock {
+            metrics,
+            seen: placed.into_iter().collect(),
+        }
+    }
+
+    /// Owes one more observation, for a hop whose failure was seen at `seen`.
+    pub fn push(&mut self, seen: Instant) {
+        self.seen.push(seen);
+    }
+}
+
+impl Drop for HopClock {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for t in self.seen.drain(..) {
+            self.metrics
+                .hop_latency
+                .observe(now.saturating_duration_since(t).as_secs_f64());
+        }
+    }
+}
