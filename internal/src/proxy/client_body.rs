@@ -21,7 +21,13 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::BoxError;
-use crate::config::BodyMinRate;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+
+use super::body::{BodyTap, RequestBody};
+use super::expect::{self, ContinueGate};
+use super::ProxyBody;
+use crate::config::{BodyMinRate, Limits};
 
 /// Why the client's body was given up on.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +185,33 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The client's body as the node gets it: counted against `max_body`, cut when idle or below the
+/// minimum rate (SPEC section 4, CASE-22), held behind `gate` for `Expect: 100-continue`, and
+/// tapped so a retry can send it again.
+pub(crate) fn request_body(
+    incoming: Incoming,
+    limits: &Limits,
+    max_body: Option<u64>,
+    gate: Option<&ContinueGate>,
+) -> (ProxyBody, BodyTap) {
+    if incoming.is_end_stream() {
+        return (
+            Empty::new().map_err(|never| match never {}).boxed_unsync(),
+            BodyTap::empty(),
+        );
+    }
+    let incoming = MinRate::new(incoming, limits.body_min_rate);
+    let (b, tap) = RequestBody::new(
+        incoming.map_err(Into::into).boxed_unsync(),
+        limits.body_idle_timeout,
+        max_body,
+    );
+    match gate {
+        Some(g) => (g.hold(b.boxed_unsync(), expect::CONTINUE_WAIT), tap),
+        None => (b.boxed_unsync(), tap),
     }
 }
 

@@ -7,14 +7,12 @@
 use std::sync::Arc;
 
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, Method, Request, Response, Uri};
-use http_body::Body as _;
-use http_body_util::{BodyExt, Empty};
+use http::{HeaderMap, Method, Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::body::{BodyTap, Replay, RequestBody};
-use super::client_body::MinRate;
+use super::body::{BodyTap, Replay};
+use super::client_body::request_body;
 use super::context::RequestCtx;
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
@@ -35,52 +33,24 @@ fn is_idempotent(m: &Method) -> bool {
     )
 }
 
-/// Builds the request for `node`.
-pub(crate) fn build(
-    method: &Method,
-    path_and_query: &PathAndQuery,
-    headers: &HeaderMap,
-    node: &Node,
-    body: ProxyBody,
-) -> Request<ProxyBody> {
-    let mut req = Request::new(body);
-    *req.method_mut() = method.clone();
-    *req.headers_mut() = headers.clone();
-    match node.settings.protocol {
-        Protocol::Http1 => {
-            *req.uri_mut() = Uri::from(path_and_query.clone());
-        }
-        Protocol::H2c | Protocol::H2 => {
-            *req.version_mut() = http::Version::HTTP_2;
-            let scheme = if node.settings.protocol == Protocol::H2 {
-                "https"
-            } else {
-                "http"
-            };
-            let authority = headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or(node.addr.as_str());
-            *req.uri_mut() = format!("{scheme}://{authority}{path_and_query}")
-                .parse()
-                .unwrap_or_else(|_| Uri::from_static("/"));
-            req.headers_mut().remove(header::HOST);
-        }
-    }
-    req
-}
-
 /// Picks another node for a retry, excluding `tried`.
 fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
     let c = ctx.criteria(tried);
     selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
 }
 
-/// Forwards `req` to `node` (and others on retry); see the module docs.
+/// Forwards `req` to `node` (and others on retry); see the module docs. The loop is short: send
+/// one attempt; on a node's answer, respond (phase 5); on a failure, ask [`retry::decide`] and go
+/// on with the node it names, or fail.
+///
+/// # Errors
+/// [`ProxyError::Timeout`] past the route timeout (or the call's gRPC deadline), the client's
+/// own body fault ([`ProxyError::client_fault`]), [`ProxyError::Connect`] / [`ProxyError::Upstream`]
+/// when no retry is left.
 pub(crate) async fn forward(
     p: Arc<Proxy>,
     ctx: RequestCtx,
-    mut node: Arc<Node>,
+    node: Arc<Node>,
     req: Request<Incoming>,
     up_headers: HeaderMap,
     path_and_query: PathAndQuery,
@@ -92,158 +62,210 @@ pub(crate) async fn forward(
         && node.settings.protocol == Protocol::Http1
         && expect::wants_continue(&up_headers))
     .then(ContinueGate::new);
-    let incoming = req.into_body();
-    let empty = incoming.is_end_stream();
-    let (mut body, tap): (ProxyBody, BodyTap) = if empty {
-        (
-            Empty::new().map_err(|never| match never {}).boxed_unsync(),
-            BodyTap::empty(),
-        )
-    } else {
-        let incoming = MinRate::new(incoming, p.settings.limits.body_min_rate);
-        let (b, tap) = RequestBody::new(
-            incoming.map_err(Into::into).boxed_unsync(),
-            p.settings.limits.body_idle_timeout,
-            ctx.route.config.max_body,
-        );
-        match &gate {
-            Some(g) => (g.hold(b.boxed_unsync(), expect::CONTINUE_WAIT), tap),
-            None => (b.boxed_unsync(), tap),
-        }
-    };
-    let retries = ctx.route.config.retries;
-    let mut spent = Spent::default();
-    let mut tried: Vec<NodeId> = Vec::new();
+    let (mut body, tap) = request_body(
+        req.into_body(),
+        &p.settings.limits,
+        ctx.route.config.max_body,
+        gate.as_ref(),
+    );
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
     // instead, head and stream alike, and each attempt tells the node what is left of it.
     let budget = super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout);
-    let deadline = ctx.start + budget.unwrap_or(ctx.route.config.timeout);
-    let mut up_headers = up_headers;
-    let mut failure_seen: Option<Instant> = None;
-    let mut clock = HopClock::new(p.metrics.clone(), ctx.hop_seen);
-    let health = |n: &Node| n.settings.health.clone();
+    let mut a = Attempts {
+        clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
+        deadline: ctx.start + budget.unwrap_or(ctx.route.config.timeout),
+        p,
+        ctx,
+        node,
+        method,
+        path_and_query,
+        up_headers,
+        gate,
+        tap,
+        budget,
+        spent: Spent::default(),
+        tried: Vec::new(),
+        failure_seen: None,
+    };
     loop {
+        let failed = match a.send(body, log).await? {
+            Ok(resp) => return Ok(resp),
+            Err(failed) => failed,
+        };
+        body = a.after_failure(failed, log).await?;
+    }
+}
+
+/// The state of one request's attempts (see [`forward`]).
+struct Attempts {
+    p: Arc<Proxy>,
+    ctx: RequestCtx,
+    /// The node the next attempt goes to.
+    node: Arc<Node>,
+    method: Method,
+    path_and_query: PathAndQuery,
+    up_headers: HeaderMap,
+    gate: Option<ContinueGate>,
+    tap: BodyTap,
+    /// The gRPC call's budget, if it has one (it then bounds head and stream).
+    budget: Option<std::time::Duration>,
+    deadline: Instant,
+    spent: Spent,
+    tried: Vec<NodeId>,
+    /// When the request's first attempt failed.
+    failure_seen: Option<Instant>,
+    clock: HopClock,
+}
+
+/// A failed attempt that may be retried, with the node's passive-health mark taken before it.
+type Failed = (SendError, crate::registry::passive::PassiveMark);
+
+impl Attempts {
+    /// Sends `body` to the current node: `Ok(Ok)` is the client's response (phase 5), `Ok(Err)` a
+    /// failure for [`Attempts::after_failure`].
+    ///
+    /// # Errors
+    /// [`ProxyError::Timeout`] when the deadline passes first (the node is charged unless it was
+    /// the call's own deadline, CASE-31).
+    async fn send(
+        &mut self,
+        body: ProxyBody,
+        log: &mut LogCtx,
+    ) -> Result<Result<Response<ProxyBody>, Failed>, ProxyError> {
+        let node = self.node.clone();
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mark = node.runtime.passive_mark();
-        if budget.is_some() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            up_headers.insert("grpc-timeout", super::grpc_call::encode_timeout(left));
+        if self.budget.is_some() {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            self.up_headers
+                .insert("grpc-timeout", super::grpc_call::encode_timeout(left));
         }
-        let mut upstream_req = build(&method, &path_and_query, &up_headers, &node, body);
-        if let Some(g) = &gate {
-            g.watch(&mut upstream_req);
+        let mut req = super::outbound::build(
+            &self.method,
+            &self.path_and_query,
+            &self.up_headers,
+            &node,
+            body,
+        );
+        if let Some(g) = &self.gate {
+            g.watch(&mut req);
         }
-        let result = tokio::time::timeout_at(deadline, p.upstream.send(&node, upstream_req)).await;
-        let err = match result {
-            Err(_) => {
-                // The call's own deadline running out is not the node's fault (CASE-31).
-                if budget.is_none() {
-                    node.runtime
-                        .record_passive_error(&health(&node), "timeout", Instant::now());
+        let sent =
+            match tokio::time::timeout_at(self.deadline, self.p.upstream.send(&node, req)).await {
+                Err(_) => {
+                    if self.budget.is_none() {
+                        let h = &node.settings.health;
+                        node.runtime
+                            .record_passive_error(h, "timeout", Instant::now());
+                    }
+                    return Err(ProxyError::Timeout {
+                        node: node.id.to_string(),
+                        timeout_ms: self
+                            .budget
+                            .unwrap_or(self.ctx.route.config.timeout)
+                            .as_millis(),
+                    });
                 }
-                return Err(ProxyError::Timeout {
-                    node: node.id.to_string(),
-                    timeout_ms: budget.unwrap_or(ctx.route.config.timeout).as_millis(),
-                });
-            }
-            Ok(Ok(sent)) => {
-                if let Some(g) = &gate {
-                    g.answered();
-                }
-                let status = sent.response.status();
-                if status.is_server_error() {
-                    node.runtime.record_passive_error(
-                        &health(&node),
-                        &format!("status {}", status.as_u16()),
-                        Instant::now(),
-                    );
-                } else {
-                    node.runtime.record_passive_success();
-                }
-                // Served again: the hops of this request end here.
-                drop(clock);
-                p.metrics
-                    .request_duration
-                    .observe(ctx.start.elapsed().as_secs_f64());
-                return Ok(super::response::respond(
-                    &p,
-                    &ctx,
-                    &node,
-                    budget.map(|_| deadline),
-                    sent,
-                    inflight,
-                    tap,
-                    // The caller is done with the context once a response exists.
-                    std::mem::take(log),
-                ));
-            }
-            Ok(Err(e)) => e,
-        };
-        drop(inflight);
+                Ok(Err(e)) => return Ok(Err((e, mark))),
+                Ok(Ok(sent)) => sent,
+            };
+        if let Some(g) = &self.gate {
+            g.answered();
+        }
+        let status = sent.response.status();
+        if status.is_server_error() {
+            let detail = format!("status {}", status.as_u16());
+            node.runtime
+                .record_passive_error(&node.settings.health, &detail, Instant::now());
+        } else {
+            node.runtime.record_passive_success();
+        }
+        // Served again: the hops of this request end here.
+        drop(std::mem::replace(
+            &mut self.clock,
+            HopClock::new(self.p.metrics.clone(), None),
+        ));
+        self.p
+            .metrics
+            .request_duration
+            .observe(self.ctx.start.elapsed().as_secs_f64());
+        Ok(Ok(super::response::respond(
+            &self.p,
+            &self.ctx,
+            &node,
+            self.budget.map(|_| self.deadline),
+            sent,
+            inflight,
+            std::mem::replace(&mut self.tap, BodyTap::empty()),
+            // The caller is done with the context once a response exists.
+            std::mem::take(log),
+        )))
+    }
+
+    /// After a failed attempt: charges the node, asks [`retry::decide`], and returns the body the
+    /// next attempt sends (to the same node, or to another one, moving a bound id along).
+    ///
+    /// # Errors
+    /// The client's own body fault, or the failure itself when no retry is left.
+    async fn after_failure(
+        &mut self,
+        (err, mark): Failed,
+        log: &mut LogCtx,
+    ) -> Result<ProxyBody, ProxyError> {
+        let node = self.node.clone();
         let now = Instant::now();
-        failure_seen.get_or_insert(now);
+        self.failure_seen.get_or_insert(now);
         let detail = err.detail();
         let failure = Failure::of(&err);
-        let (returned, cause) = match take_back(err) {
-            Ok(back) => back,
-            Err(client) => return Err(client),
-        };
+        let (returned, cause) = take_back(err)?;
         charge(&node, failure, &detail, mark, now);
         // What the next attempt sends: the body handed back unsent, or the tap's replay of it.
-        let replay = returned.or_else(|| match tap.replay(p.settings.limits.body_idle_timeout) {
+        let idle = self.p.settings.limits.body_idle_timeout;
+        let replay = returned.or_else(|| match self.tap.replay(idle) {
             Replay::Body(b) => Some(b),
             Replay::Lost => None,
         });
-        let (decision, after) = retry::decide(
-            failure,
-            is_idempotent(&method),
-            replay.is_some(),
-            spent,
-            retries,
-        );
-        spent = after;
+        let retries = self.ctx.route.config.retries;
+        let idempotent = is_idempotent(&self.method);
+        let (decision, after) =
+            retry::decide(failure, idempotent, replay.is_some(), self.spent, retries);
+        self.spent = after;
         match (decision, replay) {
-            (Decision::SameNode { retry }, Some(b)) => {
-                p.metrics
+            (Decision::Fail(kind), _) => Err(failed(kind, &node, detail, cause)),
+            (Decision::SameNode { retry }, Some(body)) => {
+                self.p
+                    .metrics
                     .retries
                     .get_or_create(&RetryLabels {
-                        route: ctx.route.id.clone(),
+                        route: self.ctx.route.id.clone(),
                         reason: retry,
                     })
                     .inc();
                 tracing::debug!(node = %node.id, reason = retry, detail, "replaying on a new connection to the same node");
-                body = b;
+                Ok(body)
             }
-            (
-                Decision::OtherNode {
-                    hop,
-                    retry,
-                    fail: kind,
-                },
-                Some(b),
-            ) => {
-                tried.push(node.id.clone());
-                let Some(next) = another(&ctx, &tried) else {
-                    return Err(failed(kind, &node, detail, cause));
+            (Decision::OtherNode { hop, retry, fail }, Some(body)) => {
+                self.tried.push(node.id.clone());
+                let Some(next) = another(&self.ctx, &self.tried) else {
+                    return Err(failed(fail, &node, detail, cause));
                 };
-                retry_log(&p, &ctx, &node, &next, retry, &detail);
-                body = b;
-                node = moved(
-                    &p,
-                    &ctx,
+                retry_log(&self.p, &self.ctx, &node, &next, retry, &detail);
+                self.node = moved(
+                    &self.p,
+                    &self.ctx,
                     &node,
                     next,
                     hop,
                     log,
-                    &tried,
-                    &mut clock,
-                    failure_seen,
+                    &self.tried,
+                    &mut self.clock,
+                    self.failure_seen,
                 )
                 .await;
+                Ok(body)
             }
-            (Decision::Fail(kind), _) => return Err(failed(kind, &node, detail, cause)),
             (Decision::SameNode { .. } | Decision::OtherNode { .. }, None) => {
                 unreachable!("retry::decide retries only a request whose body can be sent")
             }
