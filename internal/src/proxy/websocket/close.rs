@@ -6,8 +6,8 @@ use crate::proxy::respond::{render, Dialect, ProxyError};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
+use super::dial::pick_other;
 use super::frame::{self, FrameError, Kind};
-use super::pick_other;
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::hop_clock::HopClock;

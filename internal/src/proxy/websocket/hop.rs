@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::dial::{pick_other, redial_node, DialError, Handshake, Negotiated};
 use super::frame::{self, Kind};
 use super::relay::{Flow, Leg, Relay};
-use super::{pick_other, redial_node, DialError, Handshake, Negotiated, Stream};
+use super::Stream;
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;

@@ -18,9 +18,10 @@ use tokio::time::{sleep_until, Instant};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tracing::Instrument;
 
+use super::dial::{Handshake, Negotiated};
 use super::frame::{FrameError, FrameIo, Peer};
 use super::message::{Held, MessageSize, Partial};
-use super::{Handshake, Negotiated, Stream};
+use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
 use crate::hopper::HopReason;
