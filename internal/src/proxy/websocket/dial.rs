@@ -47,6 +47,22 @@ pub(super) struct Negotiated {
     pub(super) extensions: bool,
 }
 
+impl Negotiated {
+    /// What a node's 101 answer `head` agreed to.
+    pub(super) fn of(head: &HeaderMap) -> Self {
+        Negotiated {
+            // Copied, not shared: a shared value would pin the node connection's read buffer.
+            protocol: head
+                .get(SEC_WEBSOCKET_PROTOCOL)
+                .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
+            extensions: head
+                .get_all(SEC_WEBSOCKET_EXTENSIONS)
+                .iter()
+                .any(|v| !v.as_bytes().trim_ascii().is_empty()),
+        }
+    }
+}
+
 /// Why opening an upstream leg failed.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DialError {

@@ -63,35 +63,64 @@ impl Relay {
                     }
                 },
                 r = self.down.read() => {
-                    let Ok(Some((f, wire))) = r else {
-                        tracing::debug!("client left during a hop");
-                        return Flow::End;
-                    };
-                    self.bytes_in += wire as u64;
-                    let k = frame::kind(&f);
-                    self.track_client(k);
-                    if let Err(size) = self.client_size.add(k, f.payload().len(), self.max_message) {
-                        return self.client_too_big(size).await;
-                    }
-                    match k {
-                        Kind::Close => {
-                            // The client ends the session while no node is attached: complete its handshake.
-                            let _ = self.send_client(&f).await;
-                            return Flow::End;
-                        }
-                        // It answered a ping of the old node.
-                        Kind::Pong => {}
-                        Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
-                            if !self.held.push(f) {
-                                tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
-                                return self.hint(&old, reason, failure_seen).await;
-                            }
-                        }
+                    if let Some(end) = self.while_hopping(r, &old, reason, failure_seen).await {
+                        return end;
                     }
                 }
                 () = self.shutdown.signaled() => return self.end(ProxyError::ShuttingDown).await,
             }
         };
+        self.attach(old, node, io, reason, failure_seen).await
+    }
+
+    /// A client frame read while no node is attached: counted and held for the new node, or the
+    /// end of the socket (`Some`: the client left or closed, a message too big, too much held).
+    async fn while_hopping(
+        &mut self,
+        r: super::relay::Read,
+        old: &Node,
+        reason: HopReason,
+        failure_seen: Instant,
+    ) -> Option<Flow> {
+        let Ok(Some((f, wire))) = r else {
+            tracing::debug!("client left during a hop");
+            return Some(Flow::End);
+        };
+        self.bytes_in += wire as u64;
+        let k = frame::kind(&f);
+        self.track_client(k);
+        if let Err(size) = self.client_size.add(k, f.payload().len(), self.max_message) {
+            return Some(self.client_too_big(size).await);
+        }
+        match k {
+            Kind::Close => {
+                // The client ends the session while no node is attached: complete its handshake.
+                let _ = self.send_client(&f).await;
+                return Some(Flow::End);
+            }
+            // It answered a ping of the old node.
+            Kind::Pong => {}
+            Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
+                if !self.held.push(f) {
+                    tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
+                    return Some(self.hint(old, reason, failure_seen).await);
+                }
+            }
+        }
+        None
+    }
+
+    /// Attaches the re-dialled `node` (its stream `io`): rebinds the conn id off `old` (a hop
+    /// counted for `reason`), sends the held frames first, and owes the hop's latency observation
+    /// from `failure_seen`.
+    async fn attach(
+        &mut self,
+        old: Arc<Node>,
+        node: Arc<Node>,
+        io: Stream,
+        reason: HopReason,
+        failure_seen: Instant,
+    ) -> Flow {
         let counted = match &self.s.ctx.conn_id {
             Some(conn) => {
                 let now = tokio::time::Instant::now();

@@ -24,7 +24,7 @@ use dial::{h1_handshake_from_h2, owned, Handshake, Negotiated};
 
 use std::sync::Arc;
 
-use http::header::{SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_PROTOCOL};
+use http::header::SEC_WEBSOCKET_ACCEPT;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -94,18 +94,7 @@ pub(crate) async fn proxy(
             up_body.map_err(Into::into).boxed_unsync(),
         ));
     };
-    let negotiated = Negotiated {
-        // Copied, not shared: a shared value would pin the node connection's read buffer.
-        protocol: parts
-            .headers
-            .get(SEC_WEBSOCKET_PROTOCOL)
-            .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
-        extensions: parts
-            .headers
-            .get_all(SEC_WEBSOCKET_EXTENSIONS)
-            .iter()
-            .any(|v| !v.as_bytes().trim_ascii().is_empty()),
-    };
+    let negotiated = Negotiated::of(&parts.headers);
     let session = relay::Session {
         p: p.clone(),
         ctx,
