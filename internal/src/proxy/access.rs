@@ -112,7 +112,7 @@ fn dash() -> Arc<str> {
 
 /// `grpc` for gRPC requests, `ws` for WebSocket upgrades (HTTP/1.1 `Upgrade: websocket` or an
 /// RFC 8441 extended CONNECT), else `h2`, `http/1.1` or `http/1.0` by version.
-pub fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
+pub(crate) fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
     if grpc {
         return "grpc";
     }
@@ -139,7 +139,7 @@ pub fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
 /// The trace id of a valid `traceparent` (W3C Trace Context section 3.2:
 /// `version-traceid-parentid-flags`, lower-case hex, trace id not all zeros, version not `ff`);
 /// `None` when absent or malformed.
-pub fn trace_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
     let v = headers.get("traceparent")?.to_str().ok()?.trim();
     let mut parts = v.split('-');
     let (version, trace, parent, flags) =

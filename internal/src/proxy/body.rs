@@ -25,11 +25,11 @@ use super::{BoxError, ProxyBody};
 
 /// Largest body kept for replay (bytes). Past it a failed upload is not retried (SPEC section 4:
 /// "not yet streamed past recall").
-pub const REPLAY_LIMIT: usize = 64 * 1024;
+pub(crate) const REPLAY_LIMIT: usize = 64 * 1024;
 
 /// Errors a [`RequestBody`] raises.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// No body bytes arrived for the idle timeout.
     #[error("request body idle for {0:?}")]
     Idle(Duration),
@@ -60,7 +60,7 @@ struct Capture {
 
 /// Shared view of a request body's capture and byte count.
 #[derive(Clone)]
-pub struct BodyTap {
+pub(crate) struct BodyTap {
     capture: Arc<Mutex<Capture>>,
     /// Bytes read from the client so far.
     pub bytes_in: Arc<AtomicU64>,
@@ -68,7 +68,7 @@ pub struct BodyTap {
 
 impl BodyTap {
     /// The tap of a request without a body: it replays as an empty body.
-    pub fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         BodyTap {
             capture: Arc::new(Mutex::new(Capture {
                 ended: true,
@@ -80,7 +80,7 @@ impl BodyTap {
 }
 
 /// Whether a request body can be sent again after a failed attempt.
-pub enum Replay {
+pub(crate) enum Replay {
     /// The body for the next attempt: the chunks read so far, then the rest of the client's body
     /// read on from where the failed attempt left it.
     Body(ProxyBody),
@@ -94,7 +94,7 @@ impl BodyTap {
     /// on with the client's body, whatever point the failed attempt reached (never polled, partly
     /// read, or read to its end); else [`Replay::Lost`]. The failed attempt's body is cut off: a
     /// later poll of it ends with an error.
-    pub fn replay(&self, idle: Duration) -> Replay {
+    pub(crate) fn replay(&self, idle: Duration) -> Replay {
         let mut c = self
             .capture
             .lock()
@@ -134,7 +134,7 @@ pin_project_lite::pin_project! {
 
 impl RequestBody {
     /// Wraps `inner` with idle timeout `idle` and optional `max` bytes; returns the body and its tap.
-    pub fn new(inner: ProxyBody, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
+    pub(crate) fn new(inner: ProxyBody, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
         let tap = BodyTap {
             capture: Arc::new(Mutex::new(Capture {
                 hint: inner.size_hint(),
@@ -250,7 +250,7 @@ impl Body for RequestBody {
 }
 
 /// Runs once when a response body finishes (`complete = true`) or is dropped early.
-pub type Completion = Box<dyn FnOnce(u64, bool) + Send>;
+pub(crate) type Completion = Box<dyn FnOnce(u64, bool) + Send>;
 
 pin_project_lite::pin_project! {
     /// The node's answer on its way down; see the module docs.
@@ -273,7 +273,7 @@ pin_project_lite::pin_project! {
 
 impl<B> ResponseBody<B> {
     /// Wraps `inner`; `done(bytes_out, complete)` runs exactly once.
-    pub fn new(inner: B, done: Completion) -> Self {
+    pub(crate) fn new(inner: B, done: Completion) -> Self {
         ResponseBody {
             inner,
             bytes_out: 0,

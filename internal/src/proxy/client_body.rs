@@ -72,7 +72,7 @@ pin_project_lite::pin_project! {
 
 impl<B> MinRate<B> {
     /// Wraps `inner` with `rule` (`None` = off).
-    pub fn new(inner: B, rule: Option<BodyMinRate>) -> Self {
+    pub(crate) fn new(inner: B, rule: Option<BodyMinRate>) -> Self {
         MinRate {
             inner,
             rule,

@@ -14,7 +14,7 @@ use crate::selection::{version::Wanted, Criteria};
 
 /// What a request is; the phases that must differ (identify, forward) branch on it, no other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Plain HTTP request/response over HTTP/1.x or HTTP/2.
     Http,
     /// A gRPC call (`content-type: application/grpc…`).
@@ -25,7 +25,7 @@ pub enum Kind {
 
 impl Kind {
     /// The protocol its failures are answered in ([`super::respond::render`]).
-    pub fn dialect(self) -> Dialect {
+    pub(crate) fn dialect(self) -> Dialect {
         match self {
             Kind::Http => Dialect::Http,
             Kind::Grpc => Dialect::Grpc,
@@ -36,7 +36,7 @@ impl Kind {
 
 /// What `req` is: a WebSocket (an HTTP/1.1 `Upgrade: websocket` or an RFC 8441 extended
 /// CONNECT), else gRPC by its `content-type`, else plain HTTP.
-pub fn kind_of<B>(req: &http::Request<B>) -> Kind {
+pub(crate) fn kind_of<B>(req: &http::Request<B>) -> Kind {
     if super::headers::is_extended_connect(req)
         || super::headers::is_websocket_upgrade(req.headers())
     {
@@ -51,7 +51,7 @@ pub fn kind_of<B>(req: &http::Request<B>) -> Kind {
 /// One request's context after its route matched (see the module docs). Cheap to clone (a
 /// WebSocket's relay task keeps one for the socket's life).
 #[derive(Debug, Clone)]
-pub struct RequestCtx {
+pub(crate) struct RequestCtx {
     /// What the request is.
     pub kind: Kind,
     /// True if it came over HTTP/2 (its connection has a conn id of its own, SPEC section 5).
@@ -78,7 +78,7 @@ pub struct RequestCtx {
 impl RequestCtx {
     /// The selection criteria of this request with `exclude` (nodes already tried) left out: the
     /// one place they are built (SPEC section 7: version, splits, zone, stable key).
-    pub fn criteria<'a>(&'a self, exclude: &'a [NodeId]) -> Criteria<'a> {
+    pub(crate) fn criteria<'a>(&'a self, exclude: &'a [NodeId]) -> Criteria<'a> {
         Criteria {
             version: self.wanted.version.as_deref(),
             metadata_key: self
@@ -95,7 +95,7 @@ impl RequestCtx {
     }
 
     /// When the route's timeout runs out for a node's response head (SPEC section 4).
-    pub fn deadline(&self) -> Instant {
-        self.start + self.route.config.timeout
+    pub(crate) fn deadline(&self) -> Instant {
+        super::grpc_call::head_deadline(self.start, self.route.config.timeout, None)
     }
 }

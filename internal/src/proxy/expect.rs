@@ -32,18 +32,18 @@ use super::{BoxError, ProxyBody};
 
 /// How long the gateway waits for a node's `100 Continue` before sending the body anyway: curl's
 /// own wait, so a node that ignores `Expect` costs a client no more than talking to it directly.
-pub const CONTINUE_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const CONTINUE_WAIT: Duration = Duration::from_secs(1);
 
 /// Why a held body never flowed.
 #[derive(Debug, thiserror::Error)]
-pub enum ContinueError {
+pub(crate) enum ContinueError {
     /// The node answered before asking for the body; the upstream request is abandoned.
     #[error("node answered before asking for the request body (Expect: 100-continue)")]
     AnsweredFirst,
 }
 
 /// True if `headers` carry `Expect: 100-continue` (the only expectation defined, RFC 9110 10.1.1).
-pub fn wants_continue(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_continue(headers: &HeaderMap) -> bool {
     headers
         .get(header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
@@ -58,17 +58,17 @@ struct GateState {
 
 /// Shared switch between the node's interim answer, the forwarder and the held body.
 #[derive(Debug, Clone, Default)]
-pub struct ContinueGate(Arc<GateState>);
+pub(crate) struct ContinueGate(Arc<GateState>);
 
 impl ContinueGate {
     /// A closed gate.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ContinueGate::default()
     }
 
     /// Opens the gate when the node answers `upstream`'s head with `100 Continue` (HTTP/1.1
     /// nodes; register on every attempt, since each attempt is a new request).
-    pub fn watch<B>(&self, upstream: &mut Request<B>) {
+    pub(crate) fn watch<B>(&self, upstream: &mut Request<B>) {
         let state = self.0.clone();
         hyper::ext::on_informational(upstream, move |res| {
             if res.status() == StatusCode::CONTINUE {
@@ -79,7 +79,7 @@ impl ContinueGate {
     }
 
     /// The node's final answer head arrived: if the body is still held, it is never sent.
-    pub fn answered(&self) {
+    pub(crate) fn answered(&self) {
         if !self.0.open.load(Ordering::Acquire) {
             self.0.answered.store(true, Ordering::Release);
             self.0.waker.wake();
@@ -88,7 +88,7 @@ impl ContinueGate {
 
     /// Wraps `inner` so it is not polled until the gate opens or `wait` passes from the first poll
     /// (the moment the upstream head was written).
-    pub fn hold(&self, inner: ProxyBody, wait: Duration) -> ProxyBody {
+    pub(crate) fn hold(&self, inner: ProxyBody, wait: Duration) -> ProxyBody {
         Held {
             inner: Some(inner),
             gate: self.0.clone(),

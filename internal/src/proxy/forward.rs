@@ -74,7 +74,7 @@ pub(crate) async fn forward(
     let budget = super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout);
     let mut a = Attempts {
         clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
-        deadline: ctx.start + budget.unwrap_or(ctx.route.config.timeout),
+        deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
         p,
         ctx,
         node,

@@ -29,7 +29,7 @@ use crate::registry::{Node, NodeSignal};
 
 /// gRPC status code UNAVAILABLE (gRPC `doc/statuscodes.md`): what a stream cut at its node's
 /// drain deadline ends with (SPEC section 5), so clients retry elsewhere.
-pub const UNAVAILABLE: u32 = 14;
+pub(crate) const UNAVAILABLE: u32 = 14;
 
 /// The `grpc-message` sent with [`UNAVAILABLE`] at a drain deadline (percent-encoded per the
 /// gRPC HTTP/2 protocol spec; spaces are `%20`).
@@ -37,7 +37,7 @@ const DRAIN_MESSAGE: &str = "node%20drained%3B%20retry%20on%20another%20node";
 
 /// True if `headers` say the message is gRPC: `content-type` is `application/grpc` or
 /// `application/grpc+<codec>` / `application/grpc;...` (gRPC `PROTOCOL-HTTP2.md`).
-pub fn is_grpc(headers: &HeaderMap) -> bool {
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -51,7 +51,7 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
 
 /// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),
 /// if present and numeric.
-pub fn status_of(headers: &HeaderMap) -> Option<u32> {
+pub(crate) fn status_of(headers: &HeaderMap) -> Option<u32> {
     headers
         .get("grpc-status")?
         .to_str()
@@ -101,7 +101,7 @@ impl GrpcStatus {
 
 /// Why a non-gRPC body was cut.
 #[derive(Debug, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     /// The node's drain deadline passed with the response still streaming (SPEC section 5).
     #[error("node {0} drained: its drain deadline passed while this response was streaming")]
     DrainDeadline(String),
@@ -160,7 +160,7 @@ pin_project_lite::pin_project! {
 impl<B> DeadlineBody<B> {
     /// Wraps `inner`, the body of a response from `node` whose signal is `signal`. `grpc` says
     /// whether the response is gRPC (see [`is_grpc`]); `status` receives its `grpc-status`.
-    pub fn new(
+    pub(crate) fn new(
         inner: B,
         node: Arc<str>,
         signal: watch::Receiver<NodeSignal>,
@@ -183,7 +183,7 @@ impl<B> DeadlineBody<B> {
 /// Wraps the body of a response from `node` whose head is `head` for relaying: records the
 /// `grpc-status` of a trailers-only answer (in the head) or of its trailers into `status`, and
 /// arms the node's drain deadline (see [`DeadlineBody`]).
-pub fn relay<B>(
+pub(crate) fn relay<B>(
     head: &HeaderMap,
     body: B,
     node: &Node,
@@ -207,7 +207,7 @@ pub fn relay<B>(
 
 /// Takes a `grpc-timeout` value (RFC: up to 8 digits and a unit `H`, `M`, `S`, `m`, `u`, `n`;
 /// gRPC `PROTOCOL-HTTP2.md`); returns it as a duration, or `None` if malformed.
-pub fn parse_timeout(v: &str) -> Option<Duration> {
+pub(crate) fn parse_timeout(v: &str) -> Option<Duration> {
     let v = v.trim();
     let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -230,7 +230,7 @@ pub fn parse_timeout(v: &str) -> Option<Duration> {
 /// DEADLINE_EXCEEDED, which that table leaves as UNKNOWN). The gateway's own `504` is always a
 /// deadline it enforced (the route timeout or the call's deadline), so it is DEADLINE_EXCEEDED
 /// (SPEC section 5, CASE-30 c), not the table's UNAVAILABLE for a node's 504.
-pub fn code_for_http(status: StatusCode) -> u32 {
+pub(crate) fn code_for_http(status: StatusCode) -> u32 {
     match status.as_u16() {
         400 => 13,
         401 => 16,
@@ -244,7 +244,7 @@ pub fn code_for_http(status: StatusCode) -> u32 {
 }
 
 /// Percent-encodes a `grpc-message` (gRPC `PROTOCOL-HTTP2.md`: bytes outside 0x20..=0x7E and `%`).
-pub fn encode_message(msg: &str) -> String {
+pub(crate) fn encode_message(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
     for b in msg.bytes() {
         if (0x20..=0x7E).contains(&b) && b != b'%' {
@@ -259,7 +259,7 @@ pub fn encode_message(msg: &str) -> String {
 /// A gateway answer for a gRPC client (gRPC `PROTOCOL-HTTP2.md` Trailers-Only): HTTP 200,
 /// `content-type: application/grpc`, `grpc-status: code`, `grpc-message: message`
 /// (percent-encoded), an empty body; `Connection: close` when `close`.
-pub fn trailers_only(code: u32, message: &str, close: bool) -> Response<ProxyBody> {
+pub(crate) fn trailers_only(code: u32, message: &str, close: bool) -> Response<ProxyBody> {
     let mut resp = Response::new(super::body::full(Bytes::new()));
     let h = resp.headers_mut();
     h.insert(

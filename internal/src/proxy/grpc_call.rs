@@ -26,12 +26,12 @@ use super::grpc::{is_grpc, parse_timeout, GrpcStatus, UNAVAILABLE};
 use super::BoxError;
 
 /// gRPC status DEADLINE_EXCEEDED.
-pub const DEADLINE_EXCEEDED: u32 = 4;
+pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 
 /// The time budget of a gRPC request with headers `request` on a route whose cap is `cap`
 /// (`grpc_max_timeout`, `None` = no cap): the shorter of the two; `None` for a request that is
 /// not gRPC or has neither (then the route `timeout` bounds the response head).
-pub fn budget(request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
+pub(crate) fn budget(request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
     if !is_grpc(request) {
         return None;
     }
@@ -47,7 +47,7 @@ pub fn budget(request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
 
 /// `remaining` as a `grpc-timeout` value: whole milliseconds (rounded down, at least 1) while
 /// they fit the protocol's 8 digits, else whole seconds.
-pub fn encode_timeout(remaining: Duration) -> HeaderValue {
+pub(crate) fn encode_timeout(remaining: Duration) -> HeaderValue {
     let ms = remaining.as_millis().max(1);
     let text = if ms <= 99_999_999 {
         format!("{ms}m")
@@ -79,7 +79,7 @@ pin_project_lite::pin_project! {
 impl<B> CallBody<B> {
     /// Wraps `inner`, a gRPC response body; `deadline` is the call's deadline, if it has one;
     /// `status` records the code the gateway ends the stream with.
-    pub fn new(inner: B, deadline: Option<Instant>, status: GrpcStatus) -> Self {
+    pub(crate) fn new(inner: B, deadline: Option<Instant>, status: GrpcStatus) -> Self {
         CallBody {
             inner,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
@@ -155,13 +155,12 @@ where
 /// the head), or for a gRPC call with a deadline (its `grpc-timeout`, capped by the route's
 /// `grpc_max_timeout` = `cap`, see [`budget`]) that deadline, which replaces it
 /// (a client asking for a long deadline may legitimately wait on a stream).
-pub fn head_deadline(
+pub(crate) fn head_deadline(
     start: Instant,
     route_timeout: Duration,
-    cap: Option<Duration>,
-    request: &HeaderMap,
+    budget: Option<Duration>,
 ) -> Instant {
-    start + budget(request, cap).unwrap_or(route_timeout)
+    start + budget.unwrap_or(route_timeout)
 }
 
 #[cfg(test)]
@@ -251,12 +250,12 @@ mod tests {
         let start = Instant::now();
         let mut h = ct("application/grpc");
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), None, &h),
+            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
             start + Duration::from_secs(30)
         );
         h.insert("grpc-timeout", http::HeaderValue::from_static("90S"));
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), None, &h),
+            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
             start + Duration::from_secs(90)
         );
         h.insert(
@@ -264,7 +263,7 @@ mod tests {
             http::HeaderValue::from_static("application/json"),
         );
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), None, &h),
+            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
             start + Duration::from_secs(30)
         );
     }

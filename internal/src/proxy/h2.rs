@@ -65,7 +65,7 @@ struct Slot {
 const UPSTREAM_RESET_MEMORY: usize = 0;
 
 /// The h2c connections of every node; see the module docs.
-pub struct H2Pool {
+pub(crate) struct H2Pool {
     slots: Mutex<HashMap<NodeId, Slot>>,
     next_id: AtomicU64,
     /// SETTINGS_MAX_HEADER_LIST_SIZE of every upstream connection (`limits.h2_max_header_list`).
@@ -87,7 +87,7 @@ impl std::fmt::Debug for H2Pool {
 impl H2Pool {
     /// An empty pool whose connections accept header lists (and trailers) of up to
     /// `max_header_list` bytes.
-    pub fn new(max_header_list: u32) -> Self {
+    pub(crate) fn new(max_header_list: u32) -> Self {
         H2Pool {
             slots: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -180,7 +180,7 @@ impl H2Pool {
     /// # Errors
     /// [`SendError::Connect`] (nothing sent; the request is handed back), [`SendError::NotSent`]
     /// (a fresh connection refused it unsent), or [`SendError::Sent`].
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         node: &Node,
         connect_timeout: Duration,
@@ -224,7 +224,7 @@ impl H2Pool {
     }
 
     /// Forgets `node`'s connection (it was removed or ejected); open streams keep running on it.
-    pub fn forget(&self, node: &str) {
+    pub(crate) fn forget(&self, node: &str) {
         self.slots().remove(node);
     }
 }

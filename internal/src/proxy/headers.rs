@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// True if any `Connection` line lists `token` (case-insensitive, comma-separated).
-pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()
@@ -20,7 +20,7 @@ pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 
 /// True for a WebSocket upgrade request (RFC 6455 section 4.1): `Connection` containing `upgrade`
 /// in any case and position, and `Upgrade: websocket` in any case.
-pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
     connection_has(headers, "upgrade")
         && headers
             .get_all(header::UPGRADE)
@@ -75,7 +75,7 @@ fn stripped_index(name: &str) -> Option<usize> {
 ///
 /// One pass over the names finds which of [`STRIPPED`] are present (a bit each), so a message
 /// without hop-by-hop headers costs no hashing and no allocation.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present: u16 = 0;
     for name in headers.keys() {
         if let Some(i) = stripped_index(name.as_str()) {
@@ -129,7 +129,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Sets `Connection: Upgrade` and `Upgrade: websocket` for a forwarded WebSocket handshake.
-pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
+pub(crate) fn set_websocket_upgrade(headers: &mut HeaderMap) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
 }
@@ -140,7 +140,7 @@ pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
 /// one line and the peer appended. With trusted ranges, a peer outside them has every incoming
 /// `X-Forwarded-*`, `Forwarded` and `X-Real-IP` dropped and replaced; a peer inside keeps them.
 /// `X-Forwarded-Proto` and `X-Forwarded-Host` are set by the gateway in every case.
-pub fn set_forwarded(
+pub(crate) fn set_forwarded(
     headers: &mut HeaderMap,
     peer: &Peer,
     host: Option<&HeaderValue>,
@@ -232,7 +232,7 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 
 /// True if `req` opens a WebSocket over HTTP/2: an extended CONNECT with `:protocol = websocket`
 /// (RFC 8441 section 4), which hyper accepts when the listener enables the CONNECT protocol.
-pub fn is_extended_connect<B>(req: &http::Request<B>) -> bool {
+pub(crate) fn is_extended_connect<B>(req: &http::Request<B>) -> bool {
     req.version() == http::Version::HTTP_2
         && req.method() == http::Method::CONNECT
         && req

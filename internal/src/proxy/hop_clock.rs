@@ -10,14 +10,14 @@ use tokio::time::Instant;
 /// that hop's failure was first seen to when the request is served again (a node's response head)
 /// or given up. Observed on drop, so every exit of [`super::forward::forward`] pays exactly once per hop.
 #[derive(Debug)]
-pub struct HopClock {
+pub(crate) struct HopClock {
     metrics: Arc<crate::metrics::Metrics>,
     seen: Vec<Instant>,
 }
 
 impl HopClock {
     /// A clock owing the hop counted at placement, if any.
-    pub fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
+    pub(crate) fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
         HopClock {
             metrics,
             seen: placed.into_iter().collect(),
@@ -25,7 +25,7 @@ impl HopClock {
     }
 
     /// Owes one more observation, for a hop whose failure was seen at `seen`.
-    pub fn push(&mut self, seen: Instant) {
+    pub(crate) fn push(&mut self, seen: Instant) {
         self.seen.push(seen);
     }
 }

@@ -10,7 +10,7 @@ use crate::hopper::ConnId;
 
 /// A request's conn id and where it came from.
 #[derive(Debug, Default)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The id, if the request has one.
     pub conn_id: Option<ConnId>,
     /// True if the gateway issued it (it is returned to the client and sent to the node).
@@ -25,7 +25,7 @@ pub struct Identity {
 ///
 /// # Errors
 /// [`ProxyError::BadConnId`] when the client's id breaks a rule (400).
-pub fn identify(
+pub(crate) fn identify(
     p: &Proxy,
     headers: &HeaderMap,
     kind: Kind,

@@ -15,33 +15,33 @@
 //! Every failure is a [`ProxyError`] and becomes an answer in [`respond::render`] and nowhere
 //! else. Streams both ways; bodies are never buffered whole.
 
-pub mod access;
-pub mod body;
-pub mod client_body;
-pub mod context;
+pub(crate) mod access;
+pub(crate) mod body;
+pub(crate) mod client_body;
+pub(crate) mod context;
 pub mod error;
-pub mod expect;
-pub mod forward;
+pub(crate) mod expect;
+pub(crate) mod forward;
 pub mod framing;
-pub mod grpc;
-pub mod grpc_call;
+pub(crate) mod grpc;
+pub(crate) mod grpc_call;
 pub mod guard;
-pub mod h2;
+pub(crate) mod h2;
 pub mod h2_frames;
 pub mod h2_watch;
 pub mod head;
-pub mod headers;
-pub mod hop_clock;
-pub mod identify;
-pub mod outbound;
+pub(crate) mod headers;
+pub(crate) mod hop_clock;
+pub(crate) mod identify;
+pub(crate) mod outbound;
 pub mod respond;
-pub mod response;
+pub(crate) mod response;
 pub(crate) mod retry;
-pub mod route;
-pub mod select;
-pub mod send_error;
+pub(crate) mod route;
+pub(crate) mod select;
+pub(crate) mod send_error;
 pub mod upstream;
-pub mod websocket;
+pub(crate) mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};

@@ -18,7 +18,7 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 /// whose handshake headers are replayed on every re-dial), on `dc`, in `ctx`, whose route phase
 /// settled `host`. `from_client` says the client sent the affinity header: it then stays as sent
 /// (or away, when the client nominated it in `Connection`).
-pub fn node_headers(
+pub(crate) fn node_headers(
     p: &Proxy,
     client: &mut HeaderMap,
     dc: &DownstreamConn,

@@ -15,7 +15,7 @@ use crate::routing::{path, Route, RouteTable};
 
 /// What the route phase settles: the route and where on the node the request goes.
 #[derive(Debug)]
-pub struct Matched {
+pub(crate) struct Matched {
     /// The matched route.
     pub route: Arc<Route>,
     /// The `Host` the node gets: the client's `Host`, else its `:authority`.
@@ -30,7 +30,7 @@ pub struct Matched {
 /// [`ProxyError::BadRequest`] when `Host` and `:authority` disagree (CASE-12) or a node could read
 /// the path as another route's (encoded slashes, empty segments); [`ProxyError::NoRoute`] when
 /// nothing matches (404).
-pub fn match_route<B>(
+pub(crate) fn match_route<B>(
     table: &RouteTable,
     req: &Request<B>,
     now: Instant,

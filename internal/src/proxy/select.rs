@@ -20,7 +20,7 @@ use crate::selection;
 /// [`ProxyError::VersionRejected`] when no node has the requested version and the route's canary
 /// says `no_match = "reject"` (503); [`ProxyError::NoHealthyNode`] when no node is selectable and
 /// the route falls back.
-pub async fn select(
+pub(crate) async fn select(
     p: &Proxy,
     ctx: &mut RequestCtx,
     dc: &DownstreamConn,

@@ -91,7 +91,7 @@ pub(super) async fn first(
     hs: &Handshake,
     log: &mut LogCtx,
 ) -> Result<(Arc<Node>, Response<Incoming>), ProxyError> {
-    let deadline = ctx.start + ctx.route.config.timeout;
+    let deadline = ctx.deadline();
     let mut tried: Vec<NodeId> = Vec::new();
     // One hopping_latency_seconds observation per counted connect_error hop, from the first
     // failed dial to the node's answer (or to giving up), as in forward.rs (issue 13).
