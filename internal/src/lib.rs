@@ -2,12 +2,13 @@
 //! **hop** to a healthy node when theirs dies, drains or is redeployed.
 //!
 //! Request path: [`server`] accepts HTTP/1.1 and h2c on one port and hands each request to
-//! [`proxy::Proxy::handle`], which loads the live [`routing::RouteTable`] once, matches a route, asks
-//! the [`hopper::Hopper`] for a node (the bound node, or a [`selection`] result that it rebinds and
-//! counts as a hop), rewrites headers and forwards with retries over [`proxy::upstream`].
-//! Every failure becomes a response in [`proxy::respond`]. With `[server.tls]`, [`tls`] terminates TLS
-//! on a second listener (SNI certificates behind an atomic swap, live reload) and hands the
-//! decrypted stream to the same connection handler.
+//! [`proxy::Proxy::handle`], which runs named phases over one request context: match a route in
+//! the live [`routing::RouteTable`] (loaded once), identify the conn id, select a node (the bound
+//! node, or a [`selection`] result that the [`hopper::Hopper`] rebinds and counts as a hop),
+//! forward with retries over [`proxy::upstream`], respond, log (the phase map is in [`proxy`]).
+//! Every failure is a [`proxy::ProxyError`] rendered in [`proxy::respond`]. With `[server.tls]`,
+//! [`tls`] terminates TLS on a second listener (SNI certificates behind an atomic swap, live
+//! reload) and hands the decrypted stream to the same connection handler.
 //!
 //! Background tasks: per-node health probes ([`registry::health`]), reload triggers
 //! ([`routing::reload`]), DNS discovery ([`discovery`]), the admin listener ([`admin`]), connection tasks. All of them watch the

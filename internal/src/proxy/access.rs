@@ -35,11 +35,11 @@ pub struct LogCtx {
     pub table: Option<Arc<RouteTable>>,
     /// Client address.
     pub client: Option<std::net::SocketAddr>,
-    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`access::protocol`]).
+    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`protocol`]).
     pub protocol: &'static str,
     /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
     pub trace_id: Option<String>,
-    /// Set when the gateway made the answer itself: [`ProxyError::reason`].
+    /// Set when the gateway made the answer itself: [`super::ProxyError::reason`].
     pub reason: Option<&'static str>,
     /// The verified client certificate's subject (mTLS, SPEC section 10).
     pub client_subject: Option<Arc<str>>,

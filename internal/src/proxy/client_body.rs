@@ -5,7 +5,7 @@
 //!   is grace. Time the node spends not reading (back-pressure) never counts, so a fast client to a
 //!   slow node is never cut, while a client trickling one byte every few seconds (which the idle
 //!   timeout alone would let hold a connection and a node for hours) is.
-//! - [`client_fault`]: a failed upstream attempt whose cause is the client's body (stalled, too
+//! - [`super::ProxyError::client_fault`]: a failed upstream attempt whose cause is the client's body (stalled, too
 //!   slow, over `max_body`, or the client went away) is the client's fault: 408/413/400 and the
 //!   connection closes; the node gets no passive-health penalty and the request is not retried.
 //!

@@ -64,7 +64,7 @@ impl FramingLog {
     /// Counts the next HTTP/1.x request of the connection (call once per request, in order).
     ///
     /// # Errors
-    /// The refusal of its head ([`head`]): 400, 414 or 431, the connection closed.
+    /// The refusal of its head ([`super::head`]): 400, 414 or 431, the connection closed.
     pub fn check_next(&self) -> Result<(), ProxyError> {
         let n = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
         match self.refused.get() {
