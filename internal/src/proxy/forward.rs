@@ -82,7 +82,7 @@ pub(crate) async fn forward(
         path_and_query,
         up_headers,
         gate,
-        tap,
+        tap: Some(tap),
         budget,
         spent: Spent::default(),
         tried: Vec::new(),
@@ -107,7 +107,8 @@ struct Attempts {
     path_and_query: PathAndQuery,
     up_headers: HeaderMap,
     gate: Option<ContinueGate>,
-    tap: BodyTap,
+    /// The client's body as sent so far; `None` once a response took it.
+    tap: Option<BodyTap>,
     /// The gRPC call's budget, if it has one (it then bounds head and stream).
     budget: Option<std::time::Duration>,
     deadline: Instant,
@@ -183,10 +184,7 @@ impl Attempts {
             node.runtime.record_passive_success();
         }
         // Served again: the hops of this request end here.
-        drop(std::mem::replace(
-            &mut self.clock,
-            HopClock::new(self.p.metrics.clone(), None),
-        ));
+        self.clock.settle();
         self.p
             .metrics
             .request_duration
@@ -198,7 +196,7 @@ impl Attempts {
             self.budget.map(|_| self.deadline),
             sent,
             inflight,
-            std::mem::replace(&mut self.tap, BodyTap::empty()),
+            self.tap.take().unwrap_or_else(BodyTap::empty),
             // The caller is done with the context once a response exists.
             std::mem::take(log),
         )))
@@ -223,7 +221,7 @@ impl Attempts {
         charge(&node, failure, &detail, mark, now);
         // What the next attempt sends: the body handed back unsent, or the tap's replay of it.
         let idle = self.p.settings.limits.body_idle_timeout;
-        let replay = returned.or_else(|| match self.tap.replay(idle) {
+        let replay = returned.or_else(|| match self.tap.as_ref()?.replay(idle) {
             Replay::Body(b) => Some(b),
             Replay::Lost => None,
         });

@@ -28,15 +28,20 @@ impl HopClock {
     pub(crate) fn push(&mut self, seen: Instant) {
         self.seen.push(seen);
     }
-}
 
-impl Drop for HopClock {
-    fn drop(&mut self) {
+    /// Records what is owed now (the client is served again); owes nothing after.
+    pub(crate) fn settle(&mut self) {
         let now = Instant::now();
         for t in self.seen.drain(..) {
             self.metrics
                 .hop_latency
                 .observe(now.saturating_duration_since(t).as_secs_f64());
         }
+    }
+}
+
+impl Drop for HopClock {
+    fn drop(&mut self) {
+        self.settle();
     }
 }
