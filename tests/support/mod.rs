@@ -5,6 +5,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 pub mod certs;
+pub mod config;
 pub mod dns;
 pub mod h2c;
 pub mod h2raw;
@@ -25,6 +26,7 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+pub use self::config::{Cluster, Config, Health, Route};
 pub use self::http::{get, request, Resp};
 pub use self::redis_cluster::RedisCluster;
 pub use self::redis_sentinel::RedisSentinel;
