@@ -94,6 +94,14 @@ impl Config {
             .route(route)
     }
 
+    /// As [`Config::single`] over hand-made nodes given as (id, `host:port`) pairs.
+    pub fn single_addrs(health: Health, nodes: &[(&str, String)], route: Route) -> Config {
+        Config::new()
+            .health(health)
+            .cluster_addrs("c", nodes)
+            .route(route)
+    }
+
     /// The config file text (TOML).
     pub fn toml(&self) -> String {
         let mut s = String::new();

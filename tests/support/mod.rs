@@ -16,6 +16,12 @@ pub mod redis_sentinel;
 pub mod tls;
 pub mod webdriver;
 
+// Scenario helpers: raw HTTP/1.1, answer checks, load and measurement, hand-made nodes.
+pub mod check;
+pub mod load;
+pub mod nodes;
+pub mod raw;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
