@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::check::HDR;
+use integration_tests::check::{admin_post, HDR};
 use integration_tests::{get, request, Config, Gateway, Health, Mock, Route};
 
 /// No matching route is a JSON 404 (its body counted in the access log); `/admin/conns/<id>` shows
@@ -136,14 +136,7 @@ async fn metrics_pass_promtool_and_types_match_bodies() {
         .as_str()
         .expect("bound")
         .to_string();
-    let drain = request(
-        "POST",
-        &gw.admin(&format!("/admin/nodes/{bound}/drain?period=30s")),
-        &[],
-        vec![],
-    )
-    .await
-    .expect("drain");
+    let drain = admin_post(&gw, &format!("/admin/nodes/{bound}/drain?period=30s")).await;
     assert_eq!(drain.status, 202);
     let r = get(&gw.url("/data"), &[("X-Conn-Id", "m-1")])
         .await

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use integration_tests::check::{node_of, non_probe_paths};
-use integration_tests::{get, request, wait_until, Cluster, Config, Gateway, Health, Mock, Route};
+use integration_tests::check::{admin_post, node_of, non_probe_paths};
+use integration_tests::{get, wait_until, Cluster, Config, Gateway, Health, Mock, Route};
 use tokio::time::Instant;
 
 /// CASE-17 (probe variant): a node failing its probes past `eject_after` gets no traffic, bound ids
@@ -182,9 +182,7 @@ async fn case33_ramp_continues_through_a_reload_adding_a_node() {
     .await;
     let before = ramp(&gw).await;
     gw.write_config(&v2);
-    let r = request("POST", &gw.admin("/admin/reload"), &[], vec![])
-        .await
-        .expect("reload");
+    let r = admin_post(&gw, "/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let after = ramp(&gw).await;
     assert!(

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use integration_tests::check::ws_text;
-use integration_tests::{get, request, Cluster, Config, Gateway, Health, Mock, Route};
+use integration_tests::check::{admin_post, ws_text};
+use integration_tests::{get, Cluster, Config, Gateway, Health, Mock, Route};
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -70,9 +70,7 @@ async fn case29_reload_leaves_surviving_websocket_and_h2_connections_alone() {
             .expect("generation");
         gw.write_config(toml);
         let t0 = Instant::now();
-        let r = request("POST", &gw.admin("/admin/reload"), &[], vec![])
-            .await
-            .expect("reload");
+        let r = admin_post(&gw, "/admin/reload").await;
         let took = t0.elapsed();
         assert_eq!(r.status, 200, "reload {i}: {}", r.text());
         assert!(
