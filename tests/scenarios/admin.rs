@@ -119,6 +119,36 @@ async fn admin_token_is_required_when_set() {
     assert_eq!(get(&gw.url("/data"), &[]).await.expect("get").status, 200);
 }
 
+/// Asserts `promtool check metrics` (Debian package prometheus) accepts Prometheus text `text`
+/// with no lint problem.
+fn promtool_accepts(text: &str) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) is installed");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool ran");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed: {said}"
+    );
+    assert_eq!(said.trim(), "", "promtool lint problems: {said}");
+}
+
 /// Issue 13 defect: `/metrics` answers the Prometheus 0.0.4 text format (which `promtool check
 /// metrics` accepts, with no lint problem) unless OpenMetrics is asked for; then OpenMetrics with
 /// its own content type and `# EOF`. Checked after traffic and a hop, so labelled series exist.
@@ -163,31 +193,7 @@ async fn metrics_pass_promtool_and_types_match_bodies() {
             text.contains("hopping_count_total{reason=\"draining\"} 1"),
             "{text}"
         );
-        let mut child = std::process::Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("promtool (Debian package prometheus) is installed");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write to promtool");
-        let out = child.wait_with_output().expect("promtool ran");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "promtool check metrics failed: {said}"
-        );
-        assert_eq!(said.trim(), "", "promtool lint problems: {said}");
+        promtool_accepts(&text);
     }
     let r = get(
         &gw.admin("/metrics"),

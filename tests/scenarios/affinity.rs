@@ -6,14 +6,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use integration_tests::check::{json_error, node_of, non_probe_paths, ws_text, HDR};
+use integration_tests::check::{json_error, node_of, non_probe_paths, ws_text, Ws, HDR};
 use integration_tests::raw::{exchange, refused};
 use integration_tests::{get, Config, Gateway, Health, Mock, Route};
-use tokio::net::TcpStream;
 use tokio::time::timeout;
-
-/// A client WebSocket over plain TCP.
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
 
 /// One conn id stays on one node for 50 requests; 200 plain requests spread over both nodes and
 /// leave the binding alone.

@@ -62,6 +62,8 @@ async fn lying_node() -> (String, Arc<AtomicU64>, Arc<AtomicBool>) {
 /// sent: no body is awaited or forwarded, HEAD's Content-Length passes unchanged, no chunked
 /// framing is invented, the client connection stays usable, and a 204 that carried stray bytes
 /// never lets them reach a client.
+/// Long on purpose: every case runs on one client connection, which must stay usable from one to
+/// the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case27_bodiless_responses_with_framing_headers_end_at_their_head() {
     let (addr, conns, reused) = lying_node().await;

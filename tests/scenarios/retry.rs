@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use integration_tests::check::{bind_to, echo_header, json_error, node_of, non_probe_paths, HDR};
 use integration_tests::load::{pattern, sha_hex};
+use integration_tests::raw::{body_of, read_while_writing};
 use integration_tests::{get, request, Config, Gateway, Health, Mock, Route};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::io::AsyncWriteExt;
 
 /// CASE-20: a POST the node read, or a streamed PUT it cut, is not retried (502); a GET, or a POST
 /// whose connect was refused, is retried on another node with its body intact.
+/// Long on purpose: CASE-20's four parts run in order on one gateway, each knob set on the node the
+/// last left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case20_retries_respect_methods_and_bodies() {
     let mut a = Mock::start("node-a").await;
@@ -57,29 +58,22 @@ async fn case20_retries_respect_methods_and_bodies() {
     a.control("/control/abort-all?after_bytes=1048576").await;
     a.reset_stats().await;
     let big = pattern(10 * 1024 * 1024, 20);
-    let s = TcpStream::connect(("127.0.0.1", gw.port))
-        .await
-        .expect("connect");
-    let (mut rd, mut wr) = s.into_split();
     let head = format!(
         "PUT /echo/files/f1 HTTP/1.1\r\nHost: x\r\nX-Conn-Id: {c20}\r\nContent-Length: {}\r\n\r\n",
         big.len()
     );
-    let writer = tokio::spawn(async move {
+    let (raw, _) = read_while_writing(gw.port, Duration::from_secs(10), |mut wr| async move {
         if wr.write_all(head.as_bytes()).await.is_ok() {
             let _ = wr.write_all(&big).await;
         }
-        wr
-    });
-    let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(10), rd.read_to_end(&mut raw))
-        .await
-        .expect("answer and close within 10 s");
+        // The write side stays open (no FIN) until the answer is read.
+        std::future::pending::<()>().await;
+        drop(wr);
+    })
+    .await;
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
-    let body_at = text.find("\r\n\r\n").expect("head end") + 4;
-    assert!(json_error(&raw[body_at..]).starts_with("node node-a failed: "));
-    drop(writer.await);
+    assert!(json_error(body_of(&raw)).starts_with("node node-a failed: "));
     assert_eq!(non_probe_paths(&a).await, ["/echo/files/f1"]);
     assert_eq!(non_probe_paths(&b).await, Vec::<String>::new());
     assert_eq!(
@@ -220,6 +214,7 @@ async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
 
 /// CASE-20 (a, c): a node resetting after reading: POST gets 502 JSON and is not retried; GET is
 /// retried on another node.
+/// Long on purpose: the same three nodes are counted under `retries = 2` and then `retries = 1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
     let mocks = [

@@ -9,7 +9,7 @@ use std::time::Duration;
 use integration_tests::check::json_error;
 use integration_tests::load::{pattern, prober, sha_hex};
 use integration_tests::nodes::{hand_node, request_head};
-use integration_tests::raw::Raw;
+use integration_tests::raw::{body_of, read_while_writing, Raw};
 use integration_tests::{Config, Gateway, Health, Mock, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -105,13 +105,8 @@ async fn case22_silent_body_and_trickled_heads_are_closed_while_gets_keep_answer
 /// returns what the gateway sent before it closed the connection (within 8 s) and how long after
 /// the connect that was.
 async fn trickled_upload(gw: &Gateway, path: &str) -> (Vec<u8>, Duration) {
-    let s = TcpStream::connect(("127.0.0.1", gw.port))
-        .await
-        .expect("connect");
-    let (mut rd, mut wr) = s.into_split();
-    let t0 = Instant::now();
     let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
-    let writer = tokio::spawn(async move {
+    read_while_writing(gw.port, Duration::from_secs(8), |mut wr| async move {
         if wr.write_all(head.as_bytes()).await.is_err() {
             return;
         }
@@ -121,14 +116,8 @@ async fn trickled_upload(gw: &Gateway, path: &str) -> (Vec<u8>, Duration) {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    });
-    let mut raw = Vec::new();
-    let _ = timeout(Duration::from_secs(8), rd.read_to_end(&mut raw))
-        .await
-        .expect("cut and closed within 8 s");
-    let took = t0.elapsed();
-    writer.abort();
-    (raw, took)
+    })
+    .await
 }
 
 /// CASE-22 (c, d): a body trickled below the minimum rate is cut with 408; a steady 200 KiB/s
@@ -143,7 +132,7 @@ async fn case22_trickled_body_is_cut_by_the_minimum_rate_and_a_steady_upload_pas
     let (raw, cut_after) = trickled_upload(&gw, "/echo/upload").await;
     let text = String::from_utf8_lossy(&raw).to_string();
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
-    let msg = json_error(&raw[text.find("\r\n\r\n").expect("head") + 4..]);
+    let msg = json_error(body_of(&raw));
     assert!(
         msg.starts_with("request body slower than 1024 bytes/s"),
         "{msg}"

@@ -101,6 +101,10 @@ pub async fn bind_to(gw: &Gateway, id: &str, node: &str) -> String {
     panic!("could not bind {id} to {node}");
 }
 
+/// A client WebSocket over plain TCP (`ws://`), as `tokio_tungstenite::connect_async` opens it.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
 /// The next text message on WebSocket `ws` within `t`, skipping pings and pongs; panics on any
 /// other message, an error, the end of the stream or the deadline.
 pub async fn ws_text<S>(ws: &mut S, t: std::time::Duration) -> String

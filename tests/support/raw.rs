@@ -205,3 +205,33 @@ pub async fn exchange(port: u16, wire: &[u8]) -> (Head, Vec<u8>) {
     c.send(wire).await;
     c.response(Duration::from_secs(10)).await
 }
+
+/// Connects to loopback `port`, runs `write` on the write half in a task of its own, and reads
+/// the read half to its end (FIN or reset) within `t`; then aborts the writer. Returns every byte
+/// the gateway sent and how long after the connect its side ended. Panics if the connect fails
+/// or the connection is still open after `t`.
+pub async fn read_while_writing<F, Fut>(port: u16, t: Duration, write: F) -> (Vec<u8>, Duration)
+where
+    F: FnOnce(tokio::net::tcp::OwnedWriteHalf) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let (mut rd, wr) = s.into_split();
+    let t0 = Instant::now();
+    let writer = tokio::spawn(write(wr));
+    let mut raw = Vec::new();
+    let _ = timeout(t, rd.read_to_end(&mut raw))
+        .await
+        .expect("the gateway answered and closed in time");
+    let took = t0.elapsed();
+    writer.abort();
+    (raw, took)
+}
+
+/// The bytes of a raw HTTP/1.1 answer `raw` after its head (past the first blank line); panics
+/// when `raw` holds no whole head.
+pub fn body_of(raw: &[u8]) -> &[u8] {
+    &raw[find(raw, b"\r\n\r\n").expect("a whole response head") + 4..]
+}
