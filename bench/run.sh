@@ -53,8 +53,8 @@ if ! command -v oha >/dev/null 2>&1; then
   cargo install oha --locked
 fi
 
-log "building the wsload client (tests/examples/wsload.rs)"
-cargo build --release -q -p integration-tests --features bench --example wsload
+log "building the wsload client and the harness throughput figure (tests/examples/)"
+cargo build --release -q -p integration-tests --features bench --example wsload --example throughput
 GW=$ROOT/target/release/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
@@ -428,6 +428,10 @@ python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.m
   --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
 log "wrote bench/results/latest.md"
 cat "$ROOT/bench/results/latest.md"
+
+# Direct vs gateway keep-alive req/s through the test harness (tests/examples/throughput.rs; unpinned,
+# a quick cross-check of the wrk rows, not part of the table).
+HOPGW_PREBUILT=1 "$ROOT/target/release/examples/throughput" --secs "$SECS" >&2 || log "throughput example failed"
 
 # TLS rows (issue 14): BENCH_TLS=0 skips them.
 if [ "${BENCH_TLS:-1}" = 1 ]; then "$ROOT/bench/tls.sh"; fi

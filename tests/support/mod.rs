@@ -5,6 +5,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 pub mod certs;
+pub mod config;
 pub mod dns;
 pub mod h2c;
 pub mod h2raw;
@@ -14,6 +15,12 @@ pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod tls;
 pub mod webdriver;
+
+// Scenario helpers: raw HTTP/1.1, answer checks, load and measurement, hand-made nodes.
+pub mod check;
+pub mod load;
+pub mod nodes;
+pub mod raw;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+pub use self::config::{Cluster, Config, Health, Route};
 pub use self::http::{get, request, Resp};
 pub use self::redis_cluster::RedisCluster;
 pub use self::redis_sentinel::RedisSentinel;

@@ -1,0 +1,58 @@
+//! Hand-made nodes: a loopback listener whose connections a scenario serves itself, for node
+//! behaviour `mock-backend` does not have (SPEC section 9 lists what it has).
+
+use std::future::Future;
+
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::read_head;
+use tokio::task::JoinHandle;
+
+/// Listens on a free loopback port and runs `serve` on each accepted connection in a task of its
+/// own. Returns the `host:port` to put in a cluster and the accept loop's task (abort it to stop
+/// accepting; connections already served run on). Panics if the bind fails.
+pub async fn hand_node<F, Fut>(serve: F) -> (String, JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(serve(s));
+        }
+    });
+    (addr, task)
+}
+
+/// The Content-Length of a request head `head` given in lower case (as `content-length: N`
+/// lines), 0 without one. Panics on a value that is not a number.
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().expect("content-length"))
+}
+
+/// One request head read off a hand-made node's connection.
+pub struct ReqHead {
+    /// The head (request line and fields) in lower case.
+    pub head: String,
+    /// Its Content-Length, 0 without one.
+    pub declared: usize,
+    /// Body bytes read along with the head.
+    pub early: usize,
+}
+
+/// Reads one request head off `s`; `None` when the peer closes or fails first (a TCP probe, or
+/// the gateway gave up).
+pub async fn request_head(s: &mut TcpStream) -> Option<ReqHead> {
+    let mut buf = Vec::new();
+    let head_end = read_head(s, &mut buf).await?;
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    Some(ReqHead {
+        declared: content_length(&head),
+        early: buf.len() - head_end,
+        head,
+    })
+}
