@@ -1,162 +1,29 @@
-//! Drain and graceful shutdown (SPEC section 5): admin drain/undrain, no new work on a draining
-//! node while in-flight work finishes, bound ids hopping off it, h2 connection-level affinity with
-//! GOAWAY, streams closed at the drain deadline (gRPC: `grpc-status: 14`), and SIGTERM.
+//! Streams through a drain (SPEC section 5): h2 GOAWAY, streams closed at the drain deadline (gRPC:
+//! `grpc-status: 14`), and a stream on another node left untouched.
 
-use std::time::Duration;
+use super::*;
 
-use bytes::Bytes;
-use integration_tests::h2c::{self, grpc_headers, Stream};
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
-use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
-use tokio::net::TcpStream;
-use tokio::time::Instant;
-
-/// TCP probes: a node made slow with `/control/delay` stays healthy.
-const TCP_HEALTH: &str =
-    "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
-
-fn config(nodes: &[(&str, String)], cluster_extra: &str, top: &str) -> String {
-    format!(
-        "{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
-        cluster_toml("c", nodes, cluster_extra)
-    )
-}
-
-fn grpc_addr(m: &Mock) -> String {
-    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
-}
-
-async fn admin_post(gw: &Gateway, path: &str) -> integration_tests::Resp {
-    request("POST", &gw.admin(path), &[], Vec::new())
+/// Opens an h2c connection to the gateway and starts an endless `Ticks` stream on it; returns
+/// the connection, the stream and the node of its first tick.
+async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
+    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[]),
+        encode_frame(&proto::TicksRequest { count: 0 }),
+    );
+    let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
+    assert_eq!(s.status, 200);
+    let (tick, _) = s
+        .next_message::<proto::Tick>()
         .await
-        .expect("admin call")
+        .expect("alive")
+        .expect("a tick");
+    (c, s, tick.node, tick.seq)
 }
 
-fn node_of(r: &integration_tests::Resp) -> String {
-    r.header("x-node-id")
-        .unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
-}
-
-#[tokio::test]
-async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
-
-    assert_eq!(
-        admin_post(&gw, "/admin/nodes/nope/drain?period=1s")
-            .await
-            .status,
-        404
-    );
-    assert_eq!(
-        admin_post(&gw, "/admin/nodes/nope/undrain").await.status,
-        404
-    );
-
-    // A slow request in flight on node-a (every other node-a request is slow as well).
-    a.delay(800).await;
-    let url = gw.url("/data");
-    let slow = tokio::spawn(async move { get(&url, &[("x-conn-id", "slow-1")]).await });
-    wait_until(
-        Duration::from_secs(5),
-        "a request in flight on node-a",
-        || async { gw.node("node-a").await["inflight"] == 1 },
-    )
-    .await;
-
-    let period = Duration::from_millis(1500);
-    let r = admin_post(&gw, "/admin/nodes/node-a/drain?period=1500ms").await;
-    let deadline = Instant::now() + period;
-    assert_eq!(r.status, 202, "{}", r.text());
-    assert_eq!(gw.node("node-a").await["state"], "draining");
-    assert_eq!(gw.node("node-a").await["weight"].as_f64(), Some(0.0));
-
-    // No new requests go to node-a, at once.
-    for _ in 0..10 {
-        let r = get(&gw.url("/data"), &[]).await.expect("request");
-        assert_eq!((r.status, node_of(&r)), (200, "node-b".to_string()));
-    }
-    // The in-flight request finishes on node-a.
-    let r = slow.await.expect("join").expect("slow request");
-    assert_eq!(
-        (r.status, node_of(&r)),
-        (200, "node-a".to_string()),
-        "{}",
-        r.text()
-    );
-
-    // Past the deadline the node stays draining until undrained.
-    tokio::time::sleep_until(deadline + Duration::from_millis(300)).await;
-    assert_eq!(gw.node("node-a").await["state"], "draining");
-    let r = admin_post(&gw, "/admin/nodes/node-a/undrain").await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(gw.node("node-a").await["state"], "healthy");
-    a.delay(0).await;
-    let mut seen_a = 0;
-    for _ in 0..10 {
-        if node_of(&get(&gw.url("/data"), &[]).await.expect("request")) == "node-a" {
-            seen_a += 1;
-        }
-    }
-    assert!(
-        seen_a >= 3,
-        "node-a got {seen_a} of 10 requests after undrain"
-    );
-}
-
-#[tokio::test]
-async fn bound_ids_hop_off_a_draining_node() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
-    let first = node_of(
-        &get(&gw.url("/data"), &[("x-conn-id", "c-drain")])
-            .await
-            .expect("bind"),
-    );
-    let other = if first == "node-a" {
-        "node-b"
-    } else {
-        "node-a"
-    };
-    assert_eq!(
-        admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=30s"))
-            .await
-            .status,
-        202
-    );
-    for _ in 0..3 {
-        let r = get(&gw.url("/data"), &[("x-conn-id", "c-drain")])
-            .await
-            .expect("request");
-        assert_eq!(node_of(&r), other);
-    }
-    assert_eq!(
-        gw.metric("hopping_count_total{reason=\"draining\"}").await,
-        1.0
-    );
-    assert_eq!(gw.admin_json("/admin/conns/c-drain").await["node"], other);
-    gw.logs
-        .wait_for(
-            &[&format!(
-                "Hopping triggered for conn c-drain from {first} to {other}"
-            )],
-            Duration::from_secs(2),
-        )
-        .await;
-}
-
+/// An h2 client whose connection is tied to a draining node gets a GOAWAY and its next connection lands elsewhere.
 #[tokio::test]
 async fn h2_client_gets_goaway_when_its_node_drains() {
     let a = Mock::start("node-a").await;
@@ -263,6 +130,7 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
     }
 }
 
+/// A gRPC stream still open on a draining node ends with `grpc-status: 14` at the drain deadline.
 #[tokio::test]
 async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
@@ -339,6 +207,7 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
     assert_eq!(gw.node(&node).await["state"], "draining");
 }
 
+/// A plain HTTP stream still open on a draining node is cut at the drain deadline.
 #[tokio::test]
 async fn plain_stream_is_cut_at_the_drain_deadline() {
     let a = Mock::start("node-a").await;
@@ -385,122 +254,7 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
     );
 }
 
-#[tokio::test]
-async fn sigterm_finishes_in_flight_work_and_exits_zero() {
-    let a = Mock::start("node-a").await;
-    let mut gw = Gateway::start(&config(
-        &[("node-a", a.addr())],
-        "",
-        "[server]\nshutdown_timeout = \"5s\"\n",
-    ))
-    .await;
-    let mut idle_h2 = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    assert_eq!(
-        idle_h2.get("/data", &[]).await.expect("h2 request").status,
-        200
-    );
-    a.delay(1000).await;
-    let url = gw.url("/data");
-    let slow = tokio::spawn(async move { get(&url, &[]).await });
-    wait_until(Duration::from_secs(5), "a request in flight", || async {
-        gw.node("node-a").await["inflight"] == 1
-    })
-    .await;
-    let term_at = Instant::now();
-    gw.signal("TERM");
-    // Every h2 connection gets GOAWAY and ends (it has no streams left).
-    tokio::time::timeout(Duration::from_secs(2), &mut idle_h2.conn)
-        .await
-        .expect("h2 connection closed after SIGTERM")
-        .expect("join")
-        .expect("clean GOAWAY close");
-    // New connections are refused.
-    wait_until(Duration::from_secs(2), "the listener to close", || async {
-        TcpStream::connect(("127.0.0.1", gw.port)).await.is_err()
-    })
-    .await;
-    // The in-flight request completes.
-    let r = slow.await.expect("join").expect("in-flight request");
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.text(), format!("Data from Node node-a (Port {})", a.port));
-    let code = gw.wait_exit(Duration::from_secs(5)).await;
-    assert_eq!(code, Some(0));
-    assert!(
-        term_at.elapsed() < Duration::from_secs(5),
-        "shutdown took {:?}",
-        term_at.elapsed()
-    );
-}
-
-#[tokio::test]
-async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let mut gw = Gateway::start(&config(
-        &[("node-a", grpc_addr(&a))],
-        "protocol = \"h2c\"",
-        "[server]\nshutdown_timeout = \"2s\"\n",
-    ))
-    .await;
-    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
-    let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
-    s.next_message::<proto::Tick>()
-        .await
-        .expect("alive")
-        .expect("a tick");
-    let term_at = Instant::now();
-    gw.signal("TERM");
-    // The stream is in-flight work: it keeps flowing until the end of shutdown_timeout, then ends
-    // with UNAVAILABLE trailers rather than a dropped connection.
-    let mut ticks = 0;
-    while s
-        .next_message::<proto::Tick>()
-        .await
-        .expect("the stream ends with trailers, not a reset")
-        .is_some()
-    {
-        ticks += 1;
-    }
-    let ended = term_at.elapsed();
-    assert!(ticks >= 10, "only {ticks} ticks after SIGTERM");
-    assert!(
-        ended >= Duration::from_millis(1500) && ended < Duration::from_millis(2300),
-        "stream ended {ended:?} after SIGTERM"
-    );
-    assert_eq!(s.trailer("grpc-status").as_deref(), Some("14"));
-    assert_eq!(gw.wait_exit(Duration::from_secs(3)).await, Some(0));
-    assert!(
-        term_at.elapsed() < Duration::from_secs(3),
-        "exit took {:?}",
-        term_at.elapsed()
-    );
-}
-
-/// Opens an h2c connection to the gateway and starts an endless `Ticks` stream on it; returns
-/// the connection, the stream and the node of its first tick.
-async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
-    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
-    let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
-    assert_eq!(s.status, 200);
-    let (tick, _) = s
-        .next_message::<proto::Tick>()
-        .await
-        .expect("alive")
-        .expect("a tick");
-    (c, s, tick.node, tick.seq)
-}
-
+/// A gRPC stream on one node is untouched by the drain of another node.
 #[tokio::test]
 async fn grpc_stream_survives_the_drain_of_another_node_untouched() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;

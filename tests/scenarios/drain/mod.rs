@@ -1,0 +1,36 @@
+//! Drain and graceful shutdown (SPEC section 5): admin drain/undrain, no new work on a draining
+//! node while in-flight work finishes, bound ids hopping off it, h2 connection-level affinity with
+//! GOAWAY, streams closed at the drain deadline (gRPC: `grpc-status: 14`), and SIGTERM.
+
+mod admin;
+mod sigterm;
+mod streams;
+
+use bytes::Bytes;
+use integration_tests::h2c::{self, grpc_headers, Stream};
+use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
+use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// TCP probes: a node made slow with `/control/delay` stays healthy.
+const TCP_HEALTH: &str =
+    "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
+
+fn config(nodes: &[(&str, String)], cluster_extra: &str, top: &str) -> String {
+    format!(
+        "{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
+        cluster_toml("c", nodes, cluster_extra)
+    )
+}
+
+fn grpc_addr(m: &Mock) -> String {
+    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
+}
+
+async fn admin_post(gw: &Gateway, path: &str) -> integration_tests::Resp {
+    request("POST", &gw.admin(path), &[], Vec::new())
+        .await
+        .expect("admin call")
+}
