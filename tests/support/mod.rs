@@ -4,7 +4,6 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
-pub mod certs;
 pub mod config;
 pub mod dns;
 mod gateway;
