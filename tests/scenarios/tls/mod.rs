@@ -15,7 +15,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
+use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -44,6 +46,51 @@ pub(crate) fn tls_config(
         ));
     }
     s
+}
+
+/// A TLS front for one test: a CA, a gateway whose TLS listener serves that CA's `localhost`
+/// leaf (config from [`tls_config`]), and the listener's port.
+struct Front {
+    ca: Ca,
+    gw: Gateway,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Front {
+    /// Makes CA `ca_name` and its `localhost` leaf, and starts a gateway with a TLS listener on a
+    /// free port serving it over cluster `c` of `nodes` with `cluster_extra` lines.
+    async fn start(ca_name: &str, nodes: &[(&str, String)], cluster_extra: &str) -> Front {
+        let ca = Ca::new(ca_name);
+        let leaf = ca.leaf(&["localhost"]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let gw = Gateway::start(&tls_config(
+            dir.path(),
+            port,
+            &[(&leaf, &["localhost"])],
+            "",
+            nodes,
+            cluster_extra,
+        ))
+        .await;
+        Front {
+            ca,
+            gw,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// A TLS connection to the listener with SNI `localhost`, trusting the CA, offering `alpn`.
+    async fn connect(&self, alpn: &[&str]) -> std::io::Result<TlsStream<TcpStream>> {
+        tls::connect(
+            self.port,
+            "localhost",
+            tls::client_config(&self.ca.pem, alpn, None),
+        )
+        .await
+    }
 }
 
 fn mock_nodes(mocks: &[&Mock]) -> Vec<(&'static str, String)> {

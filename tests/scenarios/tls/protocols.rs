@@ -67,27 +67,13 @@ where
 #[tokio::test]
 async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
     let a = Mock::start("node-a").await;
-    let ca = Ca::new("alpn test CA");
-    let leaf = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let gw = Gateway::start(&tls_config(
-        dir.path(),
-        port,
-        &[(&leaf, &["localhost"])],
-        "",
-        &mock_nodes(&[&a]),
-        "",
-    ))
-    .await;
+    let front = Front::start("alpn test CA", &mock_nodes(&[&a]), "").await;
+    let (port, gw) = (front.port, &front.gw);
 
-    let s = tls::connect(
-        port,
-        "localhost",
-        tls::client_config(&ca.pem, &["h2", "http/1.1"], None),
-    )
-    .await
-    .expect("h2 handshake");
+    let s = front
+        .connect(&["h2", "http/1.1"])
+        .await
+        .expect("h2 handshake");
     assert_eq!(tls::alpn(&s).as_deref(), Some("h2"));
     let mut c = tls::h2(s, &format!("localhost:{port}")).await;
     let r = c.get("/echo", &[]).await.expect("h2 GET");
@@ -102,13 +88,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
     assert_eq!(proto.len(), 1, "{echo}");
     assert_eq!(proto[0][1], "https");
 
-    let s = tls::connect(
-        port,
-        "localhost",
-        tls::client_config(&ca.pem, &["http/1.1"], None),
-    )
-    .await
-    .expect("h1 handshake");
+    let s = front.connect(&["http/1.1"]).await.expect("h1 handshake");
     assert_eq!(tls::alpn(&s).as_deref(), Some("http/1.1"));
     let mut send = tls::http1(s).await.expect("h1");
     let (status, version, body) = tls::h1_get(&mut send, "localhost", "/echo")
@@ -138,8 +118,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         "{plain}"
     );
 
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca.pem).expect("write CA");
+    let ca_file = &front.ca.cert;
     let out = tokio::process::Command::new("curl")
         .args(["-sS", "--http2", "--cacert"])
         .arg(&ca_file)
@@ -170,27 +149,15 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
 #[tokio::test]
 async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let ca = Ca::new("grpc test CA");
-    let leaf = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
     let grpc_addr = format!("127.0.0.1:{}", a.grpc_port.expect("grpc port"));
-    let _gw = Gateway::start(&tls_config(
-        dir.path(),
-        port,
-        &[(&leaf, &["localhost"])],
-        "",
+    let front = Front::start(
+        "grpc test CA",
         &[("node-a", grpc_addr)],
         "protocol = \"h2c\"",
-    ))
-    .await;
-    let s = tls::connect(
-        port,
-        "localhost",
-        tls::client_config(&ca.pem, &["h2"], None),
     )
-    .await
-    .expect("handshake");
+    .await;
+    let port = front.port;
+    let s = front.connect(&["h2"]).await.expect("handshake");
     let mut c = tls::h2(s, &format!("localhost:{port}")).await;
     let req = c.request(
         "POST",
@@ -227,26 +194,9 @@ async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
 async fn tls_wss_socket_hops_when_its_node_is_killed() {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
-    let ca = Ca::new("wss test CA");
-    let leaf = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let _gw = Gateway::start(&tls_config(
-        dir.path(),
-        port,
-        &[(&leaf, &["localhost"])],
-        "",
-        &mock_nodes(&[&a, &b]),
-        "",
-    ))
-    .await;
-    let s = tls::connect(
-        port,
-        "localhost",
-        tls::client_config(&ca.pem, &["http/1.1"], None),
-    )
-    .await
-    .expect("handshake");
+    let front = Front::start("wss test CA", &mock_nodes(&[&a, &b]), "").await;
+    let port = front.port;
+    let s = front.connect(&["http/1.1"]).await.expect("handshake");
     let (mut ws, resp) = tokio_tungstenite::client_async(format!("wss://localhost:{port}/ws"), s)
         .await
         .expect("wss upgrade");
@@ -260,26 +210,9 @@ async fn tls_wss_socket_hops_when_its_node_is_killed() {
 async fn tls_rfc8441_websocket_over_h2_exchanges_messages_and_hops() {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
-    let ca = Ca::new("rfc8441 test CA");
-    let leaf = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let gw = Gateway::start(&tls_config(
-        dir.path(),
-        port,
-        &[(&leaf, &["localhost"])],
-        "",
-        &mock_nodes(&[&a, &b]),
-        "",
-    ))
-    .await;
-    let s = tls::connect(
-        port,
-        "localhost",
-        tls::client_config(&ca.pem, &["h2"], None),
-    )
-    .await
-    .expect("handshake");
+    let front = Front::start("rfc8441 test CA", &mock_nodes(&[&a, &b]), "").await;
+    let (port, gw) = (front.port, &front.gw);
+    let s = front.connect(&["h2"]).await.expect("handshake");
     assert_eq!(tls::alpn(&s).as_deref(), Some("h2"));
     let (mut ws, head) = h2ws::open(s, &format!("localhost:{port}"), "/ws", &[])
         .await
