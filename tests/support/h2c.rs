@@ -101,6 +101,17 @@ impl H2Conn {
         b.body(Full::new(body.into())).expect("valid request")
     }
 
+    /// A mock-backend `Ticks` call (gRPC server streaming, `mock_backend::grpc::TICKS_PATH`) for
+    /// `count` ticks, 0 meaning endless, with the usual gRPC headers.
+    pub fn ticks(&self, count: u32) -> Request<Full<Bytes>> {
+        self.request(
+            "POST",
+            mock_backend::grpc::TICKS_PATH,
+            &grpc_headers(&[]),
+            mock_backend::grpc::encode_frame(&mock_backend::grpc::proto::TicksRequest { count }),
+        )
+    }
+
     /// Sends `req` and returns the response head with its streaming body.
     pub async fn send(
         &mut self,

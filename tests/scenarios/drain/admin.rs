@@ -11,14 +11,7 @@ fn node_of(r: &integration_tests::Resp) -> String {
 /// A drained node takes no new work while its in-flight request finishes, and undrain gives it traffic again.
 #[tokio::test]
 async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
+    let (a, _b, gw) = two_nodes("", "").await;
 
     assert_eq!(
         admin_post(&gw, "/admin/nodes/nope/drain?period=1s")
@@ -85,14 +78,7 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
 /// Ids bound to a draining node are re-bound to another node.
 #[tokio::test]
 async fn bound_ids_hop_off_a_draining_node() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
+    let (_a, _b, gw) = two_nodes("", "").await;
     let first = node_of(
         &get(&gw.url("/data"), &[("x-conn-id", "c-drain")])
             .await

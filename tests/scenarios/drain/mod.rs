@@ -9,7 +9,7 @@ mod streams;
 use bytes::Bytes;
 use integration_tests::h2c::{self, grpc_headers, Stream};
 use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
-use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
+use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -23,6 +23,15 @@ fn config(nodes: &[(&str, String)], cluster_extra: &str, top: &str) -> String {
         "{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
         cluster_toml("c", nodes, cluster_extra)
     )
+}
+
+/// Starts node-a and node-b and a gateway over them ([`config`] with `cluster_extra` and `top`).
+async fn two_nodes(cluster_extra: &str, top: &str) -> (Mock, Mock, Gateway) {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
+    let gw = Gateway::start(&config(&nodes, cluster_extra, top)).await;
+    (a, b, gw)
 }
 
 fn grpc_addr(m: &Mock) -> String {

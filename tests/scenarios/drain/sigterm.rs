@@ -62,12 +62,7 @@ async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero()
     ))
     .await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
+    let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
     s.next_message::<proto::Tick>()
         .await

@@ -7,12 +7,7 @@ use super::*;
 /// the connection, the stream and the node of its first tick.
 async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
+    let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
     assert_eq!(s.status, 200);
     let (tick, _) = s
@@ -26,14 +21,7 @@ async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
 /// An h2 client whose connection is tied to a draining node gets a GOAWAY and its next connection lands elsewhere.
 #[tokio::test]
 async fn h2_client_gets_goaway_when_its_node_drains() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
+    let (a, b, gw) = two_nodes("", "").await;
     let gw_addr = format!("127.0.0.1:{}", gw.port);
 
     // A connection without X-Conn-Id is its own affinity key: every request lands on one node.
@@ -142,12 +130,7 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
     ))
     .await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
+    let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
     let (tick, _) = s
         .next_message::<proto::Tick>()

@@ -8,15 +8,7 @@ use super::*;
 /// kept, client connection untouched.
 #[tokio::test]
 async fn h2c_node_goaway_every_three_streams_costs_nothing() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        FAST_HEALTH,
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let (a, _b, gw) = two_nodes(FAST_HEALTH, "protocol = \"h2c\"").await;
     // Bind c-4004 to node-a: node-b drains while the binding is made.
     assert_eq!(
         request(
@@ -230,15 +222,7 @@ async fn h2c_burst_to_a_fresh_node_shares_one_connection() {
 /// An HTTP/2 connection without an id keeps its streams on one node until it closes.
 #[tokio::test]
 async fn h2_connection_is_its_own_affinity_key_until_it_closes() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config(
-        TCP_HEALTH,
-        &[("node-a", a.addr()), ("node-b", b.addr())],
-        "",
-        "",
-    ))
-    .await;
+    let (_a, _b, gw) = two_nodes(TCP_HEALTH, "").await;
     let gw_addr = format!("127.0.0.1:{}", gw.port);
     let mut ids = Vec::new();
     let mut nodes = std::collections::HashSet::new();

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use integration_tests::h2c::{self, grpc_headers, grpc_messages, Stream};
 use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
-use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
+use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -31,6 +31,16 @@ fn config(health: &str, nodes: &[(&str, String)], cluster_extra: &str, route: &s
         "{health}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n{route}\n",
         cluster_toml("c", nodes, cluster_extra)
     )
+}
+
+/// Starts node-a and node-b and a gateway over them: `health`, cluster `c` with `cluster_extra`
+/// lines, route `api` ([`config`]).
+async fn two_nodes(health: &str, cluster_extra: &str) -> (Mock, Mock, Gateway) {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
+    let gw = Gateway::start(&config(health, &nodes, cluster_extra, "")).await;
+    (a, b, gw)
 }
 
 fn echo_header(echo: &serde_json::Value, name: &str) -> Vec<String> {

@@ -143,12 +143,7 @@ async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
 
     // A bounded stream: three ticks, then status 0 trailers.
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 3 }),
-    );
+    let req = c.ticks(3);
     let r = c.fetch(req).await.expect("Ticks(3)");
     let ticks: Vec<proto::Tick> = grpc_messages(&r.body);
     assert_eq!(ticks.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2, 3]);
@@ -165,12 +160,7 @@ async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
         .await;
 
     // An endless stream outlives the 1 s route timeout, each tick on time.
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 0 }),
-    );
+    let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks(0) head"));
     assert_eq!(s.status, 200);
     for seq in 1..=20u64 {

@@ -10,7 +10,7 @@ use futures_util::{SinkExt, StreamExt};
 use integration_tests::h2c::{grpc_headers, grpc_messages};
 use integration_tests::tls::{self, Ca, Leaf};
 use integration_tests::{bin, cluster_toml, free_port, h2ws, Gateway, Mock, FAST_HEALTH};
-use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
+use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;

@@ -175,12 +175,7 @@ async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
             node: "node-a".into()
         }]
     );
-    let req = c.request(
-        "POST",
-        TICKS_PATH,
-        &grpc_headers(&[]),
-        encode_frame(&proto::TicksRequest { count: 3 }),
-    );
+    let req = c.ticks(3);
     let r = c.fetch(req).await.expect("Ticks");
     let ticks: Vec<proto::Tick> = grpc_messages(&r.body);
     assert_eq!(ticks.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2, 3]);

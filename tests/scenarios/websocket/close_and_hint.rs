@@ -6,14 +6,8 @@ use super::*;
 /// In hint mode a killed node's sockets are closed with 1012 and the hint, and a reconnect lands on the healthy node.
 #[tokio::test]
 async fn ws_hint_mode_closes_1012_and_reconnect_lands_on_healthy_node() {
-    let mut a = Mock::start("node-a").await;
-    let mut b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hint", &[&a, &b], "")).await;
-    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hint-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
-        .as_str()
-        .expect("node")
-        .to_string();
+    let (mut a, mut b, gw) = two_nodes("hint").await;
+    let (mut ws, first_node) = open_on(&gw, "/ws", "c-hint-1").await;
     kill(&mut a, &mut b, &first_node).await;
     let (code, reason) = close_of(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(code, 1012);
@@ -31,9 +25,7 @@ async fn ws_hint_mode_closes_1012_and_reconnect_lands_on_healthy_node() {
 /// In hint mode the 1012 hints of a draining node are spread over the drain period, not sent at once.
 #[tokio::test]
 async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hint", &[&a, &b], "")).await;
+    let (_a, _b, gw) = two_nodes("hint").await;
     let mut on_a = Vec::new();
     // New ids are placed by rendezvous hashing (SPEC section 7): open sockets until 5 are on node-a.
     for i in 0..40 {
@@ -80,9 +72,7 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
 /// the active-connection gauge returns to its baseline.
 #[tokio::test]
 async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
+    let (_a, _b, gw) = two_nodes("close").await;
     let baseline = gw.metric(GAUGE).await;
 
     let mut ws = connect(
@@ -124,14 +114,8 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
 /// lands on the healthy node at once.
 #[tokio::test]
 async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node() {
-    let mut a = Mock::start("node-a").await;
-    let mut b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
-    let mut ws = connect(&gw, "/ws?tick_ms=100", &[("X-Conn-Id", "c-2004")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
-        .as_str()
-        .expect("node")
-        .to_string();
+    let (mut a, mut b, gw) = two_nodes("close").await;
+    let (mut ws, first_node) = open_on(&gw, "/ws?tick_ms=100", "c-2004").await;
     kill(&mut a, &mut b, &first_node).await;
     let t0 = Instant::now();
     let (code, _) = close_of(&mut ws, Duration::from_secs(2)).await;
@@ -150,14 +134,8 @@ async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node
 /// In close mode a socket on a draining node is closed at the drain deadline.
 #[tokio::test]
 async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("close", &[&a, &b], "")).await;
-    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-deadline")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
-        .as_str()
-        .expect("node")
-        .to_string();
+    let (_a, _b, gw) = two_nodes("close").await;
+    let (mut ws, first_node) = open_on(&gw, "/ws", "c-deadline").await;
     let r = request(
         "POST",
         &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=1s")),

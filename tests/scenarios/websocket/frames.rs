@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// A 1 s WebSocket idle limit (`limits.websocket_idle_timeout`).
+const IDLE_1S: &str = "[limits]\nwebsocket_idle_timeout = \"1s\"\n";
+
 /// CASE-06: the client's Ping reaches the node and the only Pong is the node's; a silent socket
 /// stays open (no WebSocket idle limit by default) and then delivers the node's text; node pings
 /// reach the client.
@@ -67,12 +70,7 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
 #[tokio::test]
 async fn ws_idle_timeout_sends_1001() {
     let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config(
-        "hop",
-        &[&a],
-        "[limits]\nwebsocket_idle_timeout = \"1s\"\n",
-    ))
-    .await;
+    let gw = Gateway::start(&config("hop", &[&a], IDLE_1S)).await;
     let mut ws = connect(&gw, "/ws", &[]).await;
     hello(&mut ws, Duration::from_secs(2)).await;
     let t0 = Instant::now();
@@ -93,12 +91,7 @@ async fn ws_idle_timeout_sends_1001() {
 #[tokio::test]
 async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
     let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config(
-        "hop",
-        &[&a],
-        "[limits]\nwebsocket_idle_timeout = \"1s\"\n",
-    ))
-    .await;
+    let gw = Gateway::start(&config("hop", &[&a], IDLE_1S)).await;
     let mut ws = connect(&gw, "/ws?ping_every_ms=300", &[]).await;
     hello(&mut ws, Duration::from_secs(2)).await;
     let t0 = Instant::now();

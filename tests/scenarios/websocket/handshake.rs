@@ -9,9 +9,7 @@ use super::*;
 /// the binding picks the node; frames flow both ways.
 #[tokio::test]
 async fn ws_upgrade_header_variants_reach_the_node_once_case03() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    let (_a, _b, gw) = two_nodes("hop").await;
     let variants: [&[&str]; 5] = [
         &["Connection: keep-alive, Upgrade", "Upgrade: websocket"],
         &["connection: upgrade", "upgrade: websocket"],
@@ -212,9 +210,7 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
 /// never 101.
 #[tokio::test]
 async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
-    let mut a = Mock::start("node-a").await;
-    let mut b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    let (mut a, mut b, gw) = two_nodes("hop").await;
     a.kill().await;
     b.kill().await;
     gw.wait_node_state("node-a", "ejected", Duration::from_secs(5))

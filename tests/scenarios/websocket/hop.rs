@@ -7,9 +7,7 @@ use super::*;
 /// open and keeps flowing on a healthy node (SPEC 5 hop rules).
 #[tokio::test]
 async fn ws_hops_without_closing_client() {
-    let mut a = Mock::start("node-a").await;
-    let mut b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    let (mut a, mut b, gw) = two_nodes("hop").await;
     let mut ws = connect(
         &gw,
         "/ws",
@@ -101,9 +99,7 @@ async fn ws_hops_without_closing_client() {
 /// In hop mode a WebSocket moves to the other node when its node is drained, without closing the client.
 #[tokio::test]
 async fn ws_hops_when_node_drains() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    let (_a, _b, gw) = two_nodes("hop").await;
     let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-drain-1")]).await;
     let first = hello(&mut ws, Duration::from_secs(2)).await;
     let first_node = first["node"].as_str().expect("node").to_string();
@@ -144,9 +140,7 @@ async fn ws_hops_when_node_drains() {
 /// from a node with `hopped_from` set, and messages keep being echoed.
 #[tokio::test]
 async fn ws_hop_mode_survives_a_node_ending_the_socket_by_fin_or_rst() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config("hop", &[&a, &b], "")).await;
+    let (_a, _b, gw) = two_nodes("hop").await;
     for (knob, id) in [
         ("drop_after_ms=300", "c-fin-1"),
         ("reset_after_ms=300", "c-rst-1"),
@@ -177,11 +171,7 @@ async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
-    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-hold-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
-        .as_str()
-        .expect("node")
-        .to_string();
+    let (mut ws, first_node) = open_on(&gw, "/ws", "c-hold-1").await;
     let other = other_of(&first_node);
     // The new node takes 400 ms to answer the re-dial: the client's messages wait in the gateway.
     if other == "node-a" {
@@ -214,11 +204,7 @@ async fn ws_hop_gives_a_hint_when_held_messages_pass_the_bound() {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
-    let mut ws = connect(&gw, "/ws", &[("X-Conn-Id", "c-bound-1")]).await;
-    let first_node = hello(&mut ws, Duration::from_secs(2)).await["node"]
-        .as_str()
-        .expect("node")
-        .to_string();
+    let (mut ws, first_node) = open_on(&gw, "/ws", "c-bound-1").await;
     if other_of(&first_node) == "node-a" {
         a.delay(3000).await
     } else {

@@ -85,6 +85,25 @@ async fn next_text(ws: &mut Ws, t: Duration) -> String {
     }
 }
 
+/// Starts node-a and node-b and a gateway over them with `websocket = "<mode>"` ([`config`]).
+async fn two_nodes(mode: &str) -> (Mock, Mock, Gateway) {
+    let a = Mock::start("node-a").await;
+    let b = Mock::start("node-b").await;
+    let gw = Gateway::start(&config(mode, &[&a, &b], "")).await;
+    (a, b, gw)
+}
+
+/// Opens `path` with `X-Conn-Id: id` and reads the node's hello (within 2 s); returns the socket and
+/// the id of the node serving it.
+async fn open_on(gw: &Gateway, path: &str, id: &str) -> (Ws, String) {
+    let mut ws = connect(gw, path, &[("X-Conn-Id", id)]).await;
+    let node = hello(&mut ws, Duration::from_secs(2)).await["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    (ws, node)
+}
+
 /// The node's hello message (first message of every mock socket).
 async fn hello(ws: &mut Ws, t: Duration) -> Value {
     let text = next_text(ws, t).await;
