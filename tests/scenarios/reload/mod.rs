@@ -37,6 +37,16 @@ fn route(id: &str, prefix: &str, cluster: &str, strip: &str, extra: &str) -> Str
     format!("[[routes]]\nid = \"{id}\"\nmatch = {{ path_prefix = \"{prefix}\" }}\ncluster = \"{cluster}\"\nstrip_prefix = \"{strip}\"\n{extra}\n")
 }
 
+/// A whole config file: [`FAST_HEALTH`], cluster `name` over `nodes` ([`cluster`]) and route `api`
+/// for `/api` to it, stripping `/api`, with `route_extra` lines ([`route`]).
+fn api_file(name: &str, nodes: &[(&str, &str, &str)], route_extra: &str) -> String {
+    format!(
+        "{FAST_HEALTH}{}{}",
+        cluster(name, nodes, ""),
+        route("api", "/api", name, "/api", route_extra)
+    )
+}
+
 async fn admin_post(gw: &Gateway, path: &str) -> Resp {
     request("POST", &gw.admin(path), &[], Vec::new())
         .await

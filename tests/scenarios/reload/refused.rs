@@ -91,11 +91,7 @@ async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected(
 #[tokio::test]
 async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() {
     let a = Mock::start("node-a").await;
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "ca", "/api", "")
-    );
+    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
     gw.write_config(&format!(
         "{v1}[[routes]]\nid = \"x\"\ncluster = \"ca\"\nbogus = 1\n"
@@ -139,11 +135,7 @@ async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("main", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "main", "/api", "")
-    );
+    let v1 = api_file("main", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
     let load = Load::start(
         &gw,
@@ -210,19 +202,15 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
-    let mostly_dead = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster(
-            "main",
-            &[
-                ("node-a", &a.addr(), ""),
-                ("node-b", &b.addr(), ""),
-                ("dead-1", &dead.0, ""),
-                ("dead-2", &dead.1, ""),
-            ],
-            ""
-        ),
-        route("api", "/api", "main", "/api", "")
+    let mostly_dead = api_file(
+        "main",
+        &[
+            ("node-a", &a.addr(), ""),
+            ("node-b", &b.addr(), ""),
+            ("dead-1", &dead.0, ""),
+            ("dead-2", &dead.1, ""),
+        ],
+        "",
     );
     gw.write_config(&mostly_dead);
     let r = admin_post(&gw, "/admin/reload").await;

@@ -210,14 +210,10 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rss_after_1000_reloads_stays_near_rss_after_10() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let base = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster(
-            "main",
-            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
-            ""
-        ),
-        route("api", "/api", "main", "/api", "")
+    let base = api_file(
+        "main",
+        &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+        "",
     );
     let with_extra = format!("{base}{}", route("extra", "/extra", "main", "/extra", ""));
     let gw = Gateway::start(&base).await;

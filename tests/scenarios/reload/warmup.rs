@@ -31,11 +31,7 @@ async fn node_b_share(url: String, t0: Instant, from: Duration, to: Duration) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_ramps_a_new_route_from_its_initial_share() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "ca", "/api", "")
-    );
+    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
     let warm =
         "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
@@ -79,20 +75,12 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
     let warm =
         "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "ca", "/api", warm)
-    );
+    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], warm);
     let gw = Gateway::start(&v1).await;
-    let v2 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster(
-            "ca",
-            &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
-            ""
-        ),
-        route("api", "/api", "ca", "/api", warm)
+    let v2 = api_file(
+        "ca",
+        &[("node-a", &a.addr(), ""), ("node-b", &b.addr(), "")],
+        warm,
     );
     gw.write_config(&v2);
     let r = admin_post(&gw, "/admin/reload").await;
@@ -130,11 +118,7 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_error_rate_above_limit_rolls_back_automatically() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "ca", "/api", "")
-    );
+    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
     let warm = "  [routes.warmup]\n  initial_percent = 50\n  duration = \"30s\"\n  max_error_rate = 0.05\n";
     // The new route sends /api/x/status/500 to node-b's /status/500 (500); the old route sends it
@@ -204,11 +188,7 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
 #[tokio::test]
 async fn rollback_endpoint_restores_the_previous_table() {
     let a = Mock::start("node-a").await;
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("api", "/api", "ca", "/api", "")
-    );
+    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
     let r = admin_post(&gw, "/admin/rollback").await;
     assert_eq!(r.status, 422, "nothing to roll back to: {}", r.text());
