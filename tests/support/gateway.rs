@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::{bin, free_port, get, wait_until, Logs};
+use crate::{bin, free_port, get, request, wait_until, Logs, Resp};
 
 /// A running `hopping-gateway`.
 pub struct Gateway {
@@ -112,6 +112,14 @@ impl Gateway {
             .await
             .expect("admin call")
             .json()
+    }
+
+    /// `POST` an admin path (e.g. `/admin/nodes/a/drain?period=2s`, SPEC section 11) with an
+    /// empty body; returns the answer whatever its status. Panics when the call fails.
+    pub async fn admin_post(&self, path: &str) -> Resp {
+        request("POST", &self.admin(path), &[], Vec::new())
+            .await
+            .expect("admin call")
     }
 
     /// The admin view of node `id`.

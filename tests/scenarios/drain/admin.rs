@@ -14,15 +14,12 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     let (a, _b, gw) = two_nodes("", "").await;
 
     assert_eq!(
-        admin_post(&gw, "/admin/nodes/nope/drain?period=1s")
+        gw.admin_post("/admin/nodes/nope/drain?period=1s")
             .await
             .status,
         404
     );
-    assert_eq!(
-        admin_post(&gw, "/admin/nodes/nope/undrain").await.status,
-        404
-    );
+    assert_eq!(gw.admin_post("/admin/nodes/nope/undrain").await.status, 404);
 
     // A slow request in flight on node-a (every other node-a request is slow as well).
     a.delay(800).await;
@@ -36,7 +33,9 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     .await;
 
     let period = Duration::from_millis(1500);
-    let r = admin_post(&gw, "/admin/nodes/node-a/drain?period=1500ms").await;
+    let r = gw
+        .admin_post("/admin/nodes/node-a/drain?period=1500ms")
+        .await;
     let deadline = Instant::now() + period;
     assert_eq!(r.status, 202, "{}", r.text());
     assert_eq!(gw.node("node-a").await["state"], "draining");
@@ -59,7 +58,7 @@ async fn drain_takes_no_new_work_finishes_in_flight_and_undrain_restores() {
     // Past the deadline the node stays draining until undrained.
     tokio::time::sleep_until(deadline + Duration::from_millis(300)).await;
     assert_eq!(gw.node("node-a").await["state"], "draining");
-    let r = admin_post(&gw, "/admin/nodes/node-a/undrain").await;
+    let r = gw.admin_post("/admin/nodes/node-a/undrain").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(gw.node("node-a").await["state"], "healthy");
     a.delay(0).await;
@@ -90,7 +89,7 @@ async fn bound_ids_hop_off_a_draining_node() {
         "node-a"
     };
     assert_eq!(
-        admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=30s"))
+        gw.admin_post(&format!("/admin/nodes/{first}/drain?period=30s"))
             .await
             .status,
         202

@@ -8,7 +8,7 @@ mod streams;
 
 use bytes::Bytes;
 use integration_tests::h2c::{self, grpc_headers, Stream};
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
+use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -36,10 +36,4 @@ async fn two_nodes(cluster_extra: &str, top: &str) -> (Mock, Mock, Gateway) {
 
 fn grpc_addr(m: &Mock) -> String {
     format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
-}
-
-async fn admin_post(gw: &Gateway, path: &str) -> integration_tests::Resp {
-    request("POST", &gw.admin(path), &[], Vec::new())
-        .await
-        .expect("admin call")
 }

@@ -62,7 +62,7 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
     )
     .await;
     assert_eq!(
-        admin_post(&gw, &format!("/admin/nodes/{first}/drain?period=5s"))
+        gw.admin_post(&format!("/admin/nodes/{first}/drain?period=5s"))
             .await
             .status,
         202
@@ -138,7 +138,9 @@ async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
         .expect("alive")
         .expect("a tick");
     let node = tick.node.clone();
-    let r = admin_post(&gw, &format!("/admin/nodes/{node}/drain?period=1s")).await;
+    let r = gw
+        .admin_post(&format!("/admin/nodes/{node}/drain?period=1s"))
+        .await;
     let deadline = Instant::now() + Duration::from_secs(1);
     assert_eq!(r.status, 202);
     // Ticks keep flowing until the deadline, then UNAVAILABLE trailers end the stream.
@@ -209,7 +211,7 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
     let mut s = Stream::new(send.send_request(req).await.expect("head"));
     s.next_chunk().await.expect("alive").expect("an event");
     assert_eq!(
-        admin_post(&gw, "/admin/nodes/node-a/drain?period=500ms")
+        gw.admin_post("/admin/nodes/node-a/drain?period=500ms")
             .await
             .status,
         202
@@ -269,7 +271,7 @@ async fn grpc_stream_survives_the_drain_of_another_node_untouched() {
 
     let period = Duration::from_secs(1);
     assert_eq!(
-        admin_post(&gw, "/admin/nodes/node-b/drain?period=1s")
+        gw.admin_post("/admin/nodes/node-b/drain?period=1s")
             .await
             .status,
         202

@@ -11,15 +11,9 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     let (a, _b, gw) = two_nodes(FAST_HEALTH, "protocol = \"h2c\"").await;
     // Bind c-4004 to node-a: node-b drains while the binding is made.
     assert_eq!(
-        request(
-            "POST",
-            &gw.admin("/admin/nodes/node-b/drain?period=60s"),
-            &[],
-            Vec::new()
-        )
-        .await
-        .expect("drain")
-        .status,
+        gw.admin_post("/admin/nodes/node-b/drain?period=60s")
+            .await
+            .status,
         202
     );
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
@@ -29,15 +23,7 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
         .expect("bind");
     assert_eq!(r.header("x-node-id").as_deref(), Some("node-a"));
     assert_eq!(
-        request(
-            "POST",
-            &gw.admin("/admin/nodes/node-b/undrain"),
-            &[],
-            Vec::new()
-        )
-        .await
-        .expect("undrain")
-        .status,
+        gw.admin_post("/admin/nodes/node-b/undrain").await.status,
         200
     );
     gw.wait_node_state("node-b", "healthy", Duration::from_secs(5))

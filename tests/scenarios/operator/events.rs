@@ -40,14 +40,9 @@ async fn admin_events_deliver_each_kind() {
         .json()["now_ms"]
         .as_u64()
         .expect("now_ms");
-    let r = request(
-        "POST",
-        &gw.admin(&format!("/admin/nodes/{from}/drain?period=60s")),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("drain");
+    let r = gw
+        .admin_post(&format!("/admin/nodes/{from}/drain?period=60s"))
+        .await;
     assert_eq!(r.status, 202);
 
     let drain = sse.next("drain", |v| v["id"] == from.as_str()).await;
@@ -79,31 +74,20 @@ async fn admin_events_deliver_each_kind() {
     );
     assert!(hop["at_ms"].as_u64().expect("at_ms") >= before);
 
-    let r = request(
-        "POST",
-        &gw.admin(&format!("/admin/nodes/{from}/undrain")),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("undrain");
+    let r = gw.admin_post(&format!("/admin/nodes/{from}/undrain")).await;
     assert_eq!(r.status, 200);
     let node = sse.next("node", |v| v["id"] == from.as_str()).await;
     assert_eq!(node["state"], "healthy");
     assert_eq!(node["weight"].as_f64(), Some(100.0));
 
     gw.write_config(&toml.replace("timeout = \"300ms\"", "timeout = \"250ms\""));
-    let r = request("POST", &gw.admin("/admin/reload"), &[], Vec::new())
-        .await
-        .expect("reload");
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let reload = sse.next("reload", |v| v["result"] == "ok").await;
     assert_eq!(keys(&reload), set(&["generation", "result"]));
     assert_eq!(reload["generation"], 2);
     gw.write_config("not toml [");
-    let r = request("POST", &gw.admin("/admin/reload"), &[], Vec::new())
-        .await
-        .expect("reload");
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 422);
     let reload = sse.next("reload", |v| v["result"] == "invalid").await;
     assert_eq!(reload["generation"], 2, "the live generation stays");

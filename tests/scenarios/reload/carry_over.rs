@@ -47,7 +47,7 @@ async fn node_removed_by_reload_drains_its_in_flight_request() {
         route("api", "/", "main", "", "")
     );
     std::fs::write(&gw.config_path, v2).expect("write");
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     gw.logs
         .wait_for(
@@ -110,7 +110,7 @@ async fn node_state_and_bindings_carry_over_an_unrelated_reload() {
         format!("{v1}{}", route("other", "/other", "main", "/other", "")),
     )
     .expect("write");
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     // At once, before any probe could re-eject it: still ejected (a fresh runtime would be healthy).
     let n = gw.node("node-b").await;

@@ -10,7 +10,7 @@ mod swap;
 mod under_load;
 mod warmup;
 
-use integration_tests::{free_port, get, request, wait_until, Gateway, Mock, Resp, FAST_HEALTH};
+use integration_tests::{free_port, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,12 +45,6 @@ fn api_file(name: &str, nodes: &[(&str, &str, &str)], route_extra: &str) -> Stri
         cluster(name, nodes, ""),
         route("api", "/api", name, "/api", route_extra)
     )
-}
-
-async fn admin_post(gw: &Gateway, path: &str) -> Resp {
-    request("POST", &gw.admin(path), &[], Vec::new())
-        .await
-        .expect("admin call")
 }
 
 async fn generation(gw: &Gateway) -> u64 {

@@ -33,7 +33,7 @@ async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected(
         "",
     );
     std::fs::write(&gw.config_path, format!("{FAST_HEALTH}{refused}{r}")).expect("write");
-    let resp = admin_post(&gw, "/admin/reload").await;
+    let resp = gw.admin_post("/admin/reload").await;
     assert_eq!(resp.status, 422, "{}", resp.text());
     let keys: Vec<String> = resp.json()["errors"]
         .as_array()
@@ -66,7 +66,7 @@ async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected(
         "",
     );
     std::fs::write(&gw.config_path, format!("{FAST_HEALTH}{accepted}{r}")).expect("write");
-    let resp = admin_post(&gw, "/admin/reload").await;
+    let resp = gw.admin_post("/admin/reload").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(
         gw.node("dead-1").await["state"],
@@ -181,7 +181,7 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
     ];
     for (n, (file, line, key)) in cases.iter().enumerate() {
         gw.write_config(file);
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         assert_eq!(r.status, 422, "case {n}: {}", r.text());
         let errors = r.json()["errors"].as_array().expect("errors").clone();
         assert!(
@@ -213,7 +213,7 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
         "",
     );
     gw.write_config(&mostly_dead);
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 422, "{}", r.text());
     assert_eq!(generation(&gw).await, 1);
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -38,7 +38,7 @@ async fn case01_slow_reload_is_live_when_the_call_returns() {
     // content already read and does nothing.
     std::fs::write(&gw.config_path, &v2).expect("write v2");
     let t0 = Instant::now();
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     let reload_took = t0.elapsed();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["generation"], 2);
@@ -118,7 +118,7 @@ async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
     for rep in 0..50 {
         gw.write_config(&v2);
         let t0 = Instant::now();
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.status, 200, "rep {rep}: {}", r.text());
         // The very first request after the call returns must see the new route.
@@ -127,7 +127,7 @@ async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
             misses.push((rep, status, node));
         }
         gw.write_config(&v1);
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         assert_eq!(r.status, 200, "rep {rep} back to v1: {}", r.text());
         let (status, _) = fresh_get(gw.port, "/b/echo/x", &[]).await;
         assert_eq!(status, 404, "rep {rep}: /b is gone with v1");
@@ -181,7 +181,7 @@ async fn concurrent_triggers_coalesce_and_the_latest_file_wins() {
         gw.write_config(&file(&first));
         gw.write_config(&file(&last));
         gw.signal("HUP");
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         assert_eq!(r.status, 200, "{}", r.text());
         // The admin call was made after B was written: B is live when it returns.
         assert_eq!(

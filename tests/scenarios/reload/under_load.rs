@@ -43,7 +43,7 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
             if i % 2 == 0 { &with_new } else { &original },
         )
         .expect("write");
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         assert_eq!(r.status, 200, "{}", r.text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -61,7 +61,7 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         route("broken", "/broken", "nope", "", "timeout = \"soon\"")
     );
     std::fs::write(&gw.config_path, &bad).expect("write bad");
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 422, "{}", r.text());
     let errors = r.json()["errors"].as_array().expect("errors").clone();
     let keys: Vec<&str> = errors
@@ -163,7 +163,7 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
     for i in 1..=200u64 {
         let b_live = i % 2 == 1;
         gw.write_config(if b_live { &config_b } else { &config_a });
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         assert_eq!(
             (r.status, r.json()["generation"].as_u64()),
             (200, Some(i + 1)),
@@ -222,7 +222,7 @@ async fn rss_after_1000_reloads_stays_near_rss_after_10() {
         gw.write_config(file);
         let gw = &gw;
         async move {
-            let r = admin_post(gw, "/admin/reload").await;
+            let r = gw.admin_post("/admin/reload").await;
             assert_eq!(r.status, 200, "reload {i}: {}", r.text());
             // A little traffic per table so request paths touch every generation.
             let r = get(&gw.url("/api/echo/x"), &[]).await.expect("request");

@@ -41,7 +41,7 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
         route("new", "/api/echo/n", "cb", "/api", warm)
     );
     std::fs::write(&gw.config_path, v2).expect("write");
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let t0 = Instant::now();
     let routes = gw.admin_json("/admin/routes").await;
@@ -83,7 +83,7 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
         warm,
     );
     gw.write_config(&v2);
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let t0 = Instant::now();
     let n = gw.node("node-b").await;
@@ -129,7 +129,7 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
         route("new", "/api/x", "cb", "/api/x", warm)
     );
     std::fs::write(&gw.config_path, v2).expect("write");
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!((r.status, generation(&gw).await), (200, 2), "{}", r.text());
     let mut sent = 0;
     wait_until(Duration::from_secs(10), "automatic rollback", || {
@@ -190,7 +190,7 @@ async fn rollback_endpoint_restores_the_previous_table() {
     let a = Mock::start("node-a").await;
     let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
     let gw = Gateway::start(&v1).await;
-    let r = admin_post(&gw, "/admin/rollback").await;
+    let r = gw.admin_post("/admin/rollback").await;
     assert_eq!(r.status, 422, "nothing to roll back to: {}", r.text());
     assert!(r.json()["errors"][0]["message"]
         .as_str()
@@ -202,10 +202,7 @@ async fn rollback_endpoint_restores_the_previous_table() {
         format!("{v1}{}", route("new", "/new", "ca", "/new", "")),
     )
     .expect("write");
-    assert_eq!(
-        admin_post(&gw, "/admin/reload").await.json()["generation"],
-        2
-    );
+    assert_eq!(gw.admin_post("/admin/reload").await.json()["generation"], 2);
     assert_eq!(
         route_ids(&gw).await,
         ["api", "new"],
@@ -219,7 +216,7 @@ async fn rollback_endpoint_restores_the_previous_table() {
         200
     );
 
-    let r = admin_post(&gw, "/admin/rollback").await;
+    let r = gw.admin_post("/admin/rollback").await;
     assert_eq!(
         (r.status, r.json()["generation"].as_u64()),
         (200, Some(3)),
@@ -242,7 +239,7 @@ async fn rollback_endpoint_restores_the_previous_table() {
     );
     // A second rollback undoes the first.
     assert_eq!(
-        admin_post(&gw, "/admin/rollback").await.json()["generation"],
+        gw.admin_post("/admin/rollback").await.json()["generation"],
         4
     );
     assert_eq!(

@@ -39,14 +39,7 @@ async fn ws_hint_mode_spreads_hints_over_the_drain_period() {
         }
     }
     assert_eq!(on_a.len(), 5, "5 of up to 40 new ids land on node-a");
-    let r = request(
-        "POST",
-        &gw.admin("/admin/nodes/node-a/drain?period=2s"),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("drain call");
+    let r = gw.admin_post("/admin/nodes/node-a/drain?period=2s").await;
     assert_eq!(r.status, 202);
     let t0 = Instant::now();
     let waits = on_a.iter_mut().map(|ws| async move {
@@ -136,14 +129,9 @@ async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node
 async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
     let (_a, _b, gw) = two_nodes("close").await;
     let (mut ws, first_node) = open_on(&gw, "/ws", "c-deadline").await;
-    let r = request(
-        "POST",
-        &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=1s")),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("drain call");
+    let r = gw
+        .admin_post(&format!("/admin/nodes/{first_node}/drain?period=1s"))
+        .await;
     assert_eq!(r.status, 202);
     let t0 = Instant::now();
     // `close` mode keeps serving the socket through the period, then closes what is left with 1001.

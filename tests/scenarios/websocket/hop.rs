@@ -105,14 +105,9 @@ async fn ws_hops_when_node_drains() {
     let first_node = first["node"].as_str().expect("node").to_string();
     let other = other_of(&first_node);
 
-    let r = request(
-        "POST",
-        &gw.admin(&format!("/admin/nodes/{first_node}/drain?period=2s")),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("drain call");
+    let r = gw
+        .admin_post(&format!("/admin/nodes/{first_node}/drain?period=2s"))
+        .await;
     assert_eq!(r.status, 202);
     let t0 = Instant::now();
     let h = hello(&mut ws, Duration::from_secs(3)).await;

@@ -8,7 +8,7 @@ mod handshake;
 mod hop;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -23,11 +23,12 @@ async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
         fleet_on_node_1("hint", "drain-hint", Duration::from_millis(200)).await;
     let t0 = Instant::now();
     assert_eq!(
-        admin_post(
-            &gw,
-            &format!("/admin/nodes/node-1/drain?period={}ms", DRAIN.as_millis())
-        )
-        .await,
+        gw.admin_post(&format!(
+            "/admin/nodes/node-1/drain?period={}ms",
+            DRAIN.as_millis()
+        ))
+        .await
+        .status,
         202
     );
     fleet
@@ -90,11 +91,12 @@ async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_
     let hops_before = gw.metric("hopping_count_total{reason=\"draining\"}").await;
     let t0 = Instant::now();
     assert_eq!(
-        admin_post(
-            &gw,
-            &format!("/admin/nodes/node-1/drain?period={}ms", DRAIN.as_millis())
-        )
-        .await,
+        gw.admin_post(&format!(
+            "/admin/nodes/node-1/drain?period={}ms",
+            DRAIN.as_millis()
+        ))
+        .await
+        .status,
         202
     );
     fleet

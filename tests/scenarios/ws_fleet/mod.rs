@@ -10,7 +10,7 @@ mod drain;
 mod kill;
 
 use futures_util::{stream, SinkExt, StreamExt};
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,13 +37,6 @@ fn config(mode: &str, n1: &Mock, n2: &Mock) -> String {
         "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
         cluster_toml("c", &[("node-1", n1.addr()), ("node-2", n2.addr())], "")
     )
-}
-
-async fn admin_post(gw: &Gateway, path: &str) -> u16 {
-    request("POST", &gw.admin(path), &[], Vec::new())
-        .await
-        .expect("admin call")
-        .status
 }
 
 /// What a client saw, in arrival order.
@@ -368,11 +361,16 @@ async fn fleet_on_node_1(
     let n2 = Mock::start("node-2").await;
     let gw = Gateway::start(&config(mode, &n1, &n2)).await;
     assert_eq!(
-        admin_post(&gw, "/admin/nodes/node-2/drain?period=1s").await,
+        gw.admin_post("/admin/nodes/node-2/drain?period=1s")
+            .await
+            .status,
         202
     );
     let fleet = Fleet::start(&gw, prefix, "node-1", period).await;
-    assert_eq!(admin_post(&gw, "/admin/nodes/node-2/undrain").await, 200);
+    assert_eq!(
+        gw.admin_post("/admin/nodes/node-2/undrain").await.status,
+        200
+    );
     gw.wait_node_state("node-2", "healthy", Duration::from_secs(5))
         .await;
     assert_eq!(gw.node("node-1").await["inflight"], CLIENTS);
