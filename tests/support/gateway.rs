@@ -153,6 +153,25 @@ impl Gateway {
         metric_value(&text, series)
     }
 
+    /// The metric lines whose series starts with `prefix` (e.g. `hopping_count_total{`), and the sum
+    /// of their values (0 when there is none).
+    pub async fn metric_series(&self, prefix: &str) -> (f64, Vec<String>) {
+        let text = get(&self.admin("/metrics"), &[])
+            .await
+            .expect("metrics")
+            .text();
+        let series: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect();
+        let sum = series
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .sum();
+        (sum, series)
+    }
+
     /// Rewrites the config file (a reload trigger via file watch).
     pub fn write_config(&self, toml: &str) {
         // Write-then-rename so a watcher never sees a half file.

@@ -19,6 +19,7 @@ pub mod redis_sentinel;
 pub mod tls;
 pub mod webdriver;
 mod wire;
+pub mod ws;
 
 pub use self::config::{Cluster, Config, Health, Route};
 pub use self::gateway::{metric_value, Gateway};

@@ -6,7 +6,7 @@
 mod certificates;
 mod protocols;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use integration_tests::h2c::{grpc_headers, grpc_messages};
 use integration_tests::tls::{self, Ca, Leaf};
 use integration_tests::{bin, cluster_toml, free_port, h2ws, Gateway, Mock, FAST_HEALTH};
@@ -16,7 +16,6 @@ use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::time::{timeout_at, Instant};
 use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;

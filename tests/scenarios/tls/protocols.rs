@@ -2,26 +2,7 @@
 //! 8441 WebSockets that hop.
 
 use super::*;
-
-/// The next text message within `t`; panics on a Close (the socket must stay open).
-async fn next_text<S>(ws: &mut WebSocketStream<S>, t: Duration) -> String
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let deadline = Instant::now() + t;
-    loop {
-        let m = timeout_at(deadline, ws.next())
-            .await
-            .expect("a text message in time")
-            .expect("socket open")
-            .expect("no socket error");
-        match m {
-            Message::Text(s) => return s.to_string(),
-            Message::Close(c) => panic!("the client saw a Close: {c:?}"),
-            _ => {}
-        }
-    }
-}
+use integration_tests::ws::next_text;
 
 async fn hello<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Value {
     let text = next_text(ws, Duration::from_secs(3)).await;

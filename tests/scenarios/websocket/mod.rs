@@ -8,7 +8,8 @@ mod handshake;
 mod hop;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::ws::next_text;
+use integration_tests::{cluster_toml, wait_until, Gateway, Mock, FAST_HEALTH};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,23 +67,6 @@ async fn next(ws: &mut Ws, t: Duration) -> Message {
         .expect("a message in time")
         .expect("socket open")
         .expect("no socket error")
-}
-
-/// The next text message within `t`, skipping control frames; a Close fails the test.
-async fn next_text(ws: &mut Ws, t: Duration) -> String {
-    let deadline = Instant::now() + t;
-    loop {
-        let m = timeout_at(deadline, ws.next())
-            .await
-            .expect("a text message in time")
-            .expect("socket open")
-            .expect("no socket error");
-        match m {
-            Message::Text(s) => return s.to_string(),
-            Message::Close(c) => panic!("the client saw a Close: {c:?}"),
-            _ => {}
-        }
-    }
 }
 
 /// Starts node-a and node-b and a gateway over them with `websocket = "<mode>"` ([`config`]).
@@ -146,14 +130,7 @@ async fn expect_end(ws: &mut Ws, t: Duration) {
 
 /// Sum of `hopping_count_total` over every reason.
 async fn hops(gw: &Gateway) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
-    text.lines()
-        .filter(|l| l.starts_with("hopping_count_total{"))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .sum()
+    gw.metric_series("hopping_count_total{").await.0
 }
 
 async fn wait_gauge(gw: &Gateway, value: f64) {

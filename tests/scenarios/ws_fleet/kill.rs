@@ -12,18 +12,7 @@ fn quantile(v: &mut [Duration], p: f64) -> Duration {
 
 /// Sum of `hopping_count_total` over every reason, and the series as text.
 async fn hop_counts(gw: &Gateway) -> (f64, String) {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
-    let series: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("hopping_count_total{"))
-        .collect();
-    let sum = series
-        .iter()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .sum();
+    let (sum, series) = gw.metric_series("hopping_count_total{").await;
     (sum, series.join("; "))
 }
 
