@@ -74,11 +74,7 @@ impl H2Resp {
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers
-            .as_ref()?
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+        value_of(self.trailers.as_ref()?, name)
     }
 }
 
@@ -256,11 +252,7 @@ impl Stream {
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers
-            .as_ref()?
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+        value_of(self.trailers.as_ref()?, name)
     }
 
     /// A header value.
@@ -270,4 +262,11 @@ impl Stream {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     }
+}
+
+/// The value of `name` in `map` as text; `None` when absent or not visible ASCII.
+fn value_of(map: &HeaderMap, name: &str) -> Option<String> {
+    map.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }

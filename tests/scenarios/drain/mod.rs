@@ -34,6 +34,16 @@ async fn two_nodes(cluster_extra: &str, top: &str) -> (Mock, Mock, Gateway) {
     (a, b, gw)
 }
 
+/// Starts node-a and node-b with gRPC ports and a gateway over those ports as a
+/// `protocol = "h2c"` cluster ([`config`] with `top`).
+async fn two_grpc_nodes(top: &str) -> (Mock, Mock, Gateway) {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let b = Mock::start_with("node-b", &["--grpc"]).await;
+    let nodes = [("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))];
+    let gw = Gateway::start(&config(&nodes, "protocol = \"h2c\"", top)).await;
+    (a, b, gw)
+}
+
 fn grpc_addr(m: &Mock) -> String {
     format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
 }

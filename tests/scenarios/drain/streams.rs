@@ -121,14 +121,7 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
 /// A gRPC stream still open on a draining node ends with `grpc-status: 14` at the drain deadline.
 #[tokio::test]
 async fn grpc_stream_ends_with_unavailable_at_the_drain_deadline() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let b = Mock::start_with("node-b", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        &[("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let (_a, _b, gw) = two_grpc_nodes("").await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
@@ -242,14 +235,7 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
 /// A gRPC stream on one node is untouched by the drain of another node.
 #[tokio::test]
 async fn grpc_stream_survives_the_drain_of_another_node_untouched() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let b = Mock::start_with("node-b", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        &[("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let (_a, _b, gw) = two_grpc_nodes("").await;
     // One stream on each node (each h2 connection is bound to the node of its first stream).
     let mut on_a = None;
     let mut on_b = None;

@@ -28,14 +28,7 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     );
     gw.wait_node_state("node-b", "healthy", Duration::from_secs(5))
         .await;
-    let r = request(
-        "POST",
-        &format!("{}/control/goaway?after=3", a.url()),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("goaway knob");
+    let r = a.control("/control/goaway?after=3").await;
     assert_eq!(r.status, 200);
     let hops_before = gw.metric("hopping_count_total{reason=\"draining\"}").await;
 
@@ -114,14 +107,7 @@ async fn h2c_node_goaway_every_three_streams_costs_nothing() {
 #[tokio::test]
 async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     let a = Mock::start("node-a").await;
-    let r = request(
-        "POST",
-        &format!("{}/control/goaway?after=1", a.url()),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("goaway knob");
+    let r = a.control("/control/goaway?after=1").await;
     assert_eq!(r.status, 200);
     let health = "[health]\ninterval = \"200ms\"\ntimeout = \"2s\"\ndegrade_after = 1\neject_after = 1\nrecover_after = 1\nslow_start = \"0s\"\n";
     let gw = Gateway::start(&config(
@@ -171,8 +157,7 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
 #[tokio::test]
 async fn h2c_burst_to_a_fresh_node_shares_one_connection() {
     let a = Mock::start("node-a").await;
-    let health =
-        "[health]\nkind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nslow_start = \"0s\"\n";
+    let health = &Health::tcp_never().toml();
     let gw = Gateway::start(&config(
         health,
         &[("node-a", a.addr())],

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// `GET http://app.example.test/echo` (`:authority` app.example.test) with a `host` header `host`.
+fn echo_with_host(host: &str) -> http::Request<http_body_util::Full<Bytes>> {
+    http::Request::builder()
+        .method("GET")
+        .uri("http://app.example.test/echo")
+        .header("host", host)
+        .body(http_body_util::Full::new(Bytes::new()))
+        .expect("req")
+}
+
 /// CASE-12 (h2): Host derived from `:authority`, exactly once, `X-Forwarded-Host` set; `:authority`
 /// with a conflicting `host` is 400 JSON and nothing is forwarded.
 #[tokio::test]
@@ -27,22 +37,12 @@ async fn h2c_downstream_derives_host_from_authority_and_rejects_conflicting_host
     assert_eq!(echo_header(&echo, "x-forwarded-proto"), ["http"]);
 
     // The same host in both (any case) is fine.
-    let req = http::Request::builder()
-        .method("GET")
-        .uri("http://app.example.test/echo")
-        .header("host", "APP.example.test")
-        .body(http_body_util::Full::new(Bytes::new()))
-        .expect("req");
+    let req = echo_with_host("APP.example.test");
     assert_eq!(c.fetch(req).await.expect("same host").status, 200);
 
     // :authority and a conflicting host: 400, nothing forwarded.
     let before = a.requests().await;
-    let req = http::Request::builder()
-        .method("GET")
-        .uri("http://app.example.test/echo")
-        .header("host", "evil.example.test")
-        .body(http_body_util::Full::new(Bytes::new()))
-        .expect("req");
+    let req = echo_with_host("evil.example.test");
     let r = c.fetch(req).await.expect("conflicting host");
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["code"], -1);

@@ -10,7 +10,7 @@ mod streaming;
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use integration_tests::h2c::{self, grpc_headers, grpc_messages, Stream};
-use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{cluster_toml, get, wait_until, Gateway, Health, Mock, FAST_HEALTH};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use sha2::{Digest, Sha256};
 use std::time::Duration;

@@ -38,8 +38,7 @@ async fn h1_stream(
 #[tokio::test]
 async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_closes_upstream() {
     let a = Mock::start("node-a").await;
-    let health =
-        "[health]\nkind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nslow_start = \"0s\"\n";
+    let health = &Health::tcp_never().toml();
     let gw = Gateway::start(&config(
         health,
         &[("node-a", a.addr())],

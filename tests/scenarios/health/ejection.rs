@@ -52,11 +52,7 @@ async fn passive_errors_eject_a_hung_node_long_before_probes() {
             Duration::from_secs(2),
         )
         .await;
-    assert_eq!(
-        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="ejected"}"#)
-            .await,
-        1.0
-    );
+    assert_eq!(transitions_to(&gw, "b", "ejected").await, 1.0);
 
     // All traffic moved to a, promptly.
     let t1 = Instant::now();

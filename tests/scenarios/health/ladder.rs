@@ -42,11 +42,7 @@ fn state_runs(samples: &[(String, f64)]) -> Vec<String> {
 async fn transitions(gw: &Gateway, id: &str) -> [f64; 3] {
     let mut out = [0.0; 3];
     for (i, to) in ["healthy", "degraded", "ejected"].iter().enumerate() {
-        out[i] = gw
-            .metric(&format!(
-                r#"gateway_health_transitions_total{{cluster="c",node="{id}",to="{to}"}}"#
-            ))
-            .await;
+        out[i] = transitions_to(gw, id, to).await;
     }
     out
 }

@@ -29,6 +29,14 @@ fn config(
     s
 }
 
+/// `gateway_health_transitions_total` of node `node` in cluster `c` into state `to`.
+async fn transitions_to(gw: &Gateway, node: &str, to: &str) -> f64 {
+    gw.metric(&format!(
+        "gateway_health_transitions_total{{cluster=\"c\",node=\"{node}\",to=\"{to}\"}}"
+    ))
+    .await
+}
+
 /// The admin view of node `id`: (state, weight).
 async fn view(gw: &Gateway, id: &str) -> (String, f64) {
     let n = gw.node(id).await;

@@ -57,16 +57,8 @@ async fn business_down_degrades_ejects_and_ramps_back() {
             Duration::from_secs(2),
         )
         .await;
-    assert_eq!(
-        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="degraded"}"#)
-            .await,
-        1.0
-    );
-    assert_eq!(
-        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="ejected"}"#)
-            .await,
-        1.0
-    );
+    assert_eq!(transitions_to(&gw, "a", "degraded").await, 1.0);
+    assert_eq!(transitions_to(&gw, "a", "ejected").await, 1.0);
     // Every request now goes to b.
     let counts = spread(&gw, 40, 4).await;
     assert_eq!(counts.get("b"), Some(&40), "{counts:?}");
@@ -105,16 +97,8 @@ async fn business_down_degrades_ejects_and_ramps_back() {
         ramp >= Duration::from_millis(1_500) && ramp <= Duration::from_millis(3_500),
         "ramp took {ramp:?}"
     );
-    assert_eq!(
-        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="a",to="healthy"}"#)
-            .await,
-        1.0
-    );
-    assert_eq!(
-        gw.metric(r#"gateway_health_transitions_total{cluster="c",node="b",to="degraded"}"#)
-            .await,
-        0.0
-    );
+    assert_eq!(transitions_to(&gw, "a", "healthy").await, 1.0);
+    assert_eq!(transitions_to(&gw, "b", "degraded").await, 0.0);
     // Each of the three changes was logged exactly once (INFO), none for b.
     integration_tests::wait_until(Duration::from_secs(2), "three change lines", || async {
         gw.logs.matching(&["node state changed", "node=a"]).len() >= 3

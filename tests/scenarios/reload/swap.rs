@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// The first table of the swap scenarios: [`FAST_HEALTH`], cluster `ca` of node-a `a` and route
+/// `a` for `/a` to it.
+fn a_file(a: &Mock) -> String {
+    format!(
+        "{FAST_HEALTH}{}{}",
+        cluster("ca", &[("node-a", &a.addr(), "")], ""),
+        route("a", "/a", "ca", "/a", "")
+    )
+}
+
 /// CASE-01: a slow reload (a new node whose TCP probe hangs) under 50+ req/s on `/a/x`: when the
 /// reload call returns, 20 `GET /b/x` all answer 200 from node-b, `/a/x` stays 200 throughout,
 /// admin and metric show generation 2.
@@ -10,11 +20,7 @@ use super::*;
 async fn case01_slow_reload_is_live_when_the_call_returns() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
     let (slow, _listener, _fill) = hanging_addr().await;
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("a", "/a", "ca", "/a", "")
-    );
+    let v1 = a_file(&a);
     let gw = Gateway::start(&v1).await;
     assert_eq!(generation(&gw).await, 1);
     let v2 = format!(
@@ -85,11 +91,7 @@ async fn case01_slow_reload_is_live_when_the_call_returns() {
 async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
     let (slow, _listener, _fill) = hanging_addr().await;
-    let v1 = format!(
-        "{FAST_HEALTH}{}{}",
-        cluster("ca", &[("node-a", &a.addr(), "")], ""),
-        route("a", "/a", "ca", "/a", "")
-    );
+    let v1 = a_file(&a);
     // The slow node is new in every v2 (v1 removes it), so every v2 reload waits for its hanging
     // connect probe (bounded at 1 s), then goes live with it ejected.
     let v2 = format!(

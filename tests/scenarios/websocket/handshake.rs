@@ -157,10 +157,7 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
         "{headers:?}"
     );
     let (_, payload) = raw_frame(&mut tcp, &mut buf).await;
-    let seen: Vec<(String, String)> = serde_json::from_value(
-        serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone(),
-    )
-    .expect("headers");
+    let seen = echoed_headers(&payload);
     assert_eq!(
         header_values(&seen, "sec-websocket-protocol"),
         ["v10.stomp, v11.stomp"]
@@ -181,10 +178,7 @@ async fn ws_subprotocols_and_extensions_pass_through_case04() {
         ["v10.stomp"]
     );
     let (_, payload) = raw_frame(&mut tcp, &mut buf).await;
-    let seen: Vec<(String, String)> = serde_json::from_value(
-        serde_json::from_slice::<Value>(&payload).expect("hello")["headers"].clone(),
-    )
-    .expect("headers");
+    let seen = echoed_headers(&payload);
     assert_eq!(
         header_values(&seen, "sec-websocket-protocol"),
         ["v10.stomp", "v11.stomp"]

@@ -206,6 +206,14 @@ async fn raw_upgrade(
     (tcp, status, headers, buf[end + 4..].to_vec())
 }
 
+/// The request headers a node echoed in its hello (`?echo_headers=1`), from the frame `payload`.
+fn echoed_headers(payload: &[u8]) -> Vec<(String, String)> {
+    serde_json::from_value(
+        serde_json::from_slice::<Value>(payload).expect("hello")["headers"].clone(),
+    )
+    .expect("headers")
+}
+
 fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
     headers
         .iter()

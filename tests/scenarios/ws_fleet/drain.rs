@@ -6,6 +6,16 @@ use super::*;
 /// Drain period of the drain scenarios.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// Drains node-1 for [`DRAIN`]; returns the admin call's status.
+async fn drain_node_1(gw: &Gateway) -> u16 {
+    gw.admin_post(&format!(
+        "/admin/nodes/node-1/drain?period={}ms",
+        DRAIN.as_millis()
+    ))
+    .await
+    .status
+}
+
 /// Most events in any window `[t, t + w)` among `times`.
 fn densest(times: &[Duration], w: Duration) -> usize {
     let mut t = times.to_vec();
@@ -22,15 +32,7 @@ async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
     let (_n1, _n2, gw, fleet) =
         fleet_on_node_1("hint", "drain-hint", Duration::from_millis(200)).await;
     let t0 = Instant::now();
-    assert_eq!(
-        gw.admin_post(&format!(
-            "/admin/nodes/node-1/drain?period={}ms",
-            DRAIN.as_millis()
-        ))
-        .await
-        .status,
-        202
-    );
+    assert_eq!(drain_node_1(&gw).await, 202);
     fleet
         .wait_all(DRAIN + Duration::from_secs(5), "a Close", |l| l.ended())
         .await;
@@ -90,15 +92,7 @@ async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_
         .await;
     let hops_before = gw.metric("hopping_count_total{reason=\"draining\"}").await;
     let t0 = Instant::now();
-    assert_eq!(
-        gw.admin_post(&format!(
-            "/admin/nodes/node-1/drain?period={}ms",
-            DRAIN.as_millis()
-        ))
-        .await
-        .status,
-        202
-    );
+    assert_eq!(drain_node_1(&gw).await, 202);
     fleet
         .wait_all(
             DRAIN + Duration::from_secs(5),
