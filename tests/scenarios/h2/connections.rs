@@ -110,13 +110,7 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
     let r = a.control("/control/goaway?after=1").await;
     assert_eq!(r.status, 200);
     let health = "[health]\ninterval = \"200ms\"\ntimeout = \"2s\"\ndegrade_after = 1\neject_after = 1\nrecover_after = 1\nslow_start = \"0s\"\n";
-    let gw = Gateway::start(&config(
-        health,
-        &[("node-a", a.addr())],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let gw = one_h2c_node(health, &a).await;
     let probes_at_start = a.requests().await;
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
@@ -158,13 +152,7 @@ async fn h2c_probes_never_count_a_node_goaway_as_failure() {
 async fn h2c_burst_to_a_fresh_node_shares_one_connection() {
     let a = Mock::start("node-a").await;
     let health = &Health::tcp_never().toml();
-    let gw = Gateway::start(&config(
-        health,
-        &[("node-a", a.addr())],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let gw = one_h2c_node(health, &a).await;
     a.delay(500).await;
     let calls: Vec<_> = (0..40)
         .map(|i| {

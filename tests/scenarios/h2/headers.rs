@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// Asserts that gRPC response `body` holds exactly one `WhoReply` naming `node`.
+fn assert_who_reply(body: &[u8], node: &str) {
+    let replies: Vec<proto::WhoReply> = grpc_messages(body);
+    assert_eq!(replies, [proto::WhoReply { node: node.into() }]);
+}
+
 /// `GET http://app.example.test/echo` (`:authority` app.example.test) with a `host` header `host`.
 fn echo_with_host(host: &str) -> http::Request<http_body_util::Full<Bytes>> {
     http::Request::builder()
@@ -145,13 +151,7 @@ async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
     let req = c.request("POST", WHO_PATH, &grpc_headers(&[]), body);
     let r = c.fetch(req).await.expect("unary call");
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
-    let replies: Vec<proto::WhoReply> = grpc_messages(&r.body);
-    assert_eq!(
-        replies,
-        [proto::WhoReply {
-            node: "node-a".into()
-        }]
-    );
+    assert_who_reply(&r.body, "node-a");
     gw.logs
         .wait_for(
             &["access", "path=/hopping.test.v1.Echo/Who", "grpc_status=0"],
@@ -216,11 +216,5 @@ async fn te_trailers_survives_and_other_te_values_are_dropped() {
     let r = c.fetch(req).await.expect("gRPC call");
     assert_eq!(r.status, 200);
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
-    let replies: Vec<proto::WhoReply> = grpc_messages(&r.body);
-    assert_eq!(
-        replies,
-        [proto::WhoReply {
-            node: "node-a".into()
-        }]
-    );
+    assert_who_reply(&r.body, "node-a");
 }

@@ -43,6 +43,17 @@ async fn two_nodes(health: &str, cluster_extra: &str) -> (Mock, Mock, Gateway) {
     (a, b, gw)
 }
 
+/// A gateway over node-a `a` alone as a `protocol = "h2c"` cluster, probed with `health`.
+async fn one_h2c_node(health: &str, a: &Mock) -> Gateway {
+    Gateway::start(&config(
+        health,
+        &[("node-a", a.addr())],
+        "protocol = \"h2c\"",
+        "",
+    ))
+    .await
+}
+
 fn echo_header(echo: &serde_json::Value, name: &str) -> Vec<String> {
     echo["headers"]
         .as_array()

@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// `v1` plus cluster `cb` of node-b `b` and `node-slow` at `slow`, and route `b` for `/b` to it.
+fn with_b_route(v1: &str, b: &Mock, slow: &str) -> String {
+    format!(
+        "{v1}{}{}",
+        cluster(
+            "cb",
+            &[("node-b", &b.addr(), ""), ("node-slow", slow, "")],
+            ""
+        ),
+        route("b", "/b", "cb", "/b", "")
+    )
+}
+
 /// The first table of the swap scenarios: [`FAST_HEALTH`], cluster `ca` of node-a `a` and route
 /// `a` for `/a` to it.
 fn a_file(a: &Mock) -> String {
@@ -23,15 +36,7 @@ async fn case01_slow_reload_is_live_when_the_call_returns() {
     let v1 = a_file(&a);
     let gw = Gateway::start(&v1).await;
     assert_eq!(generation(&gw).await, 1);
-    let v2 = format!(
-        "{v1}{}{}",
-        cluster(
-            "cb",
-            &[("node-b", &b.addr(), ""), ("node-slow", &slow, "")],
-            ""
-        ),
-        route("b", "/b", "cb", "/b", "")
-    );
+    let v2 = with_b_route(&v1, &b, &slow);
 
     // 4 keep-alive loops, one request every 10 ms each: ~400 req/s offered.
     let load = Load::start(
@@ -94,15 +99,7 @@ async fn slow_reload_race_new_route_answers_when_the_call_returns_50_times() {
     let v1 = a_file(&a);
     // The slow node is new in every v2 (v1 removes it), so every v2 reload waits for its hanging
     // connect probe (bounded at 1 s), then goes live with it ejected.
-    let v2 = format!(
-        "{v1}{}{}",
-        cluster(
-            "cb",
-            &[("node-b", &b.addr(), ""), ("node-slow", &slow, "")],
-            ""
-        ),
-        route("b", "/b", "cb", "/b", "")
-    );
+    let v2 = with_b_route(&v1, &b, &slow);
     let gw = Gateway::start(&v1).await;
     // Requests arrive the whole time, on the old route and on the one being added.
     let load_a = Load::start(
