@@ -102,7 +102,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
     let ca_file = &front.ca.cert;
     let out = tokio::process::Command::new("curl")
         .args(["-sS", "--http2", "--cacert"])
-        .arg(&ca_file)
+        .arg(ca_file)
         .args([
             "-w",
             "\n%{http_version}",
