@@ -59,6 +59,7 @@ async fn split_keeps_each_user_on_one_version() {
 }
 
 /// A 5% split over 10,000 users gives about 5% and the same users on each run.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_five_percent_over_ten_thousand_users_is_stable() {
     let v1 = Mock::start_with("v1-a", &["--version", "v1"]).await;

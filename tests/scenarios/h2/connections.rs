@@ -6,6 +6,7 @@ use super::*;
 /// CASE-09: node-a sends GOAWAY(NO_ERROR) every 3 streams; 30 sequential and 30 concurrent GETs and
 /// 10 POSTs with 1 KiB bodies bound by `c-4004` all succeed on node-a, no passive penalty, binding
 /// kept, client connection untouched.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     let (a, _b, gw) = two_nodes(FAST_HEALTH, "protocol = \"h2c\"").await;

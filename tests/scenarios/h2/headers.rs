@@ -70,6 +70,7 @@ async fn h2c_downstream_derives_host_from_authority_and_rejects_conflicting_host
 /// CASE-07: trailers-only answers (A: one HEADERS with `grpc-status: 5`) and separate trailers (B:
 /// `grpc-status: 7`) reach the client in the same framing, `grpc-status` once, no DATA invented,
 /// the gRPC code in the access log.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;

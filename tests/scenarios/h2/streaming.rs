@@ -35,6 +35,7 @@ async fn h1_stream(
 /// CASE-24: SSE head within 200 ms and before any event, each event within 100 ms, no
 /// Content-Length, not compressed, not cut by the route timeout; the upstream connection closes
 /// within 1 s of the client leaving.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_closes_upstream() {
     let a = Mock::start("node-a").await;
@@ -203,6 +204,7 @@ async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
 }
 
 /// A `grpc-timeout` replaces the route timeout, and errors the gateway makes for gRPC calls are gRPC statuses.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_statuses() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;

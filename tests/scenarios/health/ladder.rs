@@ -78,6 +78,7 @@ async fn degraded_node_gets_degraded_percent_of_its_share() {
 }
 
 /// A flapping node moves along the weight ladder and its traffic share stays within the ladder's bounds.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flapping_node_keeps_its_share_within_the_ladder_bounds() {
     let a = Mock::start("a").await;

@@ -16,6 +16,7 @@ slow_start = "3s"
 "#;
 
 /// A node whose business health says down is degraded, then ejected, and ramps back once it is up again.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn business_down_degrades_ejects_and_ramps_back() {
     let a = Mock::start("a").await;

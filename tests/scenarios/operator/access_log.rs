@@ -5,6 +5,7 @@ use super::*;
 /// Issue 17 access log: client address, protocol (http/1.1, h2, ws), upstream address and status,
 /// a reason for the gateway's own answers, and `traceparent` forwarded untouched and logged as
 /// `trace_id`.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn access_log_has_the_fields_operators_grep_for() {
     let a = Mock::start("node-a").await;

@@ -13,6 +13,7 @@ fn set(k: &[&str]) -> BTreeSet<String> {
 
 /// Issue 17 / SPEC 11: `/admin/events` delivers `drain`, `node`, `hop` and `reload` events as
 /// they happen, each with exactly the SPEC's fields.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn admin_events_deliver_each_kind() {
     let a = Mock::start("node-a").await;

@@ -38,6 +38,7 @@ fn spawn_gateway(config: &std::path::Path, logs: &Logs) -> tokio::process::Child
 /// SPEC 11: `/readyz` is 503 until the first round of active probes has finished (a node whose
 /// health answers take 1.5 s), then 200; 503 while shutting down (still served until exit). The
 /// `health_listen` listener serves only `/healthz` and `/readyz`, without the admin token.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn readyz_waits_for_the_first_probe_round_and_fails_during_shutdown() {
     let slow = Mock::start("node-slow").await;

@@ -6,6 +6,7 @@ use super::*;
 /// CASE-02: ~200 req/s of `/api/ping` (half `x-version: v2`, keep-alive and fresh connections)
 /// through 20 reloads: zero non-2xx, no v2 request on default nodes; a reload naming a missing
 /// cluster is refused with every error (key, line, column) and the old table keeps serving.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);

@@ -6,6 +6,7 @@ use super::*;
 /// Issue 14 "SNI": with two certificates, a rustls client and `openssl s_client -servername` see
 /// the exact-name leaf, the one-label wildcard's leaf, and the first (default) leaf for an unknown
 /// name or no SNI at all.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn tls_sni_picks_exact_then_wildcard_then_the_first_certificate() {
     let a = Mock::start("node-a").await;

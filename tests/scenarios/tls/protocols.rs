@@ -45,6 +45,7 @@ where
 
 /// Issue 14 "ALPN": an h2 client gets HTTP/2 and an http/1.1-only client HTTP/1.1 on the same TLS
 /// port, both with `X-Forwarded-Proto: https`; `curl --http2 --cacert` works.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
     let a = Mock::start("node-a").await;

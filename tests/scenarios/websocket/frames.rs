@@ -113,6 +113,7 @@ async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
 
 /// CASE-04: the node's extension answer (`permessage-deflate`) is relayed verbatim and compressed
 /// frames (RSV1) pass unmodified both ways.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instead_of_a_hop() {
     // "hello" compressed with raw DEFLATE, in a text frame with RSV1 set (RFC 7692).

@@ -5,6 +5,7 @@ use super::*;
 
 /// CASE-05 (`websocket = "hop"`): the node dies under an open WebSocket; the client's socket stays
 /// open and keeps flowing on a healthy node (SPEC 5 hop rules).
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn ws_hops_without_closing_client() {
     let (mut a, mut b, gw) = two_nodes("hop").await;

@@ -81,6 +81,7 @@ async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
 }
 
 /// 200 hop-mode clients on a draining node all move to node-2 with no close and no lost message.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_loss() {
     let (_n1, _n2, gw, fleet) =

@@ -58,6 +58,7 @@ fn bucket_quantile(before: &[(f64, f64)], after: &[(f64, f64)], p: f64) -> f64 {
 }
 
 /// 200 hop-mode clients hop off a killed node with every socket open and every message delivered in order.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
     let (mut n1, _n2, gw, fleet) =
