@@ -8,21 +8,26 @@ mod streams;
 
 use bytes::Bytes;
 use integration_tests::h2c::{self, grpc_headers, Stream};
-use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock};
+use integration_tests::{get, wait_until, Gateway, Mock};
+use integration_tests::{Cluster, Config, Health, Route};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// TCP probes: a node made slow with `/control/delay` stays healthy.
-const TCP_HEALTH: &str =
-    "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
-
+/// `top` tables, TCP probes every 200 ms (a node made slow with `/control/delay` stays healthy),
+/// cluster `c` of `nodes` with `cluster_extra` lines, and the catch-all route `api`.
 fn config(nodes: &[(&str, String)], cluster_extra: &str, top: &str) -> String {
-    format!(
-        "{top}\n{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
-        cluster_toml("c", nodes, cluster_extra)
-    )
+    Config::new()
+        .raw_top(top)
+        .health(
+            Health::tcp()
+                .every("200ms", "500ms")
+                .key("slow_start", "\"0s\""),
+        )
+        .with_cluster(Cluster::new("c").line(cluster_extra).addrs(nodes))
+        .route(Route::api())
+        .toml()
 }
 
 /// Starts node-a and node-b and a gateway over them ([`config`] with `cluster_extra` and `top`).

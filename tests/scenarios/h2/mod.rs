@@ -10,7 +10,8 @@ mod streaming;
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use integration_tests::h2c::{self, grpc_headers, grpc_messages, Stream};
-use integration_tests::{cluster_toml, get, wait_until, Gateway, Health, Mock, FAST_HEALTH};
+use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Cluster, Config, Health, Route};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -27,10 +28,11 @@ fn grpc_addr(m: &Mock) -> String {
 
 /// One cluster `c` (with `cluster_extra` lines) and one route `api` for `/` with `route` lines.
 fn config(health: &str, nodes: &[(&str, String)], cluster_extra: &str, route: &str) -> String {
-    format!(
-        "{health}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n{route}\n",
-        cluster_toml("c", nodes, cluster_extra)
-    )
+    Config::new()
+        .raw_top(health)
+        .with_cluster(Cluster::new("c").line(cluster_extra).addrs(nodes))
+        .route(Route::api().line(route))
+        .toml()
 }
 
 /// Starts node-a and node-b and a gateway over them: `health`, cluster `c` with `cluster_extra`

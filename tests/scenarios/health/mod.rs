@@ -7,6 +7,7 @@ mod ladder;
 mod probe;
 
 use integration_tests::{get, request, Gateway, Mock};
+use integration_tests::{Cluster, Config, Health, Route};
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -19,14 +20,11 @@ fn config(
     nodes: &[(&str, String)],
     route_extra: &str,
 ) -> String {
-    let mut s = format!("[health]\n{health}\n[[clusters]]\nname = \"c\"\n{cluster_extra}\n");
-    for (id, addr) in nodes {
-        s.push_str(&format!(
-            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{addr}\"\n"
-        ));
-    }
-    s.push_str(&format!("\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n{route_extra}\n"));
-    s
+    Config::new()
+        .health(Health::http().line(health))
+        .with_cluster(Cluster::new("c").line(cluster_extra).addrs(nodes))
+        .route(Route::prefix("api", "/", "c").line(route_extra))
+        .toml()
 }
 
 /// `gateway_health_transitions_total` of node `node` in cluster `c` into state `to`.

@@ -6,7 +6,8 @@ mod events;
 mod readiness;
 
 use integration_tests::http::{get, request};
-use integration_tests::{bin, cluster_toml, find, free_port, wait_until, Gateway, Logs, Mock};
+use integration_tests::{bin, find, free_port, wait_until, Gateway, Logs, Mock};
+use integration_tests::{Config, Health, Route};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Stdio;
@@ -97,11 +98,11 @@ impl Sse {
 
 /// A config with one cluster of `nodes`, one route to it, and fast probes.
 fn config(nodes: &[(&str, String)]) -> String {
-    let mut s = String::from(
-        "[health]\ninterval = \"300ms\"\ntimeout = \"300ms\"\n[[routes]]\nid = \"api\"\nmatch = { path_prefix = \"/\" }\ncluster = \"provider-service\"\n",
-    );
-    s.push_str(&cluster_toml("provider-service", nodes, ""));
-    s
+    Config::new()
+        .health(Health::http().every("300ms", "300ms"))
+        .cluster_addrs("provider-service", nodes)
+        .route(Route::prefix("api", "/", "provider-service"))
+        .toml()
 }
 
 fn two_nodes(a: &Mock, b: &Mock) -> String {

@@ -10,6 +10,7 @@ mod hop;
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::ws::next_text;
 use integration_tests::{cluster_toml, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Cluster, Config, Health, Route};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,11 +27,17 @@ const GAUGE: &str = "gateway_active_connections{protocol=\"websocket\"}";
 
 /// A gateway config with one cluster `c` of `nodes` and one catch-all route in WebSocket `mode`.
 fn config(mode: &str, nodes: &[&Mock], extra: &str) -> String {
-    let list: Vec<(&str, String)> = nodes.iter().map(|m| (m.id.as_str(), m.addr())).collect();
-    format!(
-        "{FAST_HEALTH}{extra}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
-        cluster_toml("c", &list, "")
-    )
+    Config::new()
+        .raw_top(extra)
+        .health(Health::http_fast())
+        .cluster("c", nodes)
+        .route(ws_route(mode))
+        .toml()
+}
+
+/// Route `ws` for every path (`path_prefix = "/"`) to cluster `c` with `websocket = "<mode>"`.
+fn ws_route(mode: &str) -> Route {
+    Route::prefix("ws", "/", "c").line(&format!("websocket = \"{mode}\""))
 }
 
 async fn try_connect(
@@ -265,11 +272,15 @@ async fn raw_send_text(tcp: &mut TcpStream, text: &str) {
 
 /// As [`config`], with TCP probes so `/control/delay` slows the WebSocket handshake but not probes.
 fn config_tcp_probe(mode: &str, nodes: &[&Mock]) -> String {
-    let list: Vec<(&str, String)> = nodes.iter().map(|m| (m.id.as_str(), m.addr())).collect();
-    format!(
-        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
-        cluster_toml("c", &list, "health = { kind = \"tcp\" }")
-    )
+    Config::new()
+        .health(Health::http_fast())
+        .with_cluster(
+            Cluster::new("c")
+                .line("health = { kind = \"tcp\" }")
+                .mocks(nodes),
+        )
+        .route(ws_route(mode))
+        .toml()
 }
 
 /// A one-socket WebSocket node in the test: accepts the upgrade with `extensions`, sends the

@@ -10,7 +10,8 @@ mod drain;
 mod kill;
 
 use futures_util::{stream, SinkExt, StreamExt};
-use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{get, wait_until, Gateway, Mock};
+use integration_tests::{Config, Health, Route};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,10 +34,11 @@ const CONNECT_CONCURRENCY: usize = 25;
 
 /// One cluster `c` of node-1 and node-2 behind a catch-all route in WebSocket `mode`.
 fn config(mode: &str, n1: &Mock, n2: &Mock) -> String {
-    format!(
-        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
-        cluster_toml("c", &[("node-1", n1.addr()), ("node-2", n2.addr())], "")
-    )
+    Config::new()
+        .health(Health::http_fast())
+        .cluster_addrs("c", &[("node-1", n1.addr()), ("node-2", n2.addr())])
+        .route(Route::prefix("ws", "/", "c").line(&format!("websocket = \"{mode}\"")))
+        .toml()
 }
 
 /// What a client saw, in arrival order.
