@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::tls::{https_request, Ca, Leaf};
-use integration_tests::{cluster_toml, get, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Cluster, Config, Route};
 use mock_backend::grpc::proto::{Tick, TicksRequest, WhoReply, WhoRequest};
 use mock_backend::grpc::{TICKS_PATH, WHO_PATH};
 use serde_json::{json, Value};
@@ -35,10 +36,11 @@ fn config(
     cluster_extra: &str,
     route_extra: &str,
 ) -> String {
-    format!(
-        "{health}\n{}\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n{route_extra}\n",
-        cluster_toml("c", nodes, cluster_extra)
-    )
+    Config::new()
+        .raw_top(health)
+        .with_cluster(Cluster::new("c").line(cluster_extra).addrs(nodes))
+        .route(Route::prefix("api", "/", "c").line(route_extra))
+        .toml()
 }
 
 /// Issue 14: gRPC unary and server-streaming calls from a tonic client (h2c to the gateway) reach

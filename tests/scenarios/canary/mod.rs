@@ -7,6 +7,7 @@ mod split;
 mod version;
 
 use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Cluster, Config, Health, Route};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -108,16 +109,20 @@ fn count(ids: &[String]) -> HashMap<&str, usize> {
 /// A gateway over cluster `svc` of `nodes` `(mock, weight, version)` with `lb` and one catch-all
 /// route carrying `route_extra`.
 async fn one_cluster(nodes: &[(&Mock, u32, &str)], lb: &str, route_extra: &str) -> Gateway {
-    let mut toml = format!("{FAST_HEALTH}\n[[clusters]]\nname = \"svc\"\nlb = \"{lb}\"\n");
-    for (m, weight, version) in nodes {
-        toml.push_str(&format!(
-            "  [[clusters.nodes]]\n  id = \"{}\"\n  addr = \"{}\"\n  weight = {weight}\n  metadata = {{ version = \"{version}\" }}\n",
-            m.id,
-            m.addr()
-        ));
-    }
-    toml.push_str(&format!(
-        "\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"svc\"\n{route_extra}\n"
-    ));
+    let cluster = nodes.iter().fold(
+        Cluster::new("svc").line(&format!("lb = \"{lb}\"")),
+        |c, (m, weight, version)| {
+            c.node_with(
+                &m.id,
+                &m.addr(),
+                &format!("weight = {weight}\nmetadata = {{ version = \"{version}\" }}"),
+            )
+        },
+    );
+    let toml = Config::new()
+        .health(Health::http_fast())
+        .with_cluster(cluster)
+        .route(Route::prefix("api", "/", "svc").line(route_extra))
+        .toml();
     Gateway::start(&toml).await
 }
