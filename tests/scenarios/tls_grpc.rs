@@ -2,12 +2,12 @@
 //! `protocol = \"h2\"` cluster to a TLS mock"; SPEC section 10): a client speaking HTTP/2 over
 //! TLS (ALPN `h2`) to the gateway's `[server.tls]` listener, a `protocol = "h2"` cluster with
 //! `tls = { ca = .. }`, and a mock node serving gRPC over TLS (`--grpc --tls-cert --tls-key`).
-//! One test CA (rcgen, `integration_tests::certs`) signs the gateway's and the node's leaves.
+//! One test CA (rcgen, `integration_tests::tls`) signs the gateway's and the node's leaves.
 
 use std::time::Duration;
 
-use integration_tests::certs::{self, Ca, Leaf};
 use integration_tests::h2c::{grpc_headers, grpc_messages, H2Conn, Stream};
+use integration_tests::tls::{Ca, Leaf};
 use integration_tests::{cluster_toml, free_port, tls, Gateway, Mock, FAST_HEALTH};
 use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
 use serde_json::Value;
@@ -27,8 +27,8 @@ struct Setup {
 /// `protocol = "h2"` with `tls = { ca }`. Waits until both clusters' probes pass over TLS.
 async fn setup() -> Setup {
     let ca = Ca::new("tls grpc CA");
-    let node_leaf = ca.server(&["127.0.0.1"]);
-    let gw_leaf: Leaf = ca.server(&["localhost"]);
+    let node_leaf = ca.leaf(&["127.0.0.1"]);
+    let gw_leaf: Leaf = ca.leaf(&["localhost"]);
     let mut args = node_leaf.mock_args();
     args.push("--grpc".into());
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -65,7 +65,7 @@ async fn setup() -> Setup {
 
 /// An HTTP/2 connection over TLS to the gateway's TLS port (SNI `localhost`, ALPN `h2` only).
 async fn h2_over_tls(s: &Setup) -> H2Conn {
-    let cfg = certs::client_config(&s.ca.cert, &[b"h2"], None);
+    let cfg = tls::client_config(&s.ca.pem, &["h2"], None);
     let stream = tls::connect(s.tls_port, "localhost", cfg)
         .await
         .expect("TLS handshake with the gateway");
@@ -150,7 +150,7 @@ async fn tls_grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
                 .await;
         assert!(line.contains("upstream_status=200"), "{line}");
     }
-    let stats = certs::https_request(&s.ca.cert, &s.node.addr(), "GET", "/control/stats")
+    let stats = tls::https_request(&s.ca.pem, &s.node.addr(), "GET", "/control/stats")
         .await
         .expect("node stats over TLS")
         .json();

@@ -4,13 +4,13 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use integration_tests::certs::Ca;
+use integration_tests::tls::Ca;
 use integration_tests::{free_port, get, wait_port, wait_until, Gateway, Mock, FAST_HEALTH};
 use tokio::process::{Child, Command};
 
 /// `redis-server` serving TLS only on a free port with `ca`'s leaf for 127.0.0.1.
 async fn tls_redis(ca: &Ca) -> (Child, u16) {
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let port = free_port();
     let child = Command::new("redis-server")
         .args([

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::certs::{https_request, Ca, Leaf, Validity};
-use integration_tests::{cluster_toml, get, Gateway, Mock, FAST_HEALTH};
+use integration_tests::tls::{https_request, Ca, Leaf};
+use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Cluster, Config, Route};
 use mock_backend::grpc::proto::{Tick, TicksRequest, WhoReply, WhoRequest};
 use mock_backend::grpc::{TICKS_PATH, WHO_PATH};
-use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{json, Value};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
@@ -36,10 +36,11 @@ fn config(
     cluster_extra: &str,
     route_extra: &str,
 ) -> String {
-    format!(
-        "{health}\n{}\n[[routes]]\nid = \"api\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n{route_extra}\n",
-        cluster_toml("c", nodes, cluster_extra)
-    )
+    Config::new()
+        .raw_top(health)
+        .with_cluster(Cluster::new("c").line(cluster_extra).addrs(nodes))
+        .route(Route::prefix("api", "/", "c").line(route_extra))
+        .toml()
 }
 
 /// Issue 14: gRPC unary and server-streaming calls from a tonic client (h2c to the gateway) reach
@@ -47,7 +48,7 @@ fn config(
 #[tokio::test]
 async fn grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
     let ca = Ca::new("grpc CA");
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let m = tls_mock("node-g", &leaf, &["--grpc"]).await;
     let addr = format!("127.0.0.1:{}", m.grpc_port.expect("grpc port"));
     let cluster = format!("protocol = \"h2\"\n{}", tls_line(&ca, ""));
@@ -105,7 +106,7 @@ async fn grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
 #[tokio::test]
 async fn http1_requests_over_tls_to_tls_nodes() {
     let ca = Ca::new("h1 CA");
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let a = tls_mock("node-a", &leaf, &[]).await;
     let b = tls_mock("node-b", &leaf, &[]).await;
     let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
@@ -137,7 +138,7 @@ async fn http1_requests_over_tls_to_tls_nodes() {
 #[tokio::test]
 async fn http_probes_over_tls_see_health_and_eject() {
     let ca = Ca::new("probe CA");
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let a = tls_mock("node-a", &leaf, &[]).await;
     let b = tls_mock("node-b", &leaf, &[]).await;
     let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
@@ -146,7 +147,7 @@ async fn http_probes_over_tls_see_health_and_eject() {
         gw.wait_node_state(id, "healthy", Duration::from_secs(10))
             .await;
     }
-    let down = https_request(&ca.cert, &a.addr(), "POST", "/control/health?state=down")
+    let down = https_request(&ca.pem, &a.addr(), "POST", "/control/health?state=down")
         .await
         .expect("set node-a down over TLS");
     assert_eq!(down.status, 200, "{}", down.text());
@@ -164,7 +165,7 @@ async fn http_probes_over_tls_see_health_and_eject() {
 #[tokio::test]
 async fn websocket_dials_and_hops_between_tls_nodes() {
     let ca = Ca::new("ws CA");
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let mut a = tls_mock("node-a", &leaf, &[]).await;
     let mut b = tls_mock("node-b", &leaf, &[]).await;
     let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
@@ -240,7 +241,7 @@ async fn websocket_dials_and_hops_between_tls_nodes() {
 #[tokio::test]
 async fn upstream_mtls_fails_over_without_client_cert_and_passes_with_it() {
     let ca = Ca::new("mtls CA");
-    let leaf = ca.server(&["127.0.0.1"]);
+    let leaf = ca.leaf(&["127.0.0.1"]);
     let client = ca.client("gateway");
     let ca_path = ca.cert.display().to_string();
     let strict = tls_mock("node-m", &leaf, &["--tls-client-ca", &ca_path]).await;
@@ -322,31 +323,28 @@ async fn only_node_502(leaf: &Leaf, tls: &str) -> String {
     msg
 }
 
+/// Node certificates a gateway trusting `ca` must refuse: signed by `other_ca`, for another name,
+/// expired (in that order).
+fn bad_leaves(ca: &Ca, other_ca: &Ca) -> [Leaf; 3] {
+    [
+        other_ca.leaf(&["127.0.0.1"]),
+        ca.leaf(&["elsewhere.example"]),
+        ca.expired_leaf(&["127.0.0.1"]),
+    ]
+}
+
 /// Issue 14 (verification): wrong CA, wrong name and an expired node certificate each fail the
 /// handshake; with no other node the 502 JSON names the verification error.
 #[tokio::test]
 async fn bad_node_certificates_give_a_502_naming_the_reason() {
     let ca = Ca::new("good CA");
     let other_ca = Ca::new("other CA");
-    let cases = [
-        (
-            other_ca.server(&["127.0.0.1"]),
-            "invalid peer certificate: UnknownIssuer",
-        ),
-        (
-            ca.server(&["elsewhere.example"]),
-            "invalid peer certificate: certificate not valid for name",
-        ),
-        (
-            ca.leaf(
-                &["127.0.0.1"],
-                Validity::Expired,
-                ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-            "invalid peer certificate: certificate expired",
-        ),
+    let reasons = [
+        "invalid peer certificate: UnknownIssuer",
+        "invalid peer certificate: certificate not valid for name",
+        "invalid peer certificate: certificate expired",
     ];
-    for (leaf, reason) in cases {
+    for (leaf, reason) in bad_leaves(&ca, &other_ca).into_iter().zip(reasons) {
         let msg = only_node_502(&leaf, &tls_line(&ca, "")).await;
         assert!(
             msg.starts_with(
@@ -364,16 +362,8 @@ async fn bad_node_certificates_give_a_502_naming_the_reason() {
 async fn bad_node_certificates_are_retried_on_a_good_node() {
     let ca = Ca::new("good CA");
     let other_ca = Ca::new("other CA");
-    let good_leaf = ca.server(&["127.0.0.1"]);
-    let bad = [
-        other_ca.server(&["127.0.0.1"]),
-        ca.server(&["elsewhere.example"]),
-        ca.leaf(
-            &["127.0.0.1"],
-            Validity::Expired,
-            ExtendedKeyUsagePurpose::ServerAuth,
-        ),
-    ];
+    let good_leaf = ca.leaf(&["127.0.0.1"]);
+    let bad = bad_leaves(&ca, &other_ca);
     let good = tls_mock("node-good", &good_leaf, &[]).await;
     let health = format!("{FAST_HEALTH}kind = \"tcp\"\npassive_consecutive_errors = 2\n");
     for leaf in &bad {

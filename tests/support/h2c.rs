@@ -74,11 +74,7 @@ impl H2Resp {
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers
-            .as_ref()?
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+        value_of(self.trailers.as_ref()?, name)
     }
 }
 
@@ -99,6 +95,17 @@ impl H2Conn {
             b = b.header(*k, *v);
         }
         b.body(Full::new(body.into())).expect("valid request")
+    }
+
+    /// A mock-backend `Ticks` call (gRPC server streaming, `mock_backend::grpc::TICKS_PATH`) for
+    /// `count` ticks, 0 meaning endless, with the usual gRPC headers.
+    pub fn ticks(&self, count: u32) -> Request<Full<Bytes>> {
+        self.request(
+            "POST",
+            mock_backend::grpc::TICKS_PATH,
+            &grpc_headers(&[]),
+            mock_backend::grpc::encode_frame(&mock_backend::grpc::proto::TicksRequest { count }),
+        )
     }
 
     /// Sends `req` and returns the response head with its streaming body.
@@ -245,11 +252,7 @@ impl Stream {
 
     /// A trailer value.
     pub fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers
-            .as_ref()?
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+        value_of(self.trailers.as_ref()?, name)
     }
 
     /// A header value.
@@ -259,4 +262,11 @@ impl Stream {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     }
+}
+
+/// The value of `name` in `map` as text; `None` when absent or not visible ASCII.
+fn value_of(map: &HeaderMap, name: &str) -> Option<String> {
+    map.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }

@@ -10,77 +10,9 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+pub use crate::redis::{free_cluster_port, key_slot, node_client, role, spawn_redis};
+use crate::redis::{server_args, try_client};
 use crate::wait_until;
-
-/// Lowest port tried; the bus port P+10000 must stay below the kernel's ephemeral range.
-const LOWEST: u16 = 11000;
-
-/// A port P such that P and P+10000 are both free (bus port of a cluster node), below the
-/// ephemeral range so no outgoing connection takes either before the node binds them.
-pub fn free_cluster_port() -> u16 {
-    use std::hash::BuildHasher;
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = ephemeral_low
-        .saturating_sub(10000)
-        .saturating_sub(LOWEST)
-        .max(1000);
-    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
-    for i in 0..512u64 {
-        let port = LOWEST + ((seed.wrapping_add(i.wrapping_mul(7919))) % u64::from(span)) as u16;
-        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10000) {
-            return port;
-        }
-    }
-    panic!("no free port pair P, P+10000 for a cluster node");
-}
-
-/// Starts `bin` (redis-server or redis-sentinel) with `args`, output discarded, killed on drop.
-pub fn spawn_redis(bin: &str, args: &[String]) -> Child {
-    Command::new(bin)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{bin} on PATH: {e}"))
-}
-
-/// A plain connection to one server on `port` (no cluster routing), retried until `timeout`.
-pub async fn node_client(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("connect to redis on {port}: {e}"))
-}
-
-/// `ROLE`'s first element on `port` ("master", "slave", "sentinel"); `None` if it does not answer.
-pub async fn role(port: u16) -> Option<String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut c = tokio::time::timeout(
-        Duration::from_secs(1),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    let v: Vec<redis::Value> = tokio::time::timeout(
-        Duration::from_secs(1),
-        redis::cmd("ROLE").query_async(&mut c),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    match v.first() {
-        Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-        Some(redis::Value::SimpleString(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
 
 /// One cluster node: its port, config file and process.
 struct Node {
@@ -146,30 +78,22 @@ impl RedisCluster {
 
     async fn spawn(&mut self, i: usize) {
         let port = self.nodes[i].port;
-        let args: Vec<String> = [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            &self.config_file(port).to_string_lossy(),
-            "--cluster-node-timeout",
-            "1000",
-            // A replica of a quiet master may fail over however long ago it last heard from it.
-            "--cluster-replica-validity-factor",
-            "0",
-            "--dir",
-            &self.dir.path().to_string_lossy(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let config = self.config_file(port);
+        let args = server_args(
+            port,
+            self.dir.path(),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &config.to_string_lossy(),
+                "--cluster-node-timeout",
+                "1000",
+                // A replica of a quiet master may fail over however long ago it last heard from it.
+                "--cluster-replica-validity-factor",
+                "0",
+            ],
+        );
         self.nodes[i].child = Some(spawn_redis("redis-server", &args));
         wait_until(
             Duration::from_secs(10),
@@ -275,10 +199,7 @@ impl RedisCluster {
 
     async fn cluster_nodes(&self) -> String {
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-            let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}/", n.port)) else {
-                continue;
-            };
-            let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            let Some(mut c) = try_client(n.port).await else {
                 continue;
             };
             if let Ok(s) = redis::cmd("CLUSTER")
@@ -303,10 +224,7 @@ impl RedisCluster {
         let ports = &ports;
         wait_until(timeout, "cluster_state:ok on every node", || async move {
             for &p in ports {
-                let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{p}/")) else {
-                    return false;
-                };
-                let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                let Some(mut c) = try_client(p).await else {
                     return false;
                 };
                 let info: String = match redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await
@@ -350,11 +268,7 @@ impl RedisCluster {
             Duration::from_secs(30),
             &format!("{replica} to be a synced replica"),
             || async move {
-                let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{replica}/"))
-                else {
-                    return false;
-                };
-                let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                let Some(mut c) = try_client(replica).await else {
                     return false;
                 };
                 let info: String = redis::cmd("INFO")
@@ -442,40 +356,4 @@ fn port_of(addr: &str) -> u16 {
         .and_then(|a| a.rsplit(':').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("bad node address {addr}"))
-}
-
-/// The hash slot of `key` (CRC16/XMODEM mod 16384, honouring `{hash tags}`), as Redis Cluster computes it.
-pub fn key_slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let tagged = b.iter().position(|&c| c == b'{').and_then(|s| {
-        let e = b[s + 1..].iter().position(|&c| c == b'}')?;
-        (e > 0).then(|| &b[s + 1..s + 1 + e])
-    });
-    let data = tagged.unwrap_or(b);
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn key_slot_matches_redis() {
-        // Values from `CLUSTER KEYSLOT`.
-        assert_eq!(super::key_slot("foo"), 12182);
-        assert_eq!(
-            super::key_slot("{user1000}.following"),
-            super::key_slot("user1000")
-        );
-        assert_eq!(super::key_slot("123456789"), 0x31C3);
-    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::process::Child;
 
-use crate::redis_cluster::{node_client, role, spawn_redis};
+use crate::redis::{node_client, role, server_args, spawn_redis, try_client};
 use crate::{free_port, wait_until};
 
 /// The monitored master's name.
@@ -32,21 +32,7 @@ impl RedisSentinel {
         let data_ports = [free_port(), free_port()];
         let mut children = Vec::new();
         for (i, port) in data_ports.iter().enumerate() {
-            let mut args: Vec<String> = [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                &dir.path().to_string_lossy(),
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            let mut args = server_args(*port, dir.path(), &[]);
             if i == 1 {
                 args.extend([
                     "--replicaof".into(),
@@ -103,11 +89,7 @@ impl RedisSentinel {
                 Duration::from_secs(30),
                 &format!("sentinel {port} to know the replica and its peers"),
                 || async move {
-                    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                    else {
-                        return false;
-                    };
-                    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                    let Some(mut c) = try_client(port).await else {
                         return false;
                     };
                     let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")

@@ -1,7 +1,8 @@
-//! TLS helpers for the tests: certificates made with rcgen (a CA, leaves, client certificates,
-//! expired ones), rustls client configs (verifying, or recording whatever leaf the server shows),
+//! TLS helpers for the tests: certificates made with rcgen (ECDSA P-256: a CA, leaves, client
+//! certificates, expired ones; PEM in memory and as files), rustls client configs (verifying, or recording whatever leaf the server shows),
 //! and connections over TLS (raw, HTTP/1.1, HTTP/2, WebSocket).
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,8 +11,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    date_time_ymd, BasicConstraints, CertificateParams, CertifiedIssuer, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
@@ -23,24 +24,45 @@ use tokio_rustls::TlsConnector;
 
 use crate::h2c::H2Conn;
 
-/// A throw-away certificate authority.
+/// A throw-away certificate authority whose files live in a temporary directory as long as it does.
 pub struct Ca {
+    dir: tempfile::TempDir,
     issuer: CertifiedIssuer<'static, KeyPair>,
     /// The CA certificate, PEM.
     pub pem: String,
+    /// The CA certificate as a PEM file (`<dir>/ca.pem`).
+    pub cert: PathBuf,
+    /// Leaves issued so far (their file names are made unique with it).
+    count: Cell<usize>,
 }
 
-/// A certificate and its key, PEM, plus the leaf's DER to compare with what a server shows.
-#[derive(Clone)]
+/// A certificate and its key: PEM text, the leaf's DER (to compare with what a server shows) and
+/// the PEM files written when it was issued. A struct-update copy (`Leaf { cert_pem, ..leaf }`)
+/// that changes the PEM keeps the original files; [`Leaf::write`] writes the PEM as it is.
+#[derive(Debug, Clone)]
 pub struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
     pub der: Vec<u8>,
+    /// Certificate file as issued (the leaf only; the CA is not included).
+    pub cert: PathBuf,
+    /// Private key file as issued (PKCS#8).
+    pub key: PathBuf,
+}
+
+/// How long a leaf is valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    /// Valid from 2020 to 2100.
+    Current,
+    /// Expired: valid 2020-01-01 to 2021-01-01.
+    Expired,
 }
 
 impl Ca {
-    /// A new CA with common name `cn`.
+    /// A new CA with common name `cn`, valid 2020 to 2100, written to `<tmp>/ca.pem`.
     pub fn new(cn: &str) -> Ca {
+        let dir = tempfile::tempdir().expect("temp dir");
         let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::CommonName, cn);
@@ -49,51 +71,89 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
+        p.not_before = date_time_ymd(2020, 1, 1);
+        p.not_after = date_time_ymd(2100, 1, 1);
         let issuer =
             CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("CA");
         let pem = issuer.pem();
-        Ca { issuer, pem }
-    }
-
-    /// A server certificate for `names` (SANs; the first is the CN).
-    pub fn leaf(&self, names: &[&str]) -> Leaf {
-        self.leaf_with(names, |_| {})
-    }
-
-    /// A server certificate whose notAfter lies in the past.
-    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
-        self.leaf_with(names, |p| {
-            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        })
-    }
-
-    fn leaf_with(&self, names: &[&str], f: impl FnOnce(&mut CertificateParams)) -> Leaf {
-        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .expect("params");
-        p.distinguished_name.push(DnType::CommonName, names[0]);
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        f(&mut p);
-        let key = KeyPair::generate().expect("key");
-        let cert = p.signed_by(&key, &self.issuer).expect("sign");
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().to_vec(),
+        let cert = dir.path().join("ca.pem");
+        std::fs::write(&cert, &pem).expect("write CA");
+        Ca {
+            dir,
+            issuer,
+            pem,
+            cert,
+            count: Cell::new(0),
         }
     }
 
-    /// A client certificate with common name `cn`.
+    /// The directory the CA's files live in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses; the first is the CN), valid now.
+    pub fn leaf(&self, names: &[&str]) -> Leaf {
+        self.issue(
+            names,
+            Validity::Current,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A server certificate for `names` whose notAfter lies in the past.
+    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
+        self.issue(
+            names,
+            Validity::Expired,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A client certificate (for mTLS) with common name `cn`.
     pub fn client(&self, cn: &str) -> Leaf {
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(
+            &[cn],
+            Validity::Current,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
+    /// A leaf for `names` (SANs; the first is the CN) with the given validity and extended key
+    /// usage, written as `leaf<n>.pem` and `leaf<n>.key` into [`Ca::dir`].
+    pub fn issue(
+        &self,
+        names: &[&str],
+        validity: Validity,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Leaf {
+        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .expect("params");
+        p.distinguished_name
+            .push(DnType::CommonName, names.first().copied().unwrap_or("leaf"));
+        p.extended_key_usages = vec![usage];
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let (from, to) = match validity {
+            Validity::Current => (date_time_ymd(2020, 1, 1), date_time_ymd(2100, 1, 1)),
+            Validity::Expired => (date_time_ymd(2020, 1, 1), date_time_ymd(2021, 1, 1)),
+        };
+        p.not_before = from;
+        p.not_after = to;
         let key = KeyPair::generate().expect("key");
         let cert = p.signed_by(&key, &self.issuer).expect("sign");
+        let n = self.count.get();
+        self.count.set(n + 1);
+        let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+        let cert_path = self.dir.path().join(format!("leaf{n}.pem"));
+        let key_path = self.dir.path().join(format!("leaf{n}.key"));
+        std::fs::write(&cert_path, &cert_pem).expect("write leaf");
+        std::fs::write(&key_path, &key_pem).expect("write key");
         Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            cert_pem,
+            key_pem,
             der: cert.der().to_vec(),
+            cert: cert_path,
+            key: key_path,
         }
     }
 }
@@ -106,6 +166,16 @@ impl Leaf {
         std::fs::write(&cert, &self.cert_pem).expect("write cert");
         std::fs::write(&key, &self.key_pem).expect("write key");
         (cert, key)
+    }
+
+    /// The mock-backend flags serving this leaf: `--tls-cert C --tls-key K` (the files as issued).
+    pub fn mock_args(&self) -> Vec<String> {
+        vec![
+            "--tls-cert".into(),
+            self.cert.display().to_string(),
+            "--tls-key".into(),
+            self.key.display().to_string(),
+        ]
     }
 }
 
@@ -286,4 +356,43 @@ pub fn k8s_swap(dir: &Path, version: usize, leaf: &Leaf) {
             std::os::unix::fs::symlink(format!("..data/{f}"), &link).expect("symlink");
         }
     }
+}
+
+/// One HTTP/1.1 request over a new TLS connection to `addr` (`127.0.0.1:port`) trusting `ca_pem`,
+/// with server name `127.0.0.1`; 10 s overall timeout.
+///
+/// # Errors
+/// Connect, handshake or HTTP errors.
+pub async fn https_request(
+    ca_pem: &str,
+    addr: &str,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<crate::Resp> {
+    use http_body_util::{BodyExt, Empty};
+    let cfg = client_config(ca_pem, &["http/1.1"], None);
+    let fut = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await?;
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr)
+            .body(Empty::<bytes::Bytes>::new())?;
+        let resp = send.send_request(req).await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok::<_, anyhow::Error>(crate::Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), fut).await?
 }

@@ -1,0 +1,97 @@
+//! Graceful shutdown on SIGTERM (SPEC section 5): in-flight work finishes, endless gRPC streams end
+//! with `grpc-status: 14`, and the exit code is 0.
+
+use super::*;
+
+/// SIGTERM lets in-flight requests finish and the gateway exits with code 0.
+#[tokio::test]
+async fn sigterm_finishes_in_flight_work_and_exits_zero() {
+    let a = Mock::start("node-a").await;
+    let mut gw = Gateway::start(&config(
+        &[("node-a", a.addr())],
+        "",
+        "[server]\nshutdown_timeout = \"5s\"\n",
+    ))
+    .await;
+    let mut idle_h2 = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    assert_eq!(
+        idle_h2.get("/data", &[]).await.expect("h2 request").status,
+        200
+    );
+    a.delay(1000).await;
+    let url = gw.url("/data");
+    let slow = tokio::spawn(async move { get(&url, &[]).await });
+    wait_until(Duration::from_secs(5), "a request in flight", || async {
+        gw.node("node-a").await["inflight"] == 1
+    })
+    .await;
+    let term_at = Instant::now();
+    gw.signal("TERM");
+    // Every h2 connection gets GOAWAY and ends (it has no streams left).
+    tokio::time::timeout(Duration::from_secs(2), &mut idle_h2.conn)
+        .await
+        .expect("h2 connection closed after SIGTERM")
+        .expect("join")
+        .expect("clean GOAWAY close");
+    // New connections are refused.
+    wait_until(Duration::from_secs(2), "the listener to close", || async {
+        TcpStream::connect(("127.0.0.1", gw.port)).await.is_err()
+    })
+    .await;
+    // The in-flight request completes.
+    let r = slow.await.expect("join").expect("in-flight request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), format!("Data from Node node-a (Port {})", a.port));
+    let code = gw.wait_exit(Duration::from_secs(5)).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        term_at.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        term_at.elapsed()
+    );
+}
+
+/// SIGTERM closes an endless gRPC stream with `grpc-status: 14` and the gateway exits with code 0.
+#[tokio::test]
+async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero() {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let mut gw = Gateway::start(&config(
+        &[("node-a", grpc_addr(&a))],
+        "protocol = \"h2c\"",
+        "[server]\nshutdown_timeout = \"2s\"\n",
+    ))
+    .await;
+    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let req = c.ticks(0);
+    let mut s = Stream::new(c.send(req).await.expect("Ticks head"));
+    s.next_message::<proto::Tick>()
+        .await
+        .expect("alive")
+        .expect("a tick");
+    let term_at = Instant::now();
+    gw.signal("TERM");
+    // The stream is in-flight work: it keeps flowing until the end of shutdown_timeout, then ends
+    // with UNAVAILABLE trailers rather than a dropped connection.
+    let mut ticks = 0;
+    while s
+        .next_message::<proto::Tick>()
+        .await
+        .expect("the stream ends with trailers, not a reset")
+        .is_some()
+    {
+        ticks += 1;
+    }
+    let ended = term_at.elapsed();
+    assert!(ticks >= 10, "only {ticks} ticks after SIGTERM");
+    assert!(
+        ended >= Duration::from_millis(1500) && ended < Duration::from_millis(2300),
+        "stream ended {ended:?} after SIGTERM"
+    );
+    assert_eq!(s.trailer("grpc-status").as_deref(), Some("14"));
+    assert_eq!(gw.wait_exit(Duration::from_secs(3)).await, Some(0));
+    assert!(
+        term_at.elapsed() < Duration::from_secs(3),
+        "exit took {:?}",
+        term_at.elapsed()
+    );
+}

@@ -1,0 +1,88 @@
+//! The access log (issue 17): the fields operators grep for.
+
+use super::*;
+
+/// Issue 17 access log: client address, protocol (http/1.1, h2, ws), upstream address and status,
+/// a reason for the gateway's own answers, and `traceparent` forwarded untouched and logged as
+/// `trace_id`.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+#[tokio::test]
+async fn access_log_has_the_fields_operators_grep_for() {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(&[("node-a", a.addr())])).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r = get(&gw.url("/echo?x=1"), &[("traceparent", tp)])
+        .await
+        .expect("echo");
+    assert_eq!(r.status, 200);
+    let headers = r.json()["headers"].clone();
+    assert!(
+        headers
+            .as_array()
+            .expect("headers")
+            .iter()
+            .any(|h| h[0] == "traceparent" && h[1] == tp),
+        "forwarded untouched: {headers}"
+    );
+    let line = gw
+        .logs
+        .wait_for(&["access", "path=/echo"], Duration::from_secs(5))
+        .await;
+    for want in [
+        "protocol=\"http/1.1\"",
+        "client=127.0.0.1:",
+        &format!("upstream=\"{}\"", a.addr()),
+        "upstream_status=200",
+        "reason=\"-\"",
+        "trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+
+    let mut h2 = integration_tests::h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    assert_eq!(h2.get("/data?h2", &[]).await.expect("h2").status, 200);
+    let line = gw
+        .logs
+        .wait_for(
+            &["access", "path=/data", "protocol=\"h2\""],
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(
+        line.contains("upstream_status=200") && !line.contains("trace_id"),
+        "{line}"
+    );
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws", gw.port))
+        .await
+        .expect("ws");
+    use futures_util::StreamExt;
+    ws.next().await.expect("hello").expect("frame");
+    ws.close(None).await.expect("close");
+    while ws.next().await.is_some() {}
+    let line = gw
+        .logs
+        .wait_for(&["access", "path=/ws"], Duration::from_secs(5))
+        .await;
+    assert!(
+        line.contains("protocol=\"ws\"") && line.contains("upstream_status=101"),
+        "{line}"
+    );
+
+    a.set_down().await;
+    gw.wait_node_state("node-a", "ejected", Duration::from_secs(15))
+        .await;
+    let r = get(&gw.url("/data?down"), &[]).await.expect("fallback");
+    assert_eq!(r.status, 503);
+    let line = gw
+        .logs
+        .wait_for(&["access", "status=503"], Duration::from_secs(5))
+        .await;
+    for want in [
+        "reason=\"no_healthy_node\"",
+        "upstream=\"-\"",
+        "upstream_status=-",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+}

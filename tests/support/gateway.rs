@@ -1,0 +1,242 @@
+//! A running `hopping-gateway` process: its ports, config file, admin API, metrics and signals.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::{bin, free_port, get, request, wait_until, Logs, Resp};
+
+/// A running `hopping-gateway`.
+pub struct Gateway {
+    pub port: u16,
+    pub admin_port: u16,
+    pub config_path: PathBuf,
+    child: Option<Child>,
+    pub logs: Logs,
+    _dir: tempfile::TempDir,
+    extra: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Gateway {
+    /// Writes `toml` to a temp file and starts the gateway on free ports; waits for `/readyz`.
+    pub async fn start(toml: &str) -> Gateway {
+        Gateway::start_with(toml, &[]).await
+    }
+
+    /// As [`Gateway::start`] with extra CLI flags.
+    pub async fn start_with(toml: &str, extra: &[&str]) -> Gateway {
+        Gateway::start_with_env(toml, extra, &[]).await
+    }
+
+    /// As [`Gateway::start_with`], with extra environment variables for the process
+    /// (e.g. `HOPGW_SECRET` for signed ids); they apply again on [`Gateway::restart`].
+    pub async fn start_with_env(toml: &str, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config_path = dir.path().join("gateway.toml");
+        std::fs::write(&config_path, toml).expect("write config");
+        let mut g = Gateway {
+            port: free_port(),
+            admin_port: free_port(),
+            config_path,
+            child: None,
+            logs: Logs::default(),
+            _dir: dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        g.spawn().await;
+        g
+    }
+
+    async fn spawn(&mut self) {
+        let mut cmd = Command::new(bin("hopping-gateway"));
+        cmd.arg("--config")
+            .arg(&self.config_path)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{}", self.admin_port))
+            .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(
+                "RUST_LOG",
+                std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn hopping-gateway");
+        self.logs.capture(&mut child);
+        self.child = Some(child);
+        let url = self.admin("/readyz");
+        let logs = self.logs.clone();
+        wait_until(Duration::from_secs(15), "gateway /readyz", || {
+            let url = url.clone();
+            let logs = logs.clone();
+            async move {
+                match get(&url, &[]).await {
+                    Ok(r) => r.status == 200,
+                    Err(_) => {
+                        let l = logs.lines();
+                        assert!(
+                            !l.iter().any(|x| x.contains("hopping-gateway: ")),
+                            "gateway failed to start: {l:?}"
+                        );
+                        false
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Data-plane URL for `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Admin URL for `path`.
+    pub fn admin(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// `GET` an admin path as JSON.
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        get(&self.admin(path), &[])
+            .await
+            .expect("admin call")
+            .json()
+    }
+
+    /// `POST` an admin path (e.g. `/admin/nodes/a/drain?period=2s`, SPEC section 11) with an
+    /// empty body; returns the answer whatever its status. Panics when the call fails.
+    pub async fn admin_post(&self, path: &str) -> Resp {
+        request("POST", &self.admin(path), &[], Vec::new())
+            .await
+            .expect("admin call")
+    }
+
+    /// The admin view of node `id`.
+    pub async fn node(&self, id: &str) -> serde_json::Value {
+        let nodes = self.admin_json("/admin/nodes").await;
+        nodes
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|n| n["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
+    }
+
+    /// Waits until node `id` is in `state`.
+    pub async fn wait_node_state(&self, id: &str, state: &str, timeout: Duration) {
+        wait_until(
+            timeout,
+            &format!("node {id} to be {state}"),
+            || async move { self.node(id).await["state"] == state },
+        )
+        .await;
+    }
+
+    /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = get(&self.admin("/metrics"), &[])
+            .await
+            .expect("metrics")
+            .text();
+        metric_value(&text, series)
+    }
+
+    /// The metric lines whose series starts with `prefix` (e.g. `hopping_count_total{`), and the sum
+    /// of their values (0 when there is none).
+    pub async fn metric_series(&self, prefix: &str) -> (f64, Vec<String>) {
+        let text = get(&self.admin("/metrics"), &[])
+            .await
+            .expect("metrics")
+            .text();
+        let series: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect();
+        let sum = series
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .sum();
+        (sum, series)
+    }
+
+    /// Rewrites the config file (a reload trigger via file watch).
+    pub fn write_config(&self, toml: &str) {
+        // Write-then-rename so a watcher never sees a half file.
+        let tmp = self.config_path.with_extension("tmp");
+        std::fs::write(&tmp, toml).expect("write config");
+        std::fs::rename(&tmp, &self.config_path).expect("rename config");
+    }
+
+    /// PID of the process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    /// Sends `signal` (e.g. `"HUP"`, `"TERM"`) to the gateway.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("running");
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let c = self.child.as_mut()?;
+        tokio::time::timeout(timeout, c.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+
+    /// SIGKILL then start again on the same ports with the same config.
+    pub async fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+        self.spawn().await;
+    }
+
+    /// Resident set size in KiB (from /proc).
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.pid().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS")
+    }
+}
+
+/// Parses one series value out of Prometheus text; 0 if absent.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .filter(|rest| rest.starts_with(' '))
+                .and_then(|rest| rest.trim().split(' ').next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
