@@ -454,6 +454,7 @@ async fn watch_socket(
 }
 
 /// Hop mode (see the module docs): opens the sockets, kills `pid`, times every hop off its node.
+/// Long on purpose: open, kill and time are one measurement over the same sockets.
 async fn hop_mode(args: &Args, pid: u32) -> Result<()> {
     let target = *args.steps.last().context("--steps is empty")?;
     let (conns, failed, first_error) = open_many(&args.target, target, args.concurrency).await;

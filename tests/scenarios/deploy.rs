@@ -25,6 +25,7 @@ async fn recv(sock: &std::sync::Arc<UnixDatagram>, timeout: Duration) -> Option<
 /// SPEC 11 systemd: with `NOTIFY_SOCKET` set, READY=1 comes only once the data and admin
 /// listeners accept; every reload (SIGHUP of an unchanged file, `POST /admin/reload`) sends
 /// RELOADING=1 then READY=1 as separate datagrams; SIGTERM sends STOPPING=1.
+/// Long on purpose: the datagrams of one process life, start to stop, in order.
 #[tokio::test]
 async fn systemd_notify_ready_reloading_stopping() {
     let a = Mock::start("node-a").await;

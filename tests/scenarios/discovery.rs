@@ -96,6 +96,7 @@ async fn next_json(ws: &mut Ws, t: Duration) -> Value {
 /// second node that is probed before its first request and then gets traffic; removing a record
 /// drains that node: it leaves the table, its WebSocket hops to the remaining node with the client
 /// socket open, and new requests go to the remaining node only.
+/// Long on purpose: one DNS server and one gateway through add, probe, remove and drain.
 #[tokio::test]
 async fn dns_records_added_become_probed_nodes_and_removed_ones_drain_with_ws_hop() {
     let port = free_port();

@@ -23,6 +23,7 @@ const AT_ONCE: usize = 90;
 /// connection (90 at a time, under 100 cancels/s): every call got its first tick, no GOAWAY on
 /// either leg (`gateway_h2_goaway_sent_total` absent, the client connection open), node-a saw
 /// one gateway connection throughout, and 10 unary calls on the same client connection are served.
+/// Long on purpose: the 400 cancelled calls and the unary calls after them share one connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;

@@ -17,6 +17,7 @@ use crate::store_common::{all_healthy, call, node_for, numsub, redis_get, setup}
 /// Issue 18 (Sentinel): `SENTINEL FAILOVER` under load on two gateways: no request fails, writes
 /// reach the new master within 2 s, both gateways re-subscribe there, and every binding made
 /// before, during and after the failover is on the new master once the old one is demoted.
+/// Long on purpose: before, during and after one failover under continuous load.
 #[tokio::test]
 async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
     let sentinel = RedisSentinel::start().await;

@@ -62,6 +62,7 @@ async fn wait_state(b: &Browser, node: &str, state: &str, within: Duration) -> D
 /// degraded then ejected within the timing promise without a page reload; killing a bound node
 /// puts the hop in the recent-hops list; the drain button puts the node in draining. Saves the
 /// screenshot to target/test-artifacts/status-page.png.
+/// Long on purpose: one browser session watches every state change without a reload.
 #[tokio::test]
 async fn status_page_shows_nodes_hops_and_drain_live_in_a_browser() {
     let mut a = Mock::start("node-a").await;

@@ -76,6 +76,7 @@ async fn h2_over_tls(s: &Setup) -> H2Conn {
 /// Issue 14: a unary `Who` and a server-streaming `Ticks` call over TLS (ALPN h2) to the gateway
 /// reach the TLS gRPC node through the `protocol = "h2"` cluster: exact replies, ticks arriving
 /// one by one as the node sends them, `grpc-status: 0`, and the access log names node and status.
+/// Long on purpose: certificates, TLS node, gateway and both calls are one end-to-end path.
 #[tokio::test]
 async fn tls_grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
     let s = setup().await;

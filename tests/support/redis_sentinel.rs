@@ -27,6 +27,7 @@ pub struct RedisSentinel {
 impl RedisSentinel {
     /// Starts the master, its replica and three sentinels, and waits until every sentinel knows
     /// the replica and the two other sentinels (so a `SENTINEL FAILOVER` can run).
+    /// Long on purpose: five processes and the waits that make a failover possible, in order.
     pub async fn start() -> RedisSentinel {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_ports = [free_port(), free_port()];
