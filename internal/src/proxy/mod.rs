@@ -66,15 +66,16 @@ use context::{Kind, RequestCtx};
 pub use error::ProxyError;
 use respond::render;
 
-/// Boxed error for bodies.
+/// Boxed error for bodies (the cause of a failed body frame; read with `downcast_ref`).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body type on both sides of the proxy.
+/// The body type on both sides of the proxy: streamed [`Bytes`] frames (data and trailers),
+/// never buffered whole.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Per-downstream-connection state shared by its requests.
 #[derive(Debug)]
 pub struct DownstreamConn {
-    /// Client address.
+    /// The client's address (the TCP peer).
     pub peer: SocketAddr,
     /// The client as `X-Forwarded-For` names it, formatted once.
     pub forwarded_peer: headers::Peer,
@@ -111,32 +112,33 @@ impl DownstreamConn {
 /// Settings the proxy reads per request (from the startup config; reloads change routes only).
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
-    /// Affinity header.
+    /// The header that carries the conn id (SPEC section 4 `[affinity] header`, default `X-Conn-Id`).
     pub affinity_header: HeaderName,
-    /// Trusted proxy ranges.
+    /// Peers whose `X-Forwarded-For` is extended rather than replaced (SPEC section 4
+    /// `trusted_proxies`); `None` trusts nobody.
     pub trusted: Option<Vec<ipnet::IpNet>>,
-    /// Limits.
+    /// Request limits: head size, body rate and idle time, WebSocket message size (SPEC section 4 `[limits]`).
     pub limits: Limits,
-    /// Access log on/off.
+    /// True if every finished request writes an access log line (SPEC section 8).
     pub access_log: bool,
-    /// The gateway's zone.
+    /// The gateway's zone, preferred by zone-aware selection (SPEC section 7); `None`: no preference.
     pub zone: Option<Arc<str>>,
 }
 
-/// The data-plane handler.
+/// The data-plane handler: one per gateway process, shared by every connection task.
 #[derive(Debug)]
 pub struct Proxy {
-    /// Route table owner.
+    /// Owns the live route table (loaded once per request; swapped whole on reload).
     pub routing: Arc<Routing>,
-    /// Binding owner.
+    /// Owns the conn id bindings and the hop decision.
     pub hopper: Arc<Hopper>,
-    /// Conn id rules.
+    /// Validates client conn ids and issues new ones (SPEC section 4 `[affinity] ids`).
     pub ids: ConnIds,
-    /// Upstream client.
+    /// The client to nodes: HTTP/1.1 pools and one multiplexed h2 connection per node.
     pub upstream: Arc<upstream::Upstream>,
-    /// Metrics.
+    /// The Prometheus families (SPEC section 9).
     pub metrics: Arc<Metrics>,
-    /// Settings.
+    /// Per-request settings from the startup config.
     pub settings: ProxySettings,
     /// Shutdown signal for long-lived connections.
     pub shutdown: drain::Watch,
