@@ -23,6 +23,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::{BoxError, ProxyBody};
 
+/// What a body's `poll_frame` returns here: the next data or trailers frame, an error (the cause
+/// boxed), or the end (`Ready(None)`).
+pub(crate) type FramePoll = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
 /// Largest body kept for replay (bytes). Past it a failed upload is not retried (SPEC section 4:
 /// "not yet streamed past recall").
 pub(crate) const REPLAY_LIMIT: usize = 64 * 1024;
@@ -159,10 +163,7 @@ impl Body for RequestBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let mut this = self.project();
         let mut guard = this
             .tap
@@ -282,18 +283,11 @@ impl<B> ResponseBody<B> {
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
+impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for ResponseBody<B> {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let mut this = self.project();
         let r = ready!(this.inner.as_mut().poll_frame(cx));
         match &r {

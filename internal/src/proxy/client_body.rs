@@ -17,9 +17,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use super::body::FramePoll;
 use super::BoxError;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -110,18 +111,11 @@ fn close_windows(
     Ok(())
 }
 
-impl<B> Body for MinRate<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
+impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for MinRate<B> {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let mut this = self.project();
         let Some(rule) = *this.rule else {
             return this
@@ -218,6 +212,7 @@ pub(crate) fn request_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Frame;
     use http_body_util::{BodyExt, StreamBody};
 
     fn rule() -> Option<BodyMinRate> {

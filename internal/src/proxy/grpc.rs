@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::body::FramePoll;
 use super::{BoxError, ProxyBody};
 use crate::registry::{Node, NodeSignal};
 
@@ -320,18 +321,11 @@ fn cut<B>(this: &mut DeadlineBodyProj<'_, B>) -> Result<Frame<Bytes>, BoxError> 
     Err(Box::new(StreamError::DrainDeadline(this.node.to_string())))
 }
 
-impl<B> Body for DeadlineBody<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
+impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let mut this = self.project();
         if *this.cut {
             return Poll::Ready(None);

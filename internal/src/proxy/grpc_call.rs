@@ -22,6 +22,7 @@ use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use super::body::FramePoll;
 use super::grpc::{is_grpc, parse_timeout, GrpcStatus, UNAVAILABLE};
 use super::BoxError;
 
@@ -89,18 +90,11 @@ impl<B> CallBody<B> {
     }
 }
 
-impl<B> Body for CallBody<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
+impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for CallBody<B> {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let this = self.project();
         if *this.ended {
             return Poll::Ready(None);

@@ -330,4 +330,4 @@ pub fn goaway(last_stream: u32, code: u32, debug: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 #[path = "h2_frames_tests.rs"]
-mod tests;
+pub(crate) mod tests;

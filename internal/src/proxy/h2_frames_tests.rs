@@ -2,7 +2,8 @@
 
 use super::*;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+/// One HTTP/2 frame on the wire (RFC 9113 section 4.1): length, type, flags, stream, payload.
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut v = u32::to_be_bytes(payload.len() as u32)[1..].to_vec();
     v.push(kind);
     v.push(flags);

@@ -289,14 +289,7 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let mut v = u32::to_be_bytes(payload.len() as u32)[1..].to_vec();
-        v.push(kind);
-        v.push(flags);
-        v.extend_from_slice(&stream.to_be_bytes());
-        v.extend_from_slice(payload);
-        v
-    }
+    use crate::proxy::h2_frames::tests::frame;
 
     #[tokio::test]
     async fn ping_flood_gets_goaway_and_plain_bytes_pass() {
