@@ -10,6 +10,8 @@ mod collect;
 mod defaults;
 mod discovery;
 pub mod file;
+#[cfg(test)]
+mod health_tests;
 mod route;
 pub mod server_tls;
 pub mod size;
