@@ -228,7 +228,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
     }
     tasks.spawn(drains.run(watch.clone()));
-    tasks.spawn(crate::routing::reload::watch_triggers(
+    tasks.spawn(crate::routing::triggers::watch_triggers(
         routing.clone(),
         opts.file,
         watch.clone(),

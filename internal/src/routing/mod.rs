@@ -8,6 +8,7 @@
 pub mod discovered;
 pub mod path;
 pub mod reload;
+pub mod sources;
 pub mod table;
 pub mod triggers;
 pub mod warmup;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::reload::{ReloadTrigger, Routing};
+use super::sources::TriggerSources;
 use super::warmup::{MIN_ROLLBACK_SAMPLE, WARMUP_CHECK_INTERVAL};
 
 /// Runs the warm-up watcher until `watch` fires: every [`WARMUP_CHECK_INTERVAL`], a live table
@@ -45,44 +46,6 @@ pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch)
 
 /// Debounce for file-change events: editors write a file in several steps.
 const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
-
-/// Where reload triggers come from: the file watcher's channel and the SIGHUP stream. Created by
-/// [`Routing::new`], before the gateway serves or reports ready, so no change or signal right
-/// after start is lost (an unhandled SIGHUP would terminate the process).
-pub struct TriggerSources {
-    rx: tokio::sync::mpsc::Receiver<()>,
-    _watcher: Option<notify::RecommendedWatcher>,
-    #[cfg(unix)]
-    hup: Option<tokio::signal::unix::Signal>,
-}
-
-impl std::fmt::Debug for TriggerSources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TriggerSources")
-            .field("file_watch", &self._watcher.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl TriggerSources {
-    /// Starts watching `file` (if any) and listening for SIGHUP; must run inside the tokio
-    /// runtime. Either failing is logged and leaves the other triggers working.
-    pub fn new(file: Option<&std::path::Path>) -> Self {
-        // One pending trigger is enough: more coalesce into it.
-        let (tx, rx) = tokio::sync::mpsc::channel::<()>(1);
-        let watcher = file.and_then(|f| file_watcher(f, tx));
-        #[cfg(unix)]
-        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|e| tracing::warn!(error = %e, "SIGHUP handler unavailable; use the file watch or POST /admin/reload"))
-            .ok();
-        TriggerSources {
-            rx,
-            _watcher: watcher,
-            #[cfg(unix)]
-            hup,
-        }
-    }
-}
 
 /// Runs the reload triggers and the warm-up watcher ([`watch_warmup`]) until `watch` fires.
 /// Triggers: SIGHUP and changes to the config file (watched through its directory so editors
@@ -134,39 +97,4 @@ async fn reload_triggers(
             Err(e) => tracing::debug!(?trigger, error = %e, "reload trigger refused"),
         }
     }
-}
-
-fn file_watcher(
-    file: &std::path::Path,
-    tx: tokio::sync::mpsc::Sender<()>,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher;
-    let name = file.file_name()?.to_os_string();
-    let dir = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev {
-            let relevant = !ev.kind.is_access()
-                && ev
-                    .paths
-                    .iter()
-                    .any(|p| p.file_name() == Some(name.as_os_str()));
-            if relevant {
-                // A full channel already holds a pending trigger: coalesced.
-                let _ = tx.try_send(());
-            }
-        }
-    })
-    .map_err(
-        |e| tracing::warn!(error = %e, "file watch unavailable; use SIGHUP or POST /admin/reload"),
-    )
-    .ok()?;
-    if let Err(e) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
-        tracing::warn!(error = %e, dir = %dir.display(), "file watch unavailable; use SIGHUP or POST /admin/reload");
-        return None;
-    }
-    Some(w)
 }
