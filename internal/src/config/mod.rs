@@ -8,7 +8,6 @@
 mod cluster;
 mod collect;
 mod defaults;
-mod discovery;
 pub mod file;
 #[cfg(test)]
 mod health_tests;

@@ -10,6 +10,7 @@ use super::spans::SpanIndex;
 use super::*;
 
 mod clusters;
+mod discovery;
 mod limits;
 mod routes;
 mod server;

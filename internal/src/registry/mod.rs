@@ -5,13 +5,14 @@
 //! state carry over a reload. Hot-path reads are atomics; transitions take a short mutex with no
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
-pub mod grpc_probe;
 pub mod health;
 pub mod passive;
 pub mod probe;
 mod state;
 mod transitions;
 pub mod weight;
+
+pub use probe::grpc as grpc_probe;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};

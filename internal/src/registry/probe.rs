@@ -1,9 +1,11 @@
 //! One probe of one node: a TCP connect, `GET <path>` over HTTP/1.1, h2c or h2 (over TLS when
 //! the cluster has `tls`, with the same verification as requests) with status-range and
-//! optional JSON-pointer checks, or a gRPC health call ([`super::grpc_probe`]) over the same
+//! optional JSON-pointer checks, or a gRPC health call ([`grpc`]) over the same
 //! connector (SPEC section 3 `[health]`). Never retries a real failure; an h2
 //! stream refused because the node is going away (GOAWAY) is retried once on a new connection,
 //! since that says nothing about the node's health (CASE-18).
+
+pub mod grpc;
 
 use std::time::Duration;
 
@@ -91,7 +93,7 @@ async fn probe_inner(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
                 Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
             };
         }
-        ProbeKind::Grpc => return super::grpc_probe::probe(t, h).await,
+        ProbeKind::Grpc => return grpc::probe(t, h).await,
         ProbeKind::Http => {}
     }
     match http_probe(t, h).await {

@@ -6,7 +6,7 @@
 //! `SERVING` (`NOT_SERVING`, `UNKNOWN`, `SERVICE_UNKNOWN`), a `grpc-status` other than 0 (e.g. 12
 //! UNIMPLEMENTED from a server without the health service, 5 NOT_FOUND for an unknown service), an
 //! HTTP status other than 200, a body that is not one health message, or a transport error. The
-//! caller's `timeout` bounds the whole call ([`super::probe::probe`]), so a hung node is a
+//! caller's `timeout` bounds the whole call ([`super::probe`]), so a hung node is a
 //! timeout, like an HTTP probe. Spawns only the connection task of the one probe connection.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::probe::{ProbeOutcome, Target};
+use super::{ProbeOutcome, Target};
 use crate::config::HealthConfig;
 use crate::tls::client::{self as tls, Alpn};
 
@@ -65,7 +65,7 @@ pub mod proto {
 pub(super) async fn probe(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
     match connect_and_check(t, &h.grpc_service).await {
         Ok(outcome) => outcome,
-        Err(e) if super::probe::is_goaway_refusal(&e) => connect_and_check(t, &h.grpc_service)
+        Err(e) if super::is_goaway_refusal(&e) => connect_and_check(t, &h.grpc_service)
             .await
             .unwrap_or_else(|e| ProbeOutcome::Fail(format!("grpc request: {e}"))),
         Err(e) => ProbeOutcome::Fail(format!("grpc request: {e}")),
