@@ -123,3 +123,5 @@ pub fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_version;
