@@ -108,6 +108,11 @@ impl std::fmt::Debug for Options {
 
 /// Runs the gateway until `shutdown` resolves, then shuts down gracefully.
 ///
+/// Longer than 80 lines on purpose: it is the start-up order in one place (bind, store, routing,
+/// proxy, admin, then every task spawned, then readiness), which the module docs and SPEC section
+/// 11 depend on; its phases with logic of their own are [`bind`], [`affinity_store`] and
+/// [`wind_down`].
+///
 /// # Errors
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
