@@ -18,6 +18,7 @@
 //! cache be dropped once it is back), the maintainer (reconnect, probe, write-back) and the refresher
 //! (sliding TTL). Errors are counted per op and logged at most once per [`LOG_INTERVAL`].
 
+mod conn;
 mod events;
 mod shared;
 mod target;

@@ -18,8 +18,9 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::conn::{check_master, Conn};
 use super::shared::{same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS};
-use super::target::{check_master, Conn, RedisTarget};
+use super::target::RedisTarget;
 use super::{PROBE_INTERVAL, WRITEBACK_BATCH, WRITEBACK_CONCURRENCY};
 
 /// First and longest wait between subscription attempts.
