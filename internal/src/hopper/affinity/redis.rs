@@ -20,6 +20,7 @@
 
 mod conn;
 mod events;
+mod maintain;
 mod shared;
 mod target;
 mod tasks;
@@ -176,7 +177,7 @@ impl RedisStore {
         let cancel = CancellationToken::new();
         let mut tasks = vec![
             tokio::spawn(tasks::subscribe(shared.clone(), cancel.clone())),
-            tokio::spawn(tasks::maintain(shared.clone(), cancel.clone())),
+            tokio::spawn(maintain::maintain(shared.clone(), cancel.clone())),
             tokio::spawn(tasks::refresh(shared.clone(), refresh_rx, cancel.clone())),
         ];
         if follow {
