@@ -381,3 +381,5 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_outage;
