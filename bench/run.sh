@@ -29,8 +29,8 @@ PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 CONN_ID=bench-conn-0001
 
-log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 # ---------------------------------------------------------------- tools (installed when missing)
 need_apt=()
@@ -96,33 +96,6 @@ stop() {
   PIDS=("${keep[@]}")
 }
 
-# start NAME CPU CMD... : runs CMD pinned to CPU, output to $W/NAME.log; sets STARTED to its pid.
-start() {
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 &
-  STARTED=$!
-  PIDS+=("$STARTED")
-}
-
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
-
-wait_http() { # URL [what]
-  for _ in $(seq 1 200); do
-    curl -fs -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.05
-  done
-  die "${2:-$1} did not answer (logs in $W)"
-}
-
 wait_tcp() { # PORT what
   for _ in $(seq 1 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
@@ -131,8 +104,7 @@ wait_tcp() { # PORT what
   die "$2 did not listen on $1 (logs in $W)"
 }
 
-# Sum over the pids of utime+stime (clock ticks), and of a /proc/<pid>/status field (KiB).
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# Sum over the pids of a /proc/<pid>/status field (KiB); CPU ticks are cpu_ticks (bench/lib.sh).
 status_kib() { local f=$1 t=0 p; shift; for p in "$@"; do t=$((t + $(awk -v f="$f:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo $t; }
 CLK_TCK=$(getconf CLK_TCK)
 
