@@ -8,6 +8,7 @@ use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::status::{node_fields, with_fields};
 use super::{error, full, json_resp, Admin, AdminBody, DEFAULT_DRAIN_PERIOD};
 use crate::metrics::{NodeLabels, NodeStateLabels};
 use crate::registry::weight;
@@ -25,28 +26,22 @@ impl Admin {
             .iter()
             .map(|n| {
                 let source = self.routing.node_source(&n.cluster, &n.id);
-                json!({
-                    "cluster": &*n.cluster,
-                    "id": &*n.id,
-                    "addr": n.addr,
-                    "state": table.node_state(n, now).as_str(),
-                    "weight": weight::display(table.effective_weight(n, now)),
-                    "configured_weight": n.weight,
-                    "health_percent": n.health_percent(now),
-                    "warmup_percent": table.node_warmup_percent(&n.id, now),
-                    "consecutive_failures": n.runtime.consecutive_failures(),
-                    "inflight": n.runtime.inflight(),
-                    "drain_deadline_ms": self.drains.deadline_ms(n),
-                    "metadata": n.metadata.iter().collect::<BTreeMap<_, _>>(),
-                    "source": match &source {
-                        NodeSource::Static => "static".to_string(),
-                        NodeSource::Dns { name, .. } => format!("dns:{name}"),
-                    },
-                    "last_resolved_ms": match source {
-                        NodeSource::Static => None,
-                        NodeSource::Dns { resolved_ms, .. } => Some(resolved_ms),
-                    },
-                })
+                with_fields(
+                    node_fields(&table, n, now),
+                    json!({
+                        "cluster": &*n.cluster,
+                        "drain_deadline_ms": self.drains.deadline_ms(n),
+                        "metadata": n.metadata.iter().collect::<BTreeMap<_, _>>(),
+                        "source": match &source {
+                            NodeSource::Static => "static".to_string(),
+                            NodeSource::Dns { name, .. } => format!("dns:{name}"),
+                        },
+                        "last_resolved_ms": match source {
+                            NodeSource::Static => None,
+                            NodeSource::Dns { resolved_ms, .. } => Some(resolved_ms),
+                        },
+                    }),
+                )
             })
             .collect();
         Value::Array(nodes)

@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use crate::drain;
 use crate::events::{unix_ms, Event};
 use crate::hopper::Hopper;
 use crate::metrics::Metrics;
-use crate::registry::weight;
+use crate::registry::{weight, Node};
 use crate::routing::reload::Routing;
 use crate::routing::RouteTable;
 
@@ -88,22 +88,16 @@ pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready
                 .iter()
                 .map(|n| {
                     let h = &n.settings.health;
-                    json!({
-                        "id": &*n.id,
-                        "addr": n.addr,
-                        "state": table.node_state(n, now).as_str(),
-                        "weight": weight::display(table.effective_weight(n, now)),
-                        "configured_weight": n.weight,
-                        "health_percent": n.health_percent(now),
-                        "warmup_percent": table.node_warmup_percent(&n.id, now),
-                        "consecutive_failures": n.runtime.consecutive_failures(),
-                        "degrade_after": h.degrade_after,
-                        "eject_after": h.eject_after,
-                        "degraded_percent": h.degraded_percent,
-                        "inflight": n.runtime.inflight(),
-                        "bindings": bindings.get(&n.id).copied().unwrap_or(0),
-                        "drain_deadline_ms": n.runtime.signal().drain_deadline.map(crate::events::unix_ms_at),
-                    })
+                    with_fields(
+                        node_fields(table, n, now),
+                        json!({
+                            "degrade_after": h.degrade_after,
+                            "eject_after": h.eject_after,
+                            "degraded_percent": h.degraded_percent,
+                            "bindings": bindings.get(&n.id).copied().unwrap_or(0),
+                            "drain_deadline_ms": n.runtime.signal().drain_deadline.map(crate::events::unix_ms_at),
+                        }),
+                    )
                 })
                 .collect();
             json!({"name": &*c.name, "lb": c.lb.as_str(), "nodes": nodes})
@@ -120,6 +114,35 @@ pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready
         "reloads": metrics.events.recent_reloads(),
         "subscribers": metrics.events.subscribers(),
     })
+}
+
+/// The fields a node shows in both `GET /admin/status` and `GET /admin/nodes` (SPEC section 8): id,
+/// address, state, effective and configured weight, health and warm-up percent, failure streak and
+/// in-flight count, as of `now` in `table`.
+pub(super) fn node_fields(table: &RouteTable, n: &Node, now: Instant) -> Map<String, Value> {
+    let v = json!({
+        "id": &*n.id,
+        "addr": n.addr,
+        "state": table.node_state(n, now).as_str(),
+        "weight": weight::display(table.effective_weight(n, now)),
+        "configured_weight": n.weight,
+        "health_percent": n.health_percent(now),
+        "warmup_percent": table.node_warmup_percent(&n.id, now),
+        "consecutive_failures": n.runtime.consecutive_failures(),
+        "inflight": n.runtime.inflight(),
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `base` with the fields of the JSON object `more` added (a non-object `more` adds nothing).
+pub(super) fn with_fields(mut base: Map<String, Value>, more: Value) -> Value {
+    if let Value::Object(m) = more {
+        base.extend(m);
+    }
+    Value::Object(base)
 }
 
 /// Publishes a `node` event whenever a node's state or effective weight changes (weight-only

@@ -7,12 +7,24 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::Config;
 use crate::registry::NodeId;
 
 use super::super::table::RouteTable;
 use super::{Routing, DEFAULT_REMOVED_DRAIN};
 
 impl Routing {
+    /// The table that follows `live`, built from `cfg`: the next generation, with what is new
+    /// against `live` warming up ([`RouteTable::build`]). Not yet published ([`Self::commit`] does).
+    pub(super) fn build_next(&self, cfg: Config, live: &RouteTable) -> RouteTable {
+        RouteTable::build(
+            Arc::new(cfg),
+            &self.registry,
+            live.generation + 1,
+            Some(live),
+        )
+    }
+
     /// Publishes `table` in place of `live`, keeps `live`'s config as the rollback target, drains
     /// nodes no longer in the table and undrains nodes back in it. Returns the new generation.
     pub(super) fn commit(&self, table: RouteTable, live: &RouteTable) -> u64 {

@@ -56,12 +56,7 @@ impl Routing {
             return None;
         }
         let failed = probe_new_nodes(&live, &cfg, cluster).await;
-        let table = RouteTable::build(
-            Arc::new(cfg),
-            &self.registry,
-            live.generation + 1,
-            Some(&live),
-        );
+        let table = self.build_next(cfg, &live);
         let now = Instant::now();
         for (id, why) in &failed {
             if let Some(n) = table.node(id) {

@@ -3,7 +3,6 @@
 //! ejected.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -56,12 +55,7 @@ impl Routing {
             tracing::warn!(error = %err, failed = ?failed.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(), "reload refused; the live table stays");
             return Err(err);
         }
-        let table = RouteTable::build(
-            Arc::new(cfg),
-            &self.registry,
-            live.generation + 1,
-            Some(&live),
-        );
+        let table = self.build_next(cfg, &live);
         // Eject before the swap: no request of the new table may reach a node that did not connect.
         let now = Instant::now();
         for (_, id, addr, e) in &failed {
