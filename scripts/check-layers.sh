@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layer map of `internal/src` (README "Contributing"), checked: every `crate::<module>` path in
 # shipped code must name a module of a LOWER layer than the file's own module. Layers, bottom up:
-#   0  events drain notify logging        leaves: they import no other module
+#   0  events drain notify logging watch  leaves: they import no other module
 #   1  metrics                            (carries the events hub)
 #   2  tls::client                        upstream TLS connector (below config: clusters hold it)
 #   3  config
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../internal/src"
 
 rank() {
   case "$1" in
-    events | drain | notify | logging) echo 0 ;;
+    events | drain | notify | logging | watch) echo 0 ;;
     metrics) echo 1 ;;
     tls::client) echo 2 ;;
     config) echo 3 ;;

@@ -33,3 +33,4 @@ pub mod routing;
 pub mod selection;
 pub mod server;
 pub mod tls;
+mod watch;

@@ -4,41 +4,22 @@
 
 use std::path::PathBuf;
 
-/// Where reload triggers come from: the file watcher's channel and the SIGHUP stream. Created by
-/// [`Routing::new`], before the gateway serves or reports ready, so no change or signal right
-/// after start is lost (an unhandled SIGHUP would terminate the process).
-pub struct TriggerSources {
-    pub(super) rx: tokio::sync::mpsc::Receiver<()>,
-    _watcher: Option<notify::RecommendedWatcher>,
-    #[cfg(unix)]
-    pub(super) hup: Option<tokio::signal::unix::Signal>,
-}
+use crate::watch::Triggers;
 
-impl std::fmt::Debug for TriggerSources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TriggerSources")
-            .field("file_watch", &self._watcher.is_some())
-            .finish_non_exhaustive()
-    }
-}
+/// Where reload triggers come from: the config file's watcher and the SIGHUP stream
+/// ([`crate::watch::Triggers`]). Created by [`super::reload::Routing::new`], before the gateway
+/// serves or reports ready, so no change or signal right after start is lost.
+#[derive(Debug)]
+pub struct TriggerSources(pub(super) Triggers);
 
 impl TriggerSources {
     /// Starts watching `file` (if any) and listening for SIGHUP; must run inside the tokio
     /// runtime. Either failing is logged and leaves the other triggers working.
     pub fn new(file: Option<&std::path::Path>) -> Self {
-        // One pending trigger is enough: more coalesce into it.
-        let (tx, rx) = tokio::sync::mpsc::channel::<()>(1);
-        let watcher = file.and_then(|f| file_watcher(f, tx));
-        #[cfg(unix)]
-        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|e| tracing::warn!(error = %e, "SIGHUP handler unavailable; use the file watch or POST /admin/reload"))
-            .ok();
-        TriggerSources {
-            rx,
-            _watcher: watcher,
-            #[cfg(unix)]
-            hup,
-        }
+        TriggerSources(Triggers::new(
+            |tx| file.and_then(|f| file_watcher(f, tx)),
+            "SIGHUP handler unavailable; use the file watch or POST /admin/reload",
+        ))
     }
 }
 

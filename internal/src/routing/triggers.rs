@@ -5,13 +5,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::reload::{ReloadTrigger, Routing};
 use super::sources::TriggerSources;
 use super::warmup::{MIN_ROLLBACK_SAMPLE, WARMUP_CHECK_INTERVAL};
+use crate::watch::Trigger;
 
 /// Runs the warm-up watcher until `watch` fires: every [`WARMUP_CHECK_INTERVAL`], a live table
 /// with a warm-up whose error rate is above `max_error_rate` (with at least
@@ -44,12 +44,9 @@ pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch)
     }
 }
 
-/// Debounce for file-change events: editors write a file in several steps.
-const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
-
 /// Runs the reload triggers and the warm-up watcher ([`watch_warmup`]) until `watch` fires.
 /// Triggers: SIGHUP and changes to the config file (watched through its directory so editors
-/// that replace the file are seen, debounced by [`FILE_DEBOUNCE`]); they coalesce in
+/// that replace the file are seen, debounced by [`crate::watch::FILE_DEBOUNCE`]); they coalesce in
 /// [`Routing::reload_from`]. The sources are the ones [`Routing::new`] set up; `file` is only
 /// used if they were already taken (a second call).
 pub async fn watch_triggers(
@@ -72,24 +69,12 @@ async fn reload_triggers(
     mut watch: crate::drain::Watch,
 ) {
     loop {
-        #[cfg(unix)]
-        let hup_fut = async {
-            match sources.hup.as_mut() {
-                Some(h) => h.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup_fut = std::future::pending::<Option<()>>();
         let trigger = tokio::select! {
             _ = watch.signaled() => return,
-            _ = hup_fut => ReloadTrigger::Signal,
-            Some(()) = sources.rx.recv() => {
-                // Let the burst of events settle, then swallow what queued meanwhile.
-                tokio::time::sleep(FILE_DEBOUNCE).await;
-                while sources.rx.try_recv().is_ok() {}
-                ReloadTrigger::File
-            }
+            t = sources.0.next() => match t {
+                Trigger::File => ReloadTrigger::File,
+                Trigger::Signal => ReloadTrigger::Signal,
+            },
         };
         match routing.reload_from(trigger).await {
             Ok(g) => tracing::debug!(?trigger, generation = g, "reload trigger handled"),

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -24,9 +24,7 @@ use crate::config::server_tls::{ServerTlsConfig, TlsVersion};
 use crate::config::ConfigError;
 use crate::drain;
 use crate::metrics::Metrics;
-
-/// Debounce for certificate file events: a deploy writes the cert and the key in separate steps.
-const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
+use crate::watch::{Trigger, Triggers};
 
 /// What the handshake settled, kept per downstream connection.
 #[derive(Debug, Clone, Default)]
@@ -192,32 +190,17 @@ impl TlsCerts {
 /// Reloads `certs` on file changes in their directories and on `SIGHUP` until `watch` fires.
 /// A watch or signal that cannot be set up is logged; the other triggers keep working.
 pub async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    let _watcher = dir_watcher(&certs.dirs(), tx);
-    #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(
-            |e| tracing::warn!(error = %e, "SIGHUP handler unavailable for certificate reloads"),
-        )
-        .ok();
+    let mut triggers = Triggers::new(
+        |tx| dir_watcher(&certs.dirs(), tx),
+        "SIGHUP handler unavailable for certificate reloads",
+    );
     loop {
-        #[cfg(unix)]
-        let hup_fut = async {
-            match hup.as_mut() {
-                Some(h) => h.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup_fut = std::future::pending::<Option<()>>();
         let trigger = tokio::select! {
             _ = watch.signaled() => return,
-            _ = hup_fut => "signal",
-            Some(()) = rx.recv() => {
-                tokio::time::sleep(FILE_DEBOUNCE).await;
-                while rx.try_recv().is_ok() {}
-                "file"
-            }
+            t = triggers.next() => match t {
+                Trigger::File => "file",
+                Trigger::Signal => "signal",
+            },
         };
         // A refusal is logged and counted inside reload.
         let _ = certs.reload(trigger).await;
