@@ -18,15 +18,15 @@
 //! the hopper owns bindings through its [`hopper::AffinityStore`]; [`metrics::Metrics`] is a leaf.
 //! Dependencies point one way: config <- registry <- selection <- routing <- hopper <- proxy <- server/admin.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod config;
-pub mod discovery;
+pub(crate) mod discovery;
 pub mod drain;
 pub mod events;
 pub mod hopper;
 pub mod logging;
 pub mod metrics;
-pub mod notify;
+pub(crate) mod notify;
 pub mod proxy;
 pub mod registry;
 pub mod routing;

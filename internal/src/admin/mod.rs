@@ -6,14 +6,11 @@
 //! optional `health_listen` listener serves only the two probes ([`Admin::handle_health`]).
 //! Drains go through [`drains::Drains`], which shares them with the other replicas on one Redis.
 
-pub mod drains;
+pub(crate) mod drains;
 mod nodes;
 mod routes;
-pub mod sse;
-pub mod status;
-
-/// The event hub's module, also reachable here (publishers: `metrics.events.publish(..)`).
-pub use crate::events;
+pub(crate) mod sse;
+pub(crate) mod status;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,11 +30,11 @@ use crate::routing::reload::Routing;
 use routes::{reload_resp, routes_json};
 
 /// Default drain period when `?period=` is absent (SPEC section 5 example).
-pub const DEFAULT_DRAIN_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_DRAIN_PERIOD: Duration = Duration::from_secs(30);
 
 /// Admin API state.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// Route table owner.
     pub routing: Arc<Routing>,
     /// Binding owner.
@@ -56,10 +53,10 @@ pub struct Admin {
 
 /// The status page: one self-contained document (style and script inline, nothing fetched from
 /// elsewhere) that reads `GET /admin/status` and `GET /admin/events` with the token it asks for.
-pub const STATUS_PAGE: &str = include_str!("page.html");
+pub(crate) const STATUS_PAGE: &str = include_str!("page.html");
 
 /// Body of every admin answer: a full buffer, or the event stream.
-pub type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
 
 fn full(b: impl Into<Bytes>) -> AdminBody {
     Full::new(b.into()).boxed_unsync()
@@ -90,7 +87,7 @@ fn no_store(body: AdminBody, content_type: &'static str) -> Response<AdminBody> 
 
 impl Admin {
     /// Serves one admin request.
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
     ) -> Result<Response<AdminBody>, Infallible> {
@@ -186,7 +183,7 @@ impl Admin {
 
     /// Serves the `health_listen` listener (SPEC section 11): `GET /healthz` and `GET /readyz`
     /// only, no token; every other request is 404.
-    pub async fn handle_health(
+    pub(crate) async fn handle_health(
         self: Arc<Self>,
         req: Request<Incoming>,
     ) -> Result<Response<AdminBody>, Infallible> {

@@ -102,7 +102,7 @@ impl Admin {
     }
 
     /// Sets the node gauges from `table` (called at scrape time so removed nodes disappear).
-    pub fn refresh_node_metrics(&self, table: &RouteTable) {
+    pub(crate) fn refresh_node_metrics(&self, table: &RouteTable) {
         let now = Instant::now();
         self.metrics.node_weight.clear();
         self.metrics.node_state.clear();

@@ -22,15 +22,15 @@ use crate::routing::RouteTable;
 
 /// How often [`watch_nodes`] compares node states and weights: a transition reaches the page's
 /// event stream within this (well inside the SPEC's "within a few seconds").
-pub const NODE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const NODE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// A weight-only change (slow start, warm-up ramp) is published at most this often per node, so a
 /// ramp does not flood the stream; state changes are published at once.
-pub const WEIGHT_EVENT_MIN_GAP: Duration = Duration::from_secs(1);
+pub(crate) const WEIGHT_EVENT_MIN_GAP: Duration = Duration::from_secs(1);
 
 /// The gateway's readiness (SPEC section 11): ready once the data and admin listeners accept and
 /// the first round of active probes has finished; not ready again once shutdown starts.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     listening: AtomicBool,
     /// Latched: nodes added by a later reload do not make a serving gateway unready.
     probed: AtomicBool,
@@ -39,22 +39,22 @@ pub struct Readiness {
 
 impl Readiness {
     /// A gateway that is starting (not ready).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The listeners accept (called once they are bound and their accept loops run).
-    pub fn set_listening(&self) {
+    pub(crate) fn set_listening(&self) {
         self.listening.store(true, Ordering::Release);
     }
 
     /// Shutdown started: `/readyz` answers 503 from now on.
-    pub fn set_stopping(&self) {
+    pub(crate) fn set_stopping(&self) {
         self.stopping.store(true, Ordering::Release);
     }
 
     /// `Ok(())` when ready; otherwise why not (`shutting down`, `starting`, `probing`).
-    pub fn check(&self, table: &RouteTable) -> Result<(), &'static str> {
+    pub(crate) fn check(&self, table: &RouteTable) -> Result<(), &'static str> {
         if self.stopping.load(Ordering::Acquire) {
             return Err("shutting down");
         }
@@ -74,7 +74,12 @@ impl Readiness {
 /// The `GET /admin/status` document: version, generation, every cluster's nodes (state, effective
 /// weight, ladder position, in-flight, bindings), hops per second over 15 minutes (oldest first),
 /// recent hops and reloads (newest first), event subscribers.
-pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready: bool) -> Value {
+pub(crate) fn status_json(
+    table: &RouteTable,
+    hopper: &Hopper,
+    metrics: &Metrics,
+    ready: bool,
+) -> Value {
     let now = Instant::now();
     let now_ms = unix_ms();
     let bindings = hopper.store().bindings_per_node();
@@ -149,7 +154,11 @@ pub(super) fn with_fields(mut base: Map<String, Value>, more: Value) -> Value {
 /// changes at most every [`WEIGHT_EVENT_MIN_GAP`]), checking every [`NODE_WATCH_INTERVAL`] until
 /// `watch` fires. Comparing snapshots covers every cause alike: probes, passive errors, drains,
 /// slow start and warm-up.
-pub async fn watch_nodes(routing: Arc<Routing>, metrics: Arc<Metrics>, mut watch: drain::Watch) {
+pub(crate) async fn watch_nodes(
+    routing: Arc<Routing>,
+    metrics: Arc<Metrics>,
+    mut watch: drain::Watch,
+) {
     // Per node: (state, weight, when last published).
     let mut last: HashMap<Arc<str>, (&'static str, f64, Instant)> = HashMap::new();
     let mut tick = tokio::time::interval(NODE_WATCH_INTERVAL);
