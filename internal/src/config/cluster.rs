@@ -59,7 +59,7 @@ pub struct HealthConfig {
     pub max_ejection_percent: u8,
 }
 
-/// Upstream protocol of a cluster.
+/// The protocol a cluster's nodes speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     /// HTTP/1.1.
@@ -117,7 +117,7 @@ impl Picker {
 pub struct ClusterConfig {
     /// Name.
     pub name: String,
-    /// Upstream protocol.
+    /// The protocol its nodes speak.
     pub protocol: Protocol,
     /// TLS to the nodes (`tls`), loaded; `None` = cleartext.
     pub tls: Option<std::sync::Arc<crate::tls::client::ClusterTls>>,

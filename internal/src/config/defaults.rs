@@ -70,7 +70,7 @@ pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 25_000;
 /// A node that cannot accept a TCP connection within 1 s is treated as down for that request.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Idle pooled upstream connections are closed before typical node keep-alive limits (5 s in many servers).
+/// Idle pooled node connections are closed before typical node keep-alive limits (5 s in many servers).
 pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Apache mod_reqtimeout's body `MinRate` (500 bytes/s): far below any real upload, far above a
 /// trickle that exists only to hold a connection (CASE-22).

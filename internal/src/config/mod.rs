@@ -175,9 +175,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// WebSocket idle timeout; `None` = off.
     pub websocket_idle_timeout: Option<Duration>,
-    /// Upstream connect timeout.
+    /// Connect timeout to a node.
     pub connect_timeout: Duration,
-    /// Pooled upstream idle timeout.
+    /// Idle timeout of pooled node connections.
     pub upstream_idle_timeout: Duration,
     /// Minimum request body rate; `None` = off (`body_min_rate = 0`).
     pub body_min_rate: Option<BodyMinRate>,
@@ -188,7 +188,7 @@ pub struct Limits {
 }
 
 /// `[limits] h2_*`: HTTP/2 abuse limits of every downstream h2 connection (SPEC section 4,
-/// RFC 9113 section 10.5); the header-list limit also applies to upstream h2 connections.
+/// RFC 9113 section 10.5); the header-list limit also applies to h2 connections to nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H2Limits {
     /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients.

@@ -81,7 +81,7 @@ pub struct NodeRuntime {
 pub struct NodeSettings {
     /// Health settings of its cluster.
     pub health: HealthConfig,
-    /// Upstream protocol of its cluster.
+    /// The protocol of its cluster.
     pub protocol: Protocol,
     /// TLS to the node (its cluster's `tls`); `None` = cleartext.
     pub tls: Option<Arc<crate::tls::client::ClusterTls>>,

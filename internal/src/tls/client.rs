@@ -61,7 +61,7 @@ pub enum Alpn {
     H2,
 }
 
-/// A cluster's loaded upstream TLS settings; cheap to share (`Arc`).
+/// A cluster's loaded TLS settings for its nodes; cheap to share (`Arc`).
 pub struct ClusterTls {
     /// The settings as written.
     pub spec: TlsSpec,
@@ -116,7 +116,7 @@ fn certs(
     Ok(certs)
 }
 
-/// The rustls ring provider shared by every upstream config.
+/// The rustls ring provider shared by every node TLS config.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

@@ -1,8 +1,8 @@
 //! Affinity stores: where bindings (conn id -> node id, sliding TTL) live (SPEC section 7).
 //!
-//! [`AffinityStore`] is an enum over the backends so the hot path pays no dynamic dispatch or boxed
-//! futures. Every backend passes the same conformance suite (`tests` below). Store failures never
-//! fail a request: a backend degrades (local cache, counted errors) and answers as best it can.
+//! [`AffinityStore`] is an enum over the store kinds so the hot path pays no dynamic dispatch or boxed
+//! futures. Every kind passes the same conformance suite (`tests` below). Store failures never
+//! fail a request: a store degrades (local cache, counted errors) and answers as best it can.
 
 pub mod memory;
 pub mod redis;
