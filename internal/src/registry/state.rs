@@ -89,11 +89,11 @@ pub enum ProbeResult {
     Pass,
     /// Failed by status, body or connect error: the node answered (or refused) for itself.
     Fail,
-    /// No answer within the probe's `timeout`: may be the node, may be the gateway (see [`health`]).
+    /// No answer within the probe's `timeout`: may be the node, may be the gateway (see [`super::health`]).
     Timeout,
 }
 
-/// What [`NodeRuntime::record_probe_result`] did.
+/// What [`super::NodeRuntime::record_probe_result`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProbeEffect {
     /// The new state, if it changed.

@@ -2,7 +2,7 @@
 //!
 //! [`ClusterTls::load`] turns a cluster's `tls = { sni, ca, verify, client_cert, client_key }` into
 //! two rustls client configs (ALPN `http/1.1` for HTTP/1.1 and WebSocket dials, ALPN `h2` for
-//! `protocol = "h2"`), reading and checking every PEM file once per config load. [`connect`] opens
+//! `protocol = "h2"`), reading and checking every PEM file once per config load. [`connect()`] opens
 //! the TCP connection to a node and, for a TLS cluster, runs the handshake within the same connect
 //! timeout; a handshake failure comes back as an `io::Error` carrying a [`HandshakeError`] that names
 //! the TLS alert or the verification error, so callers treat it as a connect failure (retried on
@@ -10,7 +10,7 @@
 //!
 //! TLS 1.3 client authentication: a node that demands a client certificate judges it after the
 //! client's side of the handshake is complete, so a rejection would only show when the response is
-//! read. When the node asked for a certificate, [`connect`] therefore waits (at most
+//! read. When the node asked for a certificate, [`connect()`] therefore waits (at most
 //! [`CLIENT_AUTH_VERDICT_WAIT`]) for the node's first record after the handshake: a session ticket
 //! or data means accepted, an alert is a handshake failure like any other.
 //! Spawns nothing; holds no state besides the immutable configs.
