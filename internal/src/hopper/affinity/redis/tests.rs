@@ -104,6 +104,13 @@ impl TestRedis {
             ca: None,
         }
     }
+
+    /// A store on this server with binding TTL `ttl`, counting on metrics of its own.
+    pub(crate) async fn store(&self, ttl: Duration) -> RedisStore {
+        RedisStore::connect(self.settings(ttl), Arc::new(Metrics::new()))
+            .await
+            .expect("store")
+    }
 }
 
 /// Polls `f` every 20 ms until true; panics naming `what` at the deadline.
@@ -169,12 +176,7 @@ pub(super) fn node(s: &str) -> Arc<str> {
 #[tokio::test]
 async fn cached_binding_costs_no_redis_call() {
     let r = TestRedis::start().await;
-    let store = RedisStore::connect(
-        r.settings(Duration::from_secs(60)),
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .expect("store");
+    let store = r.store(Duration::from_secs(60)).await;
     let mut c = r.client().await;
     assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
     assert_eq!(
@@ -197,9 +199,7 @@ async fn cached_binding_costs_no_redis_call() {
 async fn ttl_is_refreshed_once_less_than_half_is_left() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_millis(1500);
-    let store = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store");
+    let store = r.store(ttl).await;
     let mut c = r.client().await;
     store.bind("c-1", &node("node-a")).await;
     let start = Instant::now();
@@ -235,12 +235,8 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
 async fn hops_invalidate_other_replicas_and_races_agree() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_secs(60);
-    let a = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store a");
-    let b = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store b");
+    let a = r.store(ttl).await;
+    let b = r.store(ttl).await;
     let mut c = r.client().await;
     // Wait for b's subscription so the hop message below reaches it.
     wait_until(

@@ -78,12 +78,7 @@ async fn redis_outage_serves_locally_and_writes_back() {
 #[tokio::test]
 async fn write_back_does_not_overwrite_a_newer_binding() {
     let r = TestRedis::start().await;
-    let store = RedisStore::connect(
-        r.settings(Duration::from_secs(60)),
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .expect("store");
+    let store = r.store(Duration::from_secs(60)).await;
     let mut c = r.client().await;
     // Believed down (as after a timeout): the bind and the hop stay local and are remembered.
     store.shared.down.store(true, Ordering::Release);
