@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{DiscoveryConfig, MIN_DISCOVERY_INTERVAL};
 use crate::drain;
 use crate::metrics::{ClusterLabel, Metrics};
+use crate::routing::discovered::DnsAnswer;
 use crate::routing::reload::Routing;
 
 /// Time for one DNS query to the server before it counts as failed; a resolution makes at most
@@ -249,7 +250,12 @@ async fn resolve_loop(
                 let wait = next_wait(d.interval, answer.ttl);
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = routing.set_discovered(&cluster, &d.name, d.port, answer.ips, unix_ms()) => {}
+                    _ = routing.set_discovered(&cluster, DnsAnswer {
+                        name: d.name.clone(),
+                        port: d.port,
+                        ips: answer.ips,
+                        resolved_ms: unix_ms(),
+                    }) => {}
                 }
                 wait
             }

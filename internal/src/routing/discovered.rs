@@ -23,16 +23,17 @@ use std::sync::Mutex;
 
 use crate::config::{ClusterConfig, Config, NodeConfig};
 
-/// The last good answer for one discovery cluster.
+/// A good answer for one discovery cluster (SPEC section 12); the last one of each is kept.
 #[derive(Debug, Clone)]
-struct Answer {
-    /// Name and port it was resolved for.
-    name: String,
-    port: u16,
+pub struct DnsAnswer {
+    /// The DNS name it was resolved for.
+    pub name: String,
+    /// The port of every node it names.
+    pub port: u16,
     /// Addresses, sorted and unique.
-    ips: BTreeSet<IpAddr>,
-    /// Unix ms of the last successful resolution.
-    resolved_ms: u64,
+    pub ips: BTreeSet<IpAddr>,
+    /// Unix ms of the resolution.
+    pub resolved_ms: u64,
 }
 
 /// Where a node of the live table comes from (`GET /admin/nodes` fields `source`, `last_resolved_ms`).
@@ -52,35 +53,19 @@ pub enum NodeSource {
 /// The last good answer of every discovery cluster, by cluster name.
 #[derive(Debug, Default)]
 pub struct Discovered {
-    answers: Mutex<HashMap<String, Answer>>,
+    answers: Mutex<HashMap<String, DnsAnswer>>,
 }
 
 impl Discovered {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Answer>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, DnsAnswer>> {
         self.answers
             .lock()
             .expect("discovered mutex is never poisoned: no panics while held")
     }
 
-    /// Records the good answer `ips` for `name`:`port` of `cluster`, resolved at unix ms
-    /// `resolved_ms`, in place of the one before.
-    pub(super) fn record(
-        &self,
-        cluster: &str,
-        name: &str,
-        port: u16,
-        ips: BTreeSet<IpAddr>,
-        resolved_ms: u64,
-    ) {
-        self.lock().insert(
-            cluster.to_string(),
-            Answer {
-                name: name.to_string(),
-                port,
-                ips,
-                resolved_ms,
-            },
-        );
+    /// Records `answer` as the last good one of `cluster`.
+    pub(super) fn record(&self, cluster: &str, answer: DnsAnswer) {
+        self.lock().insert(cluster.to_string(), answer);
     }
 
     /// Takes a config; sets the nodes of each of its discovery clusters to the last good answer
@@ -170,8 +155,8 @@ mod tests {
         .expect("valid")
     }
 
-    fn answer(name: &str, ips: &[&str]) -> Answer {
-        Answer {
+    fn answer(name: &str, ips: &[&str]) -> DnsAnswer {
+        DnsAnswer {
             name: name.into(),
             port: 80,
             ips: ips.iter().map(|s| s.parse().expect("ip")).collect(),

@@ -2,8 +2,7 @@
 //! route table of its own; new nodes are probed with their cluster's health check before the swap
 //! (see the [`super::super::discovered`] module docs).
 
-use std::collections::{BTreeSet, HashSet};
-use std::net::IpAddr;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -12,22 +11,16 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::registry::probe::{probe, ProbeOutcome};
 
+use super::super::discovered::DnsAnswer;
 use super::super::table::RouteTable;
 use super::{Routing, RELOAD_PROBE_CONCURRENCY};
 
 impl Routing {
-    /// Takes a discovery cluster's good answer (`ips` for `name`:`port`, resolved at unix ms
-    /// `resolved_ms`); records it and, when the node set changed, swaps in a table with the new
+    /// Takes a discovery cluster's good `answer`; records it and, when the node set changed, swaps in a table with the new
     /// set (module docs: new nodes probed first, vanished ones drain). Returns the new generation,
     /// or `None` when the set is unchanged or the cluster no longer asks for that name and port.
-    pub async fn set_discovered(
-        &self,
-        cluster: &str,
-        name: &str,
-        port: u16,
-        ips: BTreeSet<IpAddr>,
-        resolved_ms: u64,
-    ) -> Option<u64> {
+    pub async fn set_discovered(&self, cluster: &str, answer: DnsAnswer) -> Option<u64> {
+        let (name, port) = (answer.name.clone(), answer.port);
         let _guard = self.lock.lock().await;
         let live = self.table();
         let wanted = live
@@ -40,8 +33,7 @@ impl Routing {
         if !wanted {
             return None;
         }
-        self.discovered
-            .record(cluster, name, port, ips, resolved_ms);
+        self.discovered.record(cluster, answer);
         let mut cfg = (*live.config).clone();
         self.discovered.fill(&mut cfg);
         // Compared with the live table, not the previous answer, so an update interrupted before
@@ -79,7 +71,7 @@ impl Routing {
         let removed: Vec<&str> = old.difference(&new).copied().collect();
         tracing::info!(
             cluster,
-            name,
+            %name,
             ?added,
             ?removed,
             nodes = new.len(),
