@@ -16,9 +16,10 @@ use super::super::table::RouteTable;
 use super::{Routing, RELOAD_PROBE_CONCURRENCY};
 
 impl Routing {
-    /// Takes a discovery cluster's good `answer`; records it and, when the node set changed, swaps in a table with the new
-    /// set (module docs: new nodes probed first, vanished ones drain). Returns the new generation,
-    /// or `None` when the set is unchanged or the cluster no longer asks for that name and port.
+    /// Takes a discovery cluster's good `answer`; records it and, when the node set changed,
+    /// swaps in a table with the new set (module docs: new nodes probed first, vanished ones
+    /// drain). Returns the new generation, or `None` when the set is unchanged or the cluster no
+    /// longer asks for the answer's name and port.
     pub async fn set_discovered(&self, cluster: &str, answer: DnsAnswer) -> Option<u64> {
         let (name, port) = (answer.name.clone(), answer.port);
         let _guard = self.lock.lock().await;
