@@ -37,3 +37,34 @@ wait_http() {
   done
   die "${2:-$1} did not answer (logs in $W)"
 }
+
+# gw_conf FILE NODES [EXTRA]: writes the bench gateway config to FILE: cluster "bench" with the
+# nodes given as "id=port" words in NODES, one catch-all route "all", then the TOML lines EXTRA.
+# Configs live in their own directory: the gateway watches its config file's directory, and log
+# files written next to it would wake the watcher on every line. Like nginx's and HAProxy's settings
+# in run.sh: pooled node connections survive the pauses between interleaved measurements (the
+# default, 4s, would empty the pool between them), and a connect may take up to 5 s as with
+# HAProxy's "timeout connect 5s" (the default, 1s, trips on the WebSocket phase's connect bursts on
+# a starved core: 5 timeouts in a row eject the only node).
+gw_conf() {
+  local n
+  mkdir -p "$(dirname "$1")"
+  {
+    cat <<'CONF'
+[server]
+shutdown_timeout = "1s"
+[limits]
+upstream_idle_timeout = "600s"
+connect_timeout = "5s"
+[health]
+interval = "30s"
+timeout = "2s"
+[[clusters]]
+name = "bench"
+CONF
+    for n in $2; do
+      printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
+    done
+    printf '[[routes]]\nid = "all"\nmatch = { path_prefix = "/" }\ncluster = "bench"\n%s\n' "${3:-}"
+  } >"$1"
+}

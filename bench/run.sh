@@ -211,39 +211,6 @@ backend nodes
 EOF
 }
 
-gw_conf() { # FILE UPSTREAM_PORT
-  # Configs live in their own directory: the gateway watches its config file's directory, and
-  # log files written next to it would wake the watcher on every line.
-  mkdir -p "$(dirname "$1")"
-  cat >"$1" <<EOF
-[server]
-shutdown_timeout = "1s"
-
-# Like nginx's and HAProxy's settings above: pooled upstream connections survive the pauses
-# between interleaved measurements (the default, 4s, would empty the pool between them), and a
-# connect may take up to 5 s as with HAProxy's "timeout connect 5s" (the default, 1s, trips on the
-# WebSocket phase's connect bursts on a starved core: 5 timeouts in a row eject the only node).
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-
-[health]
-interval = "30s"
-timeout = "2s"
-
-[[clusters]]
-name = "bench"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$2"
-
-[[routes]]
-id = "all"
-match = { path_prefix = "/" }
-cluster = "bench"
-EOF
-}
-
 start_nginx() { # -> NGINX_PIDS (master + worker)
   start nginx-proxy "$PCPU" nginx -p "$W/nginx-proxy" -e "$W/nginx-proxy/error.log" -c "$W/nginx-proxy/nginx.conf"
   NGINX_MASTER=$STARTED
@@ -270,7 +237,7 @@ wait_http "http://127.0.0.1:$BACKEND_PORT/" backend
 start redis "$LCPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no
 wait_tcp "$REDIS_PORT" redis-server
 
-gw_conf "$W/conf/gw.toml" "$BACKEND_PORT"
+gw_conf "$W/conf/gw.toml" "node-1=$BACKEND_PORT"
 start_gw gw "$GW_PORT" "$GW_ADMIN" "$W/conf/gw.toml" --access-log off
 GW_PID=$STARTED
 # The access-log gateway writes its log to a file (appended; truncated after each measurement).
@@ -373,7 +340,7 @@ if [ "$WS" = 1 ]; then
   stop "$STARTED"
 
   ws_node gateway; node=$STARTED
-  gw_conf "$W/conf/gw-ws.toml" "$WS_NODE_PORT"
+  gw_conf "$W/conf/gw-ws.toml" "node-1=$WS_NODE_PORT"
   start_gw gw-ws "$GW_PORT" "$GW_ADMIN" "$W/conf/gw-ws.toml" --access-log off
   ws_run gateway "ws://127.0.0.1:$GW_PORT/ws" "$STARTED"
   stop "$STARTED"; stop "$node"

@@ -16,27 +16,8 @@ ulimit -n "$(ulimit -Hn)"
 # one catch-all route "all" plus the TOML lines in $2) and starts the gateway with the bench
 # settings (`--workers 1 --access-log off`, under $GW_WRAP when set); sets GW_PORT, GW_ADMIN, GW.
 start_gateway() {
-  local n
   GW_PORT=$(free_port); GW_ADMIN=$(free_port)
-  mkdir -p "$W/conf"
-  {
-    cat <<CONF
-[server]
-shutdown_timeout = "1s"
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-[health]
-interval = "30s"
-timeout = "2s"
-[[clusters]]
-name = "bench"
-CONF
-    for n in $1; do
-      printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
-    done
-    printf '[[routes]]\nid = "all"\nmatch = { path_prefix = "/" }\ncluster = "bench"\n%s\n' "${2:-}"
-  } >"$W/conf/gw.toml"
+  gw_conf "$W/conf/gw.toml" "$1" "${2:-}"
   ${GW_WRAP:-} "$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" \
     --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off >"$W/gw.log" 2>&1 &
   GW=$!; PIDS+=("$GW")
