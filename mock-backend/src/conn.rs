@@ -69,16 +69,7 @@ pub(crate) async fn accept_http(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().max_headers(H1_MAX_HEADERS);
     builder.http2().max_header_list_size(H2_MAX_HEADER_LIST);
-    let builder = Arc::new(builder);
-    loop {
-        let stream = accept(&listener).await;
-        let (state2, builder, tls) = (Arc::clone(&state), Arc::clone(&builder), tls.clone());
-        state.tasks.spawn(async move {
-            if let Some(stream) = handshake(stream, tls.as_ref()).await {
-                serve_http(stream, state2, builder).await;
-            }
-        });
-    }
+    accept_each(listener, state, tls, builder, serve_http).await;
 }
 
 /// Accepts forever on the gRPC port, serving each connection as h2c only (h2 over TLS when `tls`
@@ -90,13 +81,29 @@ pub(crate) async fn accept_grpc(
 ) {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.max_header_list_size(H2_MAX_HEADER_LIST);
+    accept_each(listener, state, tls, builder, serve_grpc).await;
+}
+
+/// Accepts forever on `listener`; each connection is one task of the node's set that runs the TLS
+/// handshake (when `tls` is given) and then `serve` with the shared `builder`.
+async fn accept_each<B, F, Fut>(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+    builder: B,
+    serve: F,
+) where
+    B: Send + Sync + 'static,
+    F: Fn(MockStream, Arc<State>, Arc<B>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
     let builder = Arc::new(builder);
     loop {
         let stream = accept(&listener).await;
         let (state2, builder, tls) = (Arc::clone(&state), Arc::clone(&builder), tls.clone());
         state.tasks.spawn(async move {
             if let Some(stream) = handshake(stream, tls.as_ref()).await {
-                serve_grpc(stream, state2, builder).await;
+                serve(stream, state2, builder).await;
             }
         });
     }
