@@ -30,7 +30,7 @@ pub(crate) mod notify;
 pub mod proxy;
 pub mod registry;
 pub mod routing;
-pub mod selection;
+pub(crate) mod selection;
 pub mod server;
 pub mod tls;
 mod watch;
