@@ -21,14 +21,14 @@
 pub(crate) mod admin;
 pub mod config;
 pub(crate) mod discovery;
-pub mod drain;
-pub mod events;
+pub(crate) mod drain;
+pub(crate) mod events;
 pub mod hopper;
 pub mod logging;
 pub mod metrics;
 pub(crate) mod notify;
 pub mod proxy;
-pub mod registry;
+pub(crate) mod registry;
 pub mod routing;
 pub(crate) mod selection;
 pub mod server;

@@ -16,7 +16,7 @@
 //! - **the last-node rule**: when a probe *timeout* would eject a node whose failure streak is made
 //!   of timeouts only, and every *other* node of its cluster is already unusable (ejected or
 //!   draining) and also timed out on its latest probe within the same window
-//!   ([`storm_window`]: two intervals plus one timeout), the whole cluster is failing by timeout in
+//!   ([`storm::storm_window`]: two intervals plus one timeout), the whole cluster is failing by timeout in
 //!   the same interval. That is treated as the gateway's own problem: the node is kept degraded
 //!   instead of ejected (one WARN per storm). Any non-timeout failure (status, body, refused
 //!   connect) or passive ejection still ejects it, and a cluster with a single node never loses it
@@ -37,12 +37,11 @@ mod storm;
 use super::probe::{probe, ProbeOutcome};
 use super::{Node, NodeId};
 use crate::config::{HealthConfig, Protocol};
-pub use storm::{hold_last_node, storm_window, LastProbe, Peer};
 use storm::{observe, ClusterView};
 
 /// Probes in flight at once across all nodes: enough for hundreds of nodes at second intervals,
 /// few enough that a probe burst cannot starve the data plane of sockets or CPU.
-pub const MAX_CONCURRENT_PROBES: usize = 64;
+pub(crate) const MAX_CONCURRENT_PROBES: usize = 64;
 
 struct Task {
     key: (
@@ -57,7 +56,7 @@ struct Task {
 }
 
 /// Owns the probe tasks of every node in the live table.
-pub struct HealthChecker {
+pub(crate) struct HealthChecker {
     tasks: Mutex<HashMap<NodeId, Task>>,
     clusters: Mutex<HashMap<Arc<str>, Arc<ClusterView>>>,
     permits: Arc<Semaphore>,
@@ -81,13 +80,13 @@ impl std::fmt::Debug for HealthChecker {
 
 impl HealthChecker {
     /// A checker with no tasks.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Makes the running tasks match `nodes` (every node of the live table), and the per-cluster
     /// views of the timeout-storm guard match the table's clusters.
-    pub fn reconcile(&self, nodes: &[Arc<Node>]) {
+    pub(crate) fn reconcile(&self, nodes: &[Arc<Node>]) {
         let views = self.reconcile_views(nodes);
         let mut tasks = self
             .tasks
@@ -165,7 +164,7 @@ impl HealthChecker {
     }
 
     /// Cancels every probe task and waits for them to end.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let handles: Vec<_> = {
             let mut tasks = self
                 .tasks

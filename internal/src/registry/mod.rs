@@ -5,14 +5,12 @@
 //! state carry over a reload. Hot-path reads are atomics; transitions take a short mutex with no
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
-pub mod health;
-pub mod passive;
-pub mod probe;
+pub(crate) mod health;
+pub(crate) mod passive;
+pub(crate) mod probe;
 mod state;
 mod transitions;
-pub mod weight;
-
-pub use probe::grpc as grpc_probe;
+pub(crate) mod weight;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -26,10 +24,10 @@ use crate::config::{HealthConfig, NodeConfig, Protocol};
 use crate::metrics::{Metrics, TransitionLabels};
 
 /// A node id (SPEC section 3: unique across clusters). Cheap to clone.
-pub type NodeId = Arc<str>;
+pub(crate) type NodeId = Arc<str>;
 
 use state::{health_name, HEALTH_DEGRADED, HEALTH_EJECTED, HEALTH_HEALTHY};
-pub use state::{ChangeReason, NodeSignal, NodeState, ProbeEffect, ProbeResult};
+pub(crate) use state::{ChangeReason, NodeSignal, NodeState, ProbeEffect, ProbeResult};
 
 #[derive(Debug, Default)]
 struct Counters {

@@ -62,7 +62,7 @@ pub(super) const HEALTH_EJECTED: u8 = 2;
 
 /// Why a node's state changed; logged with every transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeReason {
+pub(crate) enum ChangeReason {
     /// Active probe results.
     Probe,
     /// Errors on real traffic.
@@ -73,7 +73,7 @@ pub enum ChangeReason {
 
 impl ChangeReason {
     /// Lower-case name for logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ChangeReason::Probe => "probe",
             ChangeReason::Passive => "passive",

@@ -47,7 +47,7 @@ pub(super) fn observe(node: &Node, view: &ClusterView, outcome: &ProbeOutcome, n
 
 /// The latest probe of one node, as the timeout-storm guard sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastProbe {
+pub(super) struct LastProbe {
     /// When the probe finished.
     pub at: Instant,
     /// True if it failed by timeout.
@@ -56,7 +56,7 @@ pub struct LastProbe {
 
 /// One other node of the cluster, as the timeout-storm guard sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
+pub(super) struct Peer {
     /// False when ejected or draining.
     pub usable: bool,
     /// Its latest probe, if any.
@@ -65,14 +65,14 @@ pub struct Peer {
 
 /// How recent a peer's timeout must be to count as "the same interval": two probe intervals (one
 /// for the jittered schedule, one for a permit wait) plus one probe timeout.
-pub fn storm_window(h: &HealthConfig) -> Duration {
+pub(super) fn storm_window(h: &HealthConfig) -> Duration {
     h.interval * 2 + h.timeout
 }
 
 /// The last-node rule (module docs): true if a node whose probe just timed out must not be ejected,
 /// because every other node of its cluster (`peers`) is unusable and timed out on its latest probe
 /// within `window` of `now`. With no peers it is the cluster's only node: true.
-pub fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
+pub(super) fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
     peers.iter().all(|p| {
         !p.usable
             && p.last
