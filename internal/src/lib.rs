@@ -25,7 +25,7 @@ pub(crate) mod drain;
 pub(crate) mod events;
 pub mod hopper;
 pub mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod notify;
 pub mod proxy;
 pub(crate) mod registry;

@@ -5,10 +5,10 @@
 //! table at scrape time so removed nodes disappear. A leaf module: depends only on the leaf
 //! [`crate::events`], whose hub it carries so that every component that counts can also report.
 
-pub mod format;
+pub(crate) mod format;
 mod labels;
 
-pub use labels::*;
+pub(crate) use labels::*;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -93,7 +93,7 @@ pub struct RetryLabels {
 
 /// `{version}` of `gateway_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VersionLabel {
+pub(crate) struct VersionLabel {
     /// The crate version (`hopping-gateway --version`).
     pub version: &'static str,
 }
