@@ -4,21 +4,21 @@
 //! satisfies the request's version; otherwise a freshly selected node, rebound by compare-and-set,
 //! and the hop is counted and logged with the Go original's line. Spawns nothing.
 
-pub mod affinity;
+pub(crate) mod affinity;
 pub mod ids;
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub use crate::events::HopReason;
+pub(crate) use crate::events::HopReason;
 use crate::events::{unix_ms, Event};
 use crate::metrics::Metrics;
 use crate::registry::{Node, NodeState};
 use crate::routing::{Cluster, RouteTable};
 use crate::selection::{self, Criteria, VersionMiss};
 
-pub use affinity::AffinityStore;
+pub(crate) use affinity::AffinityStore;
 pub use ids::{ConnIds, IdError};
 
 /// Whether a hop follows a racing move of the same id ([`Hopper::hop`]).
@@ -39,7 +39,7 @@ pub struct Placement {
     /// Set when the request hopped: the old node id and the reason.
     pub hopped_from: Option<(Arc<str>, HopReason)>,
     /// Version-filter miss to report.
-    pub version_miss: Option<VersionMiss>,
+    pub(crate) version_miss: Option<VersionMiss>,
     /// Set when this request counted a hop: when the failure behind it was first seen (the bound
     /// node's ejection or drain, else the hop decision itself), the start of the hop's
     /// `hopping_latency_seconds` observation.

@@ -52,7 +52,7 @@ pub enum NodeSource {
 
 /// The last good answer of every discovery cluster, by cluster name.
 #[derive(Debug, Default)]
-pub struct Discovered {
+pub(crate) struct Discovered {
     answers: Mutex<HashMap<String, DnsAnswer>>,
 }
 
@@ -72,7 +72,7 @@ impl Discovered {
     /// for that cluster's name and port (none yet: no nodes). A discovered id already used by
     /// another node (static or discovered in an earlier cluster) is skipped with a WARN, since ids
     /// are unique across clusters.
-    pub fn fill(&self, cfg: &mut Config) {
+    pub(crate) fn fill(&self, cfg: &mut Config) {
         let answers = self.lock().clone();
         let mut taken: HashSet<String> = cfg
             .clusters
@@ -102,7 +102,7 @@ impl Discovered {
     }
 
     /// Takes a cluster and node id of the live table; returns where the node comes from.
-    pub fn source(&self, cfg: &Config, cluster: &str, id: &str) -> NodeSource {
+    pub(crate) fn source(&self, cfg: &Config, cluster: &str, id: &str) -> NodeSource {
         let Some(d) = cfg
             .clusters
             .iter()
@@ -124,7 +124,7 @@ impl Discovered {
 }
 
 /// The id (and address) of the node at `ip`: `<ip>:<port>`, IPv6 in brackets.
-pub fn node_id(ip: IpAddr, port: u16) -> String {
+pub(crate) fn node_id(ip: IpAddr, port: u16) -> String {
     SocketAddr::new(ip, port).to_string()
 }
 

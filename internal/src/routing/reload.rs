@@ -53,14 +53,14 @@ use super::discovered::{Discovered, NodeSource};
 use super::table::RouteTable;
 
 use super::sources::TriggerSources;
-pub use error::{ReloadError, ReloadTrigger};
+pub(crate) use error::{ReloadError, ReloadTrigger};
 
 /// How long a pre-swap connect probe may take: a hung node must not stall a reload for long.
-pub const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pre-swap probes run at most this many at once (a table adding hundreds of nodes stays bounded).
-pub const RELOAD_PROBE_CONCURRENCY: usize = 64;
+pub(crate) const RELOAD_PROBE_CONCURRENCY: usize = 64;
 /// Drain period for nodes a reload removed (SPEC section 5: they drain like an operator drain).
-pub const DEFAULT_REMOVED_DRAIN: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REMOVED_DRAIN: Duration = Duration::from_secs(30);
 
 /// Hashes of file contents, to tell a change from a repeated event.
 #[derive(Debug, Default)]

@@ -16,7 +16,7 @@ use crate::watch::Trigger;
 /// Runs the warm-up watcher until `watch` fires: every [`WARMUP_CHECK_INTERVAL`], a live table
 /// with a warm-up whose error rate is above `max_error_rate` (with at least
 /// [`MIN_ROLLBACK_SAMPLE`] requests) is rolled back (SPEC section 6).
-pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch) {
+pub(crate) async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch) {
     let mut tick = tokio::time::interval(WARMUP_CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -49,7 +49,7 @@ pub async fn watch_warmup(routing: Arc<Routing>, mut watch: crate::drain::Watch)
 /// that replace the file are seen, debounced by [`crate::watch::FILE_DEBOUNCE`]); they coalesce in
 /// [`Routing::reload_from`]. The sources are the ones [`Routing::new`] set up; `file` is only
 /// used if they were already taken (a second call).
-pub async fn watch_triggers(
+pub(crate) async fn watch_triggers(
     routing: Arc<Routing>,
     file: Option<PathBuf>,
     watch: crate::drain::Watch,

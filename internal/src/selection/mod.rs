@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub use self::cluster::Cluster;
+pub(crate) use self::cluster::Cluster;
 use crate::registry::{Node, NodeId};
 
 /// Where selection gets each node's effective weight (configured × health % × warm-up %, SPEC
@@ -62,7 +62,7 @@ pub(crate) struct Candidate {
 
 /// Outcome of the version filter, for the no-match WARN and counter (SPEC section 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VersionMiss {
+pub(crate) struct VersionMiss {
     /// Selectable candidates before the filter.
     pub candidates: usize,
     /// Candidates matching the version (0).

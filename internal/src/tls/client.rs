@@ -28,14 +28,14 @@ use sha2::{Digest, Sha256};
 mod connect;
 mod stream;
 mod verify;
-pub use self::connect::{connect, handshake_error, HandshakeError};
-pub use self::stream::{NodeStream, TlsConn};
+pub(crate) use self::connect::{connect, handshake_error, HandshakeError};
+pub(crate) use self::stream::NodeStream;
 use self::verify::NoVerify;
 
 /// Longest wait, after a TLS 1.3 handshake in which the node asked for a client certificate, for
 /// the node's verdict (a session ticket, data, or an alert). Nodes send their tickets right after
 /// the handshake; one that sends none costs this much once per new connection.
-pub const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
+pub(crate) const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
 
 /// A cluster's `tls` table as written (paths as given; empty strings mean "not set").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub struct TlsSpec {
 
 /// Which application protocol a connection offers in ALPN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alpn {
+pub(crate) enum Alpn {
     /// `http/1.1`: HTTP/1.1 requests, probes and WebSocket dials.
     Http1,
     /// `h2`: HTTP/2 over TLS (`protocol = "h2"`).
@@ -91,7 +91,7 @@ impl PartialEq for ClusterTls {
 impl Eq for ClusterTls {}
 
 /// A problem with one key of the `tls` table: `(key under tls, message)`, e.g. `("ca", "...")`.
-pub type SpecIssue = (&'static str, String);
+pub(crate) type SpecIssue = (&'static str, String);
 
 /// Reads `path` for key `key`.
 fn read(key: &'static str, path: &str, digest: &mut Sha256) -> Result<Vec<u8>, SpecIssue> {

@@ -51,7 +51,7 @@ impl ResolvesServerCert for SniResolver {
 
 /// The listener's certificates and their reload.
 #[derive(Debug)]
-pub struct TlsCerts {
+pub(crate) struct TlsCerts {
     spec: ServerTlsConfig,
     live: Arc<ArcSwap<SniTable>>,
     metrics: Arc<Metrics>,
@@ -64,7 +64,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// Every certificate problem ([`certs::load_table`]).
-    pub fn load(spec: ServerTlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
+    pub(crate) fn load(spec: ServerTlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
         let table = certs::load_table(&spec)?;
         let certs = TlsCerts {
             spec,
@@ -82,7 +82,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// `client_ca` cannot be read or is not a usable CA.
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>, ConfigError> {
+    pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, ConfigError> {
         let provider = certs::provider();
         let versions: &[&'static rustls::SupportedProtocolVersion] = match self.spec.min_version {
             TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -108,13 +108,8 @@ impl TlsCerts {
         Ok(Arc::new(cfg))
     }
 
-    /// The listener's settings.
-    pub fn spec(&self) -> &ServerTlsConfig {
-        &self.spec
-    }
-
     /// True if the listener offers `h2` (then RFC 8441 extended CONNECT is enabled).
-    pub fn offers_h2(&self) -> bool {
+    pub(crate) fn offers_h2(&self) -> bool {
         self.spec.alpn.iter().any(|a| a == b"h2")
     }
 
@@ -124,7 +119,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// Every problem found; the live certificates stay.
-    pub async fn reload(self: &Arc<Self>, trigger: &'static str) -> Result<(), ConfigError> {
+    pub(crate) async fn reload(self: &Arc<Self>, trigger: &'static str) -> Result<(), ConfigError> {
         let _guard = self.lock.lock().await;
         let me = self.clone();
         let loaded = tokio::task::spawn_blocking(move || certs::load_table(&me.spec))
@@ -153,7 +148,7 @@ impl TlsCerts {
     }
 
     /// Sets `gateway_tls_cert_expiry_seconds{name}` from the live table (call at scrape time).
-    pub fn refresh_expiry(&self) {
+    pub(crate) fn refresh_expiry(&self) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -189,7 +184,7 @@ impl TlsCerts {
 
 /// Reloads `certs` on file changes in their directories and on `SIGHUP` until `watch` fires.
 /// A watch or signal that cannot be set up is logged; the other triggers keep working.
-pub async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
+pub(crate) async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
     let mut triggers = Triggers::new(
         |tx| dir_watcher(&certs.dirs(), tx),
         "SIGHUP handler unavailable for certificate reloads",

@@ -4,14 +4,14 @@
 //! futures. Every kind passes the same conformance suite (`tests` below). Store failures never
 //! fail a request: a store degrades (local cache, counted errors) and answers as best it can.
 
-pub mod memory;
-pub mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::memory::MemoryStore;
-pub use self::redis::{RedisSettings, RedisStore, StoreError};
+pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::redis::{RedisSettings, RedisStore};
 
 /// One binding as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

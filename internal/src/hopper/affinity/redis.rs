@@ -39,15 +39,15 @@ use tokio_util::sync::CancellationToken;
 use super::{Binding, MemoryStore};
 use crate::metrics::Metrics;
 
-pub use self::events::{DrainRecord, EventMessage, FleetEvent};
+pub(crate) use self::events::{DrainRecord, EventMessage, FleetEvent};
 use self::shared::{
     same_or_new, ErrorLog, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, GET_SCRIPT, HOP_SCRIPT,
     NO_ARGS,
 };
-pub use self::target::{RedisTarget, TargetError};
+pub(crate) use self::target::{RedisTarget, TargetError};
 
 /// At most one WARN line about Redis errors per this interval; the rest are counted only.
-pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the maintainer probes a down Redis and flushes write-backs.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// Queued TTL refreshes; past this, a refresh is skipped and retried on a later use.

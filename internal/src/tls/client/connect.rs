@@ -19,7 +19,7 @@ use super::{Alpn, ClusterTls, CLIENT_AUTH_VERDICT_WAIT};
 /// A TLS handshake with a node that failed: the node id and the TLS alert or verification error.
 #[derive(Debug, thiserror::Error)]
 #[error("TLS handshake with {node} failed: {reason}")]
-pub struct HandshakeError {
+pub(crate) struct HandshakeError {
     /// Node id.
     pub node: String,
     /// rustls' error text, e.g. `invalid peer certificate: UnknownIssuer` or
@@ -28,7 +28,7 @@ pub struct HandshakeError {
 }
 
 /// The [`HandshakeError`] inside `e`, if `e` is one.
-pub fn handshake_error(e: &io::Error) -> Option<&HandshakeError> {
+pub(crate) fn handshake_error(e: &io::Error) -> Option<&HandshakeError> {
     e.get_ref()?.downcast_ref::<HandshakeError>()
 }
 
@@ -72,7 +72,7 @@ impl ResolvesClientCert for AskWatch {
 /// # Errors
 /// The connect error, `TimedOut`, or for a failed handshake an error of kind `ConnectionRefused`
 /// wrapping a [`HandshakeError`] (see [`handshake_error`]).
-pub async fn connect(
+pub(crate) async fn connect(
     addr: &str,
     id: &str,
     tls: Option<&ClusterTls>,

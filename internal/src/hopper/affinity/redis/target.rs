@@ -27,7 +27,7 @@ pub enum TargetError {
 
 /// A parsed `affinity.redis_url` (SPEC section 7).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
+pub(crate) enum RedisTarget {
     /// `redis://`, `rediss://`, `redis+unix://`, `unix://`: one server, as the redis crate parses it.
     Single {
         /// The URL, unchanged.
@@ -85,7 +85,7 @@ impl RedisTarget {
     /// # Errors
     /// [`TargetError`] for an unknown scheme, a host without a numeric port, a sentinel URL without
     /// a master name, or a URL the redis crate rejects (including `rediss://` in a build without TLS).
-    pub fn parse(url: &str) -> Result<RedisTarget, TargetError> {
+    pub(crate) fn parse(url: &str) -> Result<RedisTarget, TargetError> {
         let shape = |reason| TargetError::Shape {
             url: url.to_string(),
             reason,
@@ -156,7 +156,7 @@ impl RedisTarget {
 
     /// Sets the CA (PEM bytes of `affinity.redis_ca`) that a `rediss://` server's certificate must
     /// chain to; other targets and schemes ignore it.
-    pub fn with_ca(mut self, pem: Option<Vec<u8>>) -> RedisTarget {
+    pub(crate) fn with_ca(mut self, pem: Option<Vec<u8>>) -> RedisTarget {
         if let RedisTarget::Single { url, ca } = &mut self {
             if url.starts_with("rediss://") {
                 *ca = pem;
