@@ -141,6 +141,10 @@ pub(super) async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::
 }
 
 /// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
+///
+/// Longer than 80 lines on purpose: the connection's whole life (serve, the drain signal, the
+/// GOAWAY of an h2 connection bound to a node that stops being usable, the close grace) is one
+/// `select!` loop whose arms share the connection state.
 pub(super) async fn serve_data<I>(
     io: I,
     peer: SocketAddr,

@@ -128,6 +128,9 @@ impl ClusterTls {
     /// # Errors
     /// Every problem as `(key under tls, message)`: unreadable file, no/invalid PEM, a client
     /// certificate without its key (or the reverse), a key that does not fit, an invalid `sni`.
+    ///
+    /// Longer than 80 lines on purpose: it reads every file of the spec once and collects every
+    /// problem before it builds either config, so all errors come back together.
     pub fn load(spec: &TlsSpec) -> Result<ClusterTls, Vec<SpecIssue>> {
         let mut issues = Vec::new();
         let mut digest = Sha256::new();

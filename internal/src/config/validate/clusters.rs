@@ -29,6 +29,9 @@ pub(super) fn merge_health(base: &HealthFile, over: Option<&HealthFile>) -> Heal
 }
 
 /// Resolves one cluster's health settings; `key` is where its overrides live (for error keys).
+///
+/// Longer than 80 lines on purpose: one check per key of `[health]` (SPEC section 3), in the
+/// order the SPEC lists them; nothing is shared between them to factor out.
 pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
     let kind = match h.kind.as_deref() {
         None | Some("http") => ProbeKind::Http,
@@ -143,6 +146,10 @@ pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
     }
 }
 
+/// Validates every `[[clusters]]` table (SPEC section 3): unique names, protocol, picker, nodes
+/// (unique ids across clusters, addresses, weights), discovery, TLS and health overrides.
+///
+/// Longer than 80 lines on purpose: one check per key of the table, in file order.
 pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
     // Validate the global block on its own so its errors carry `health.*` keys.
     let _ = health(c, "health", &f.health);

@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// Validates `[limits]` (SPEC section 3): each key with its default when absent.
+///
+/// Longer than 80 lines on purpose: one check per key of the table, in the order the SPEC lists
+/// them.
 pub(super) fn limits(c: &mut Check, f: &FileConfig) -> Limits {
     let l = &f.limits;
     let pos = |c: &mut Check, key: &str, v: Option<u64>, d: usize| -> usize {

@@ -4,6 +4,11 @@ use std::collections::HashSet;
 
 use super::*;
 
+/// Validates every `[[routes]]` table (SPEC section 3) against the validated `clusters`: unique
+/// ids, match rules, cluster references, timeouts, retries, WebSocket mode, fallback, canary and
+/// warm-up.
+///
+/// Longer than 80 lines on purpose: one check per key of the table, in file order.
 pub(super) fn routes(
     c: &mut Check,
     f: &FileConfig,
