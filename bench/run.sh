@@ -29,8 +29,8 @@ PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 CONN_ID=bench-conn-0001
 
-log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 # ---------------------------------------------------------------- tools (installed when missing)
 need_apt=()
@@ -96,33 +96,6 @@ stop() {
   PIDS=("${keep[@]}")
 }
 
-# start NAME CPU CMD... : runs CMD pinned to CPU, output to $W/NAME.log; sets STARTED to its pid.
-start() {
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 &
-  STARTED=$!
-  PIDS+=("$STARTED")
-}
-
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
-
-wait_http() { # URL [what]
-  for _ in $(seq 1 200); do
-    curl -fs -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.05
-  done
-  die "${2:-$1} did not answer (logs in $W)"
-}
-
 wait_tcp() { # PORT what
   for _ in $(seq 1 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
@@ -131,8 +104,7 @@ wait_tcp() { # PORT what
   die "$2 did not listen on $1 (logs in $W)"
 }
 
-# Sum over the pids of utime+stime (clock ticks), and of a /proc/<pid>/status field (KiB).
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# Sum over the pids of a /proc/<pid>/status field (KiB); CPU ticks are cpu_ticks (bench/lib.sh).
 status_kib() { local f=$1 t=0 p; shift; for p in "$@"; do t=$((t + $(awk -v f="$f:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo $t; }
 CLK_TCK=$(getconf CLK_TCK)
 
@@ -239,39 +211,6 @@ backend nodes
 EOF
 }
 
-gw_conf() { # FILE UPSTREAM_PORT
-  # Configs live in their own directory: the gateway watches its config file's directory, and
-  # log files written next to it would wake the watcher on every line.
-  mkdir -p "$(dirname "$1")"
-  cat >"$1" <<EOF
-[server]
-shutdown_timeout = "1s"
-
-# Like nginx's and HAProxy's settings above: pooled upstream connections survive the pauses
-# between interleaved measurements (the default, 4s, would empty the pool between them), and a
-# connect may take up to 5 s as with HAProxy's "timeout connect 5s" (the default, 1s, trips on the
-# WebSocket phase's connect bursts on a starved core: 5 timeouts in a row eject the only node).
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-
-[health]
-interval = "30s"
-timeout = "2s"
-
-[[clusters]]
-name = "bench"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$2"
-
-[[routes]]
-id = "all"
-match = { path_prefix = "/" }
-cluster = "bench"
-EOF
-}
-
 start_nginx() { # -> NGINX_PIDS (master + worker)
   start nginx-proxy "$PCPU" nginx -p "$W/nginx-proxy" -e "$W/nginx-proxy/error.log" -c "$W/nginx-proxy/nginx.conf"
   NGINX_MASTER=$STARTED
@@ -298,7 +237,7 @@ wait_http "http://127.0.0.1:$BACKEND_PORT/" backend
 start redis "$LCPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no
 wait_tcp "$REDIS_PORT" redis-server
 
-gw_conf "$W/conf/gw.toml" "$BACKEND_PORT"
+gw_conf "$W/conf/gw.toml" "node-1=$BACKEND_PORT"
 start_gw gw "$GW_PORT" "$GW_ADMIN" "$W/conf/gw.toml" --access-log off
 GW_PID=$STARTED
 # The access-log gateway writes its log to a file (appended; truncated after each measurement).
@@ -401,7 +340,7 @@ if [ "$WS" = 1 ]; then
   stop "$STARTED"
 
   ws_node gateway; node=$STARTED
-  gw_conf "$W/conf/gw-ws.toml" "$WS_NODE_PORT"
+  gw_conf "$W/conf/gw-ws.toml" "node-1=$WS_NODE_PORT"
   start_gw gw-ws "$GW_PORT" "$GW_ADMIN" "$W/conf/gw-ws.toml" --access-log off
   ws_run gateway "ws://127.0.0.1:$GW_PORT/ws" "$STARTED"
   stop "$STARTED"; stop "$node"

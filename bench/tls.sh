@@ -20,8 +20,9 @@ WS_CONNS=${BENCH_TLS_WS_CONNS:-2000}
 PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 export PATH="$PATH:/usr/sbin"
-log() { printf '[bench-tls %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+BENCH_TAG=bench-tls
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 for t in nginx haproxy h2load openssl taskset curl; do command -v "$t" >/dev/null || die "$t missing (make bench installs nginx and haproxy; h2load is nghttp2-client)"; done
 GW=$ROOT/target/release/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
@@ -42,20 +43,8 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-start() { local name=$1 cpu=$2; shift 2; taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 & STARTED=$!; PIDS+=("$STARTED"); }
 stop_all() { local p; for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; PIDS=(); }
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 CLK_TCK=$(getconf CLK_TCK)
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
-wait_url() { for _ in $(seq 1 200); do curl -fsk -o /dev/null --max-time 1 "$1" && return 0; sleep 0.05; done; die "$1 did not answer (logs in $W)"; }
 read -r BACKEND GW_PLAIN GW_ADMIN GW_TLS NGINX HAPROXY <<<"$(free_ports 6)"
 
 "$GW" gen-cert --out "$W/certs" --name localhost --name 127.0.0.1 >/dev/null
@@ -159,18 +148,18 @@ measure() {
 sleep 0.3
 start gateway "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GW_PLAIN" --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off
 GWPID=$STARTED
-wait_url "https://127.0.0.1:$GW_TLS/data"
+wait_http "https://127.0.0.1:$GW_TLS/data"
 measure gateway "$GW_TLS" "$GWPID"
 kill -TERM "$GWPID"; wait "$GWPID" 2>/dev/null || true
 
 start nginx "$PCPU" nginx -c "$W/nginx/nginx.conf" -p "$W/nginx"
-wait_url "https://127.0.0.1:$NGINX/data"
+wait_http "https://127.0.0.1:$NGINX/data"
 # shellcheck disable=SC2046
 measure nginx "$NGINX" $(pgrep -P "$STARTED") "$STARTED"
 kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
 
 start haproxy "$PCPU" haproxy -f "$W/haproxy.cfg"
-wait_url "https://127.0.0.1:$HAPROXY/data"
+wait_http "https://127.0.0.1:$HAPROXY/data"
 measure haproxy "$HAPROXY" "$STARTED"
 kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
 
@@ -183,7 +172,7 @@ ws_row() {
   local scheme=$1 url=$2 json
   start "gateway-$scheme" "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GW_PLAIN" --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off
   local pid=$STARTED
-  wait_url "https://127.0.0.1:$GW_TLS/data"
+  wait_http "https://127.0.0.1:$GW_TLS/data"
   taskset -c "$LCPU" "$WSLOAD" --url "$url" --ca "$CA" --steps "$WS_CONNS" --pid "$pid" \
     --echo-secs 1 --echo-rate 500 --concurrency 128 --settle-ms 1500 >"$W/ws-$scheme.json" 2>"$W/ws-$scheme.err" \
     || die "wsload $scheme failed: $(tail -1 "$W/ws-$scheme.err")"

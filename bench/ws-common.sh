@@ -1,5 +1,5 @@
 # Sourced by bench/ws-mem.sh and bench/ws-hop.sh: a work directory, process cleanup, free ports,
-# readiness waits and the bench gateway (start_gateway).
+# readiness waits (bench/lib.sh) and the bench gateway (start_gateway).
 # Expects `set -euo pipefail` and W_PREFIX (the mktemp prefix) from the caller.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=$ROOT/target/release
@@ -7,35 +7,17 @@ W=$(mktemp -d "/tmp/${W_PREFIX}.XXXXXX")
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "$1 not up" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+free_port() { free_ports 1; }
 ulimit -n "$(ulimit -Hn)"
 
 # Writes the bench gateway config (cluster "bench" with the nodes given as "id=port" words in $1,
 # one catch-all route "all" plus the TOML lines in $2) and starts the gateway with the bench
 # settings (`--workers 1 --access-log off`, under $GW_WRAP when set); sets GW_PORT, GW_ADMIN, GW.
 start_gateway() {
-  local n
   GW_PORT=$(free_port); GW_ADMIN=$(free_port)
-  mkdir -p "$W/conf"
-  {
-    cat <<CONF
-[server]
-shutdown_timeout = "1s"
-[limits]
-upstream_idle_timeout = "600s"
-connect_timeout = "5s"
-[health]
-interval = "30s"
-timeout = "2s"
-[[clusters]]
-name = "bench"
-CONF
-    for n in $1; do
-      printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
-    done
-    printf '[[routes]]\nid = "all"\nmatch = { path_prefix = "/" }\ncluster = "bench"\n%s\n' "${2:-}"
-  } >"$W/conf/gw.toml"
+  gw_conf "$W/conf/gw.toml" "$1" "${2:-}"
   ${GW_WRAP:-} "$BIN/hopping-gateway" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" \
     --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off >"$W/gw.log" 2>&1 &
   GW=$!; PIDS+=("$GW")

@@ -34,17 +34,18 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{DiscoveryConfig, MIN_DISCOVERY_INTERVAL};
 use crate::drain;
 use crate::metrics::{ClusterLabel, Metrics};
+use crate::routing::discovered::DnsAnswer;
 use crate::routing::reload::Routing;
 
 /// Time for one DNS query to the server before it counts as failed; a resolution makes at most
 /// [`RESOLVE_ATTEMPTS`] of them.
-pub const RESOLVE_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const RESOLVE_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Queries per resolution: one retry covers a lost UDP datagram.
-pub const RESOLVE_ATTEMPTS: usize = 2;
+pub(crate) const RESOLVE_ATTEMPTS: usize = 2;
 
 /// Why a resolution gave no usable node set; the last good set stays.
 #[derive(Debug, thiserror::Error)]
-pub enum DiscoveryError {
+pub(crate) enum DiscoveryError {
     /// The resolver could not be built (e.g. `/etc/resolv.conf` unreadable).
     #[error("no resolver: {0}")]
     NoResolver(String),
@@ -64,7 +65,7 @@ pub enum DiscoveryError {
 
 /// One good answer: the addresses and how long the server said they stay valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// Unique addresses, sorted.
     pub ips: BTreeSet<IpAddr>,
     /// The answer's lifetime (smallest record TTL).
@@ -78,7 +79,7 @@ pub struct Answer {
 /// # Errors
 /// [`DiscoveryError::NoResolver`] when the system configuration cannot be read or the resolver
 /// cannot be built.
-pub fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError> {
+pub(crate) fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError> {
     let mut builder = match server {
         Some(addr) => {
             let mut udp = ConnectionConfig::udp();
@@ -111,7 +112,10 @@ pub fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryEr
 ///
 /// # Errors
 /// [`DiscoveryError::Lookup`] or [`DiscoveryError::Empty`].
-pub async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Answer, DiscoveryError> {
+pub(crate) async fn resolve(
+    resolver: &TokioResolver,
+    name: &str,
+) -> Result<Answer, DiscoveryError> {
     let lookup = resolver
         .lookup_ip(name)
         .await
@@ -131,7 +135,7 @@ pub async fn resolve(resolver: &TokioResolver, name: &str) -> Result<Answer, Dis
 
 /// Takes the cluster's interval and an answer's TTL; returns the wait before the next round:
 /// the shorter of the two, never below [`MIN_DISCOVERY_INTERVAL`] (SPEC section 12).
-pub fn next_wait(interval: Duration, ttl: Duration) -> Duration {
+pub(crate) fn next_wait(interval: Duration, ttl: Duration) -> Duration {
     ttl.min(interval).max(MIN_DISCOVERY_INTERVAL)
 }
 
@@ -143,7 +147,7 @@ struct Task {
 /// Runs discovery until `watch` fires: one task per discovery cluster of the live table,
 /// reconciled on every table swap. `server` is `[server] resolver`. Joins its tasks before it
 /// returns.
-pub async fn run(
+pub(crate) async fn run(
     routing: Arc<Routing>,
     server: Option<SocketAddr>,
     metrics: Arc<Metrics>,
@@ -246,7 +250,12 @@ async fn resolve_loop(
                 let wait = next_wait(d.interval, answer.ttl);
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = routing.set_discovered(&cluster, &d.name, d.port, answer.ips, unix_ms()) => {}
+                    _ = routing.set_discovered(&cluster, DnsAnswer {
+                        name: d.name.clone(),
+                        port: d.port,
+                        ips: answer.ips,
+                        resolved_ms: unix_ms(),
+                    }) => {}
                 }
                 wait
             }

@@ -5,26 +5,26 @@ use tokio::sync::watch;
 
 /// The sending half: fire once to tell every watcher to wind down.
 #[derive(Debug)]
-pub struct Signal(watch::Sender<bool>);
+pub(crate) struct Signal(watch::Sender<bool>);
 
 /// The receiving half; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Watch(watch::Receiver<bool>);
 
 /// A new signal/watch pair.
-pub fn channel() -> (Signal, Watch) {
+pub(crate) fn channel() -> (Signal, Watch) {
     let (tx, rx) = watch::channel(false);
     (Signal(tx), Watch(rx))
 }
 
 impl Signal {
     /// Tells every watcher to wind down.
-    pub fn fire(&self) {
+    pub(crate) fn fire(&self) {
         self.0.send_replace(true);
     }
 
     /// Waits until every [`Watch`] is dropped.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.0.closed().await;
     }
 }

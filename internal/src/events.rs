@@ -19,13 +19,13 @@ use tokio::sync::broadcast;
 
 /// Events a subscriber may lag behind before it is dropped: a page rendering a hop storm keeps
 /// up with this many (about two seconds of a 500 hops/s storm), and each one is a shared `Arc`.
-pub const BROADCAST_CAPACITY: usize = 1024;
+pub(crate) const BROADCAST_CAPACITY: usize = 1024;
 /// Hops kept for the status page's "recent hops" list.
-pub const RECENT_HOPS: usize = 50;
+pub(crate) const RECENT_HOPS: usize = 50;
 /// Reloads kept for the status page's "recent reloads" list.
-pub const RECENT_RELOADS: usize = 20;
+pub(crate) const RECENT_RELOADS: usize = 20;
 /// Length of the hops-per-second history (SPEC section 11: the last 15 minutes).
-pub const HOP_HISTORY_SECS: usize = 15 * 60;
+pub(crate) const HOP_HISTORY_SECS: usize = 15 * 60;
 
 /// Why a connection hopped: the `reason` label of `hopping_count_total` (SPEC section 8) and of
 /// the `hop` event (SPEC section 11). One value per cause; [`HopReason::label`] is the wire form.
@@ -162,14 +162,14 @@ impl Event {
 }
 
 /// Unix time now in milliseconds.
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Unix time in milliseconds of `at`, a tokio instant (future or past).
-pub fn unix_ms_at(at: tokio::time::Instant) -> u64 {
+pub(crate) fn unix_ms_at(at: tokio::time::Instant) -> u64 {
     let now = tokio::time::Instant::now();
     let ms = unix_ms();
     if at >= now {

@@ -19,18 +19,19 @@
 //! the hopper owns bindings through its [`hopper::AffinityStore`]; [`metrics::Metrics`] is a leaf.
 //! Dependencies point one way: config <- registry <- selection <- routing <- hopper <- proxy <- server/admin.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod config;
-pub mod discovery;
-pub mod drain;
-pub mod events;
+pub(crate) mod discovery;
+pub(crate) mod drain;
+pub(crate) mod events;
 pub mod hopper;
 pub mod logging;
-pub mod metrics;
-pub mod notify;
+pub(crate) mod metrics;
+pub(crate) mod notify;
 pub mod proxy;
-pub mod registry;
+pub(crate) mod registry;
 pub mod routing;
-pub mod selection;
+pub(crate) mod selection;
 pub mod server;
 pub mod tls;
+mod watch;

@@ -13,16 +13,16 @@ fn send(state: NotifyState<'_>) {
 }
 
 /// `READY=1`: start-up finished, or a reload ended (whatever its result).
-pub fn ready() {
+pub(crate) fn ready() {
     send(NotifyState::Ready);
 }
 
 /// `RELOADING=1`: a reload started; [`ready`] follows when it ends.
-pub fn reloading() {
+pub(crate) fn reloading() {
     send(NotifyState::Reloading);
 }
 
 /// `STOPPING=1`: shutdown started.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(NotifyState::Stopping);
 }

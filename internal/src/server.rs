@@ -11,7 +11,7 @@
 //! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
 //!
 //! Each h2 connection that carries no affinity header is bound to the node of its first request
-//! ([`DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
+//! ([`crate::proxy::DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
 //! gets GOAWAY and its binding is removed, so the client's next connection lands on a healthy node.
 
 use std::future::Future;
@@ -20,11 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -37,9 +33,13 @@ use crate::hopper::affinity::{AffinityStore, MemoryStore, RedisSettings, RedisSt
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
-use crate::proxy::{DownstreamConn, Proxy, ProxySettings};
+use crate::proxy::{Proxy, ProxySettings};
 use crate::registry::Registry;
 use crate::routing::reload::Routing;
+
+mod accept;
+
+use accept::{accept_admin, accept_data, accept_tls, tls_listener, TlsListener};
 
 /// The part of `shutdown_timeout` (at most a tenth of it) kept at its end for closing open streams
 /// cleanly: enough for trailers to be written on a loopback or LAN connection.
@@ -108,6 +108,11 @@ impl std::fmt::Debug for Options {
 
 /// Runs the gateway until `shutdown` resolves, then shuts down gracefully.
 ///
+/// Longer than 80 lines on purpose: it is the start-up order in one place (bind, store, routing,
+/// proxy, admin, then every task spawned, then readiness), which the module docs and SPEC section
+/// 11 depend on; its phases with logic of their own are [`bind`], [`affinity_store`] and
+/// [`wind_down`].
+///
 /// # Errors
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
@@ -119,44 +124,15 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
             tracing::warn!(cluster = %c.name, "clusters.tls.verify = false: node certificates are not verified (any certificate and name are accepted)");
         }
     }
-    let data = listen(cfg.server.listen).map_err(|source| ServerError::Bind {
-        addr: cfg.server.listen,
-        source,
-    })?;
-    let admin_l = listen(cfg.server.admin_listen).map_err(|source| ServerError::Bind {
-        addr: cfg.server.admin_listen,
-        source,
-    })?;
-    let health_l = match cfg.server.health_listen {
-        Some(addr) => Some(listen(addr).map_err(|source| ServerError::Bind { addr, source })?),
-        None => None,
-    };
     let metrics = Arc::new(Metrics::new());
-    let tls = match cfg.server.tls.clone() {
-        None => None,
-        Some(spec) => Some(tls_listener(spec, metrics.clone())?),
-    };
+    let Listeners {
+        data,
+        admin: admin_l,
+        health: health_l,
+        tls,
+    } = bind(&cfg, &metrics)?;
     let registry = Arc::new(Registry::new(metrics.clone()));
-    let store = match &cfg.affinity.store {
-        StoreKind::Memory => {
-            AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl))
-        }
-        StoreKind::Redis { url } => {
-            let settings = RedisSettings {
-                url: url.clone(),
-                key_prefix: cfg.affinity.key_prefix.clone(),
-                ttl: cfg.affinity.ttl,
-                timeout: cfg.affinity.redis_timeout,
-                max_entries: cfg.affinity.max_entries,
-                ca: cfg.affinity.redis_ca.clone(),
-            };
-            AffinityStore::Redis(
-                RedisStore::connect(settings, metrics.clone())
-                    .await
-                    .map_err(|e| ServerError::Store(e.to_string()))?,
-            )
-        }
-    };
+    let store = affinity_store(&cfg, &metrics).await?;
     let ids = conn_ids(&cfg)?;
     let routing = Arc::new(Routing::new(
         opts.config,
@@ -228,7 +204,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
     }
     tasks.spawn(drains.run(watch.clone()));
-    tasks.spawn(crate::routing::reload::watch_triggers(
+    tasks.spawn(crate::routing::triggers::watch_triggers(
         routing.clone(),
         opts.file,
         watch.clone(),
@@ -245,6 +221,80 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     crate::notify::ready();
 
     shutdown.await;
+    wind_down(&cfg, &readiness, signal, proxy, tasks, &routing).await;
+    hopper.store().shutdown().await;
+    stop_admin.cancel();
+    while admin_tasks.join_next().await.is_some() {}
+    tracing::info!("hopping-gateway stopped");
+    Ok(())
+}
+
+/// The sockets of the gateway, bound before anything is served (SPEC section 2 and 10).
+struct Listeners {
+    data: TcpListener,
+    admin: TcpListener,
+    health: Option<TcpListener>,
+    tls: Option<TlsListener>,
+}
+
+/// Binds every listener of `cfg` (the TLS one with its certificates loaded, counted on `metrics`).
+///
+/// # Errors
+/// [`ServerError::Bind`] naming the address; [`ServerError::Tls`] for unusable certificate files.
+fn bind(cfg: &Config, metrics: &Arc<Metrics>) -> Result<Listeners, ServerError> {
+    let at = |addr: SocketAddr| listen(addr).map_err(|source| ServerError::Bind { addr, source });
+    Ok(Listeners {
+        data: at(cfg.server.listen)?,
+        admin: at(cfg.server.admin_listen)?,
+        health: cfg.server.health_listen.map(at).transpose()?,
+        tls: match cfg.server.tls.clone() {
+            None => None,
+            Some(spec) => Some(tls_listener(spec, metrics.clone())?),
+        },
+    })
+}
+
+/// The affinity store `[affinity] store` names (SPEC section 7): in memory, or Redis once connected.
+///
+/// # Errors
+/// [`ServerError::Store`] when Redis cannot be reached at start.
+async fn affinity_store(
+    cfg: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<AffinityStore, ServerError> {
+    Ok(match &cfg.affinity.store {
+        StoreKind::Memory => {
+            AffinityStore::Memory(MemoryStore::new(cfg.affinity.max_entries, cfg.affinity.ttl))
+        }
+        StoreKind::Redis { url } => {
+            let settings = RedisSettings {
+                url: url.clone(),
+                key_prefix: cfg.affinity.key_prefix.clone(),
+                ttl: cfg.affinity.ttl,
+                timeout: cfg.affinity.redis_timeout,
+                max_entries: cfg.affinity.max_entries,
+                ca: cfg.affinity.redis_ca.clone(),
+            };
+            AffinityStore::Redis(
+                RedisStore::connect(settings, metrics.clone())
+                    .await
+                    .map_err(|e| ServerError::Store(e.to_string()))?,
+            )
+        }
+    })
+}
+
+/// The graceful part of shutdown (module docs): readiness false, the drain signal to every
+/// connection, up to `shutdown_timeout` for `tasks` to end (streams still open near its end are
+/// closed as at a drain deadline), then what is left is aborted and the health checks stop.
+async fn wind_down(
+    cfg: &Config,
+    readiness: &Readiness,
+    signal: drain::Signal,
+    proxy: Arc<Proxy>,
+    mut tasks: JoinSet<()>,
+    routing: &Routing,
+) {
     crate::notify::stopping();
     tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
     readiness.set_stopping();
@@ -277,11 +327,6 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         tasks.abort_all();
     }
     routing.shutdown().await;
-    hopper.store().shutdown().await;
-    stop_admin.cancel();
-    while admin_tasks.join_next().await.is_some() {}
-    tracing::info!("hopping-gateway stopped");
-    Ok(())
 }
 
 fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
@@ -302,264 +347,4 @@ fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
         );
     }
     Ok(ConnIds::new(IdMode::Signed, keys))
-}
-
-fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
-    let l = &p.settings.limits;
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(l.header_read_timeout)
-        // hyper's own limits sit above ours so that proxy::guard answers 414/431 with a JSON body;
-        // past these hyper refuses by itself (414 for targets over 65,534 bytes, 431 otherwise).
-        .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
-        .max_buf_size(
-            (l.max_request_line + l.max_header_bytes)
-                .saturating_mul(2)
-                .max(128 * 1024),
-        );
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(l.h2.max_header_list)
-        .max_concurrent_streams(l.h2.max_concurrent_streams)
-        // A lifetime count of resets the library sends cuts honest long-lived connections
-        // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
-        .max_local_error_reset_streams(None)
-        .keep_alive_interval(Duration::from_secs(30));
-    b
-}
-
-async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain::Watch) {
-    let limit = Arc::new(Semaphore::new(proxy.settings.limits.max_connections));
-    let builder = Arc::new(data_builder(&proxy));
-    let mut conns = JoinSet::new();
-    let mut warned = false;
-    loop {
-        let permit = tokio::select! {
-            _ = watch.signaled() => break,
-            p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-        };
-        if limit.available_permits() == 0 && !warned {
-            warned = true;
-            tracing::warn!(
-                max_connections = proxy.settings.limits.max_connections,
-                "connection limit reached; new connections wait"
-            );
-        } else if limit.available_permits() > 0 {
-            warned = false;
-        }
-        let (tcp, peer) = tokio::select! {
-            _ = watch.signaled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        conns.spawn(serve_data(
-            tcp,
-            peer,
-            proxy.clone(),
-            builder.clone(),
-            watch.clone(),
-            permit,
-            None,
-        ));
-        while conns.try_join_next().is_some() {}
-    }
-    drop(listener);
-    while conns.join_next().await.is_some() {}
-}
-
-/// The TLS listener's pieces, set up before the gateway reports started.
-struct TlsListener {
-    listener: TcpListener,
-    certs: Arc<crate::tls::server::TlsCerts>,
-    acceptor: tokio_rustls::TlsAcceptor,
-}
-
-fn tls_listener(
-    spec: crate::config::server_tls::ServerTlsConfig,
-    metrics: Arc<Metrics>,
-) -> Result<TlsListener, ServerError> {
-    let addr = spec.listen;
-    let certs = crate::tls::server::TlsCerts::load(spec, metrics).map_err(ServerError::Tls)?;
-    let config = certs.server_config().map_err(ServerError::Tls)?;
-    let listener = listen(addr).map_err(|source| ServerError::Bind { addr, source })?;
-    Ok(TlsListener {
-        listener,
-        certs: Arc::new(certs),
-        acceptor: tokio_rustls::TlsAcceptor::from(config),
-    })
-}
-
-/// The TLS listener: the cleartext data plane over each decrypted stream (SPEC section 10), with
-/// RFC 8441 extended CONNECT enabled when `h2` is offered.
-async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::Watch) {
-    let mut builder = data_builder(&proxy);
-    if t.certs.offers_h2() {
-        builder.http2().enable_connect_protocol();
-    }
-    let builder = Arc::new(builder);
-    let limits = crate::tls::accept::AcceptLimits {
-        max_connections: proxy.settings.limits.max_connections,
-        handshake_timeout: proxy.settings.limits.header_read_timeout,
-    };
-    let metrics = proxy.metrics.clone();
-    let serve_watch = watch.clone();
-    let serve = Arc::new(move |stream, peer, info, permit| {
-        serve_data(
-            stream,
-            peer,
-            proxy.clone(),
-            builder.clone(),
-            serve_watch.clone(),
-            permit,
-            Some(info),
-        )
-    });
-    crate::tls::accept::accept_tls(t.listener, t.acceptor, metrics, limits, watch, serve).await;
-}
-
-/// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
-async fn serve_data<I>(
-    io: I,
-    peer: SocketAddr,
-    proxy: Arc<Proxy>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    mut watch: drain::Watch,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-    tls: Option<crate::tls::server::TlsInfo>,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let _gauge = proxy
-        .metrics
-        .connection(if tls.is_some() { "https" } else { "http" });
-    let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
-    let svc_proxy = proxy.clone();
-    let svc_dc = dc.clone();
-    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
-    // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
-    // It also judges each head before hyper reads it, so malformed heads get JSON answers.
-    let limits = &proxy.settings.limits;
-    let io = crate::proxy::framing::FramingWatch::new(
-        io,
-        dc.framing.clone(),
-        limits.into(),
-        limits.header_read_timeout,
-    );
-    // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
-    let abuse_metrics = proxy.metrics.clone();
-    let io = crate::proxy::h2_watch::H2Watch::new(
-        io,
-        limits.h2.max_resets_per_second.get(),
-        limits.header_read_timeout,
-        Arc::new(move |a: crate::proxy::h2_frames::Abuse| {
-            abuse_metrics
-                .h2_goaway
-                .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
-                .inc();
-        }),
-    );
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    tokio::pin!(conn);
-    let mut bound = dc.bound.subscribe();
-    let mut node_signal: Option<tokio::sync::watch::Receiver<crate::registry::NodeSignal>> = None;
-    let mut closing = false;
-    loop {
-        let node_changed = async {
-            match node_signal.as_mut() {
-                Some(rx) => rx.changed().await.is_ok(),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(peer = %peer, error = %e, "downstream connection ended with error");
-                }
-                // The connection was its own affinity key: with it gone, so is the binding.
-                if let Some(id) = dc.conn_id.get() {
-                    proxy.hopper.store().remove(id).await;
-                }
-                return;
-            }
-            _ = watch.signaled(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            r = bound.changed() => {
-                if r.is_err() { continue; }
-                // Marked changed so its current state is checked at once: the node may have
-                // started draining between the placement and this subscription.
-                node_signal = bound.borrow_and_update().as_ref().map(|rt| {
-                    let mut rx = rt.subscribe();
-                    rx.mark_changed();
-                    rx
-                });
-            }
-            alive = node_changed, if !closing => {
-                let usable = node_signal.as_ref().is_none_or(|rx| rx.borrow().usable);
-                if alive && !usable {
-                    // The h2 connection's node drains or was ejected: GOAWAY, in-flight streams finish,
-                    // the client's next connection binds to a healthy node (SPEC section 5).
-                    closing = true;
-                    tracing::info!(peer = %peer, "node of this h2 connection is going away; sending GOAWAY");
-                    if let Some(id) = dc.conn_id.get() {
-                        proxy.hopper.store().remove(id).await;
-                    }
-                    conn.as_mut().graceful_shutdown();
-                } else if !alive {
-                    node_signal = None;
-                }
-            }
-        }
-    }
-}
-
-/// Serves the admin listener (`health_only` = false) or the `health_listen` one until `stop`.
-async fn accept_admin(
-    listener: TcpListener,
-    admin: Arc<Admin>,
-    stop: CancellationToken,
-    health_only: bool,
-) {
-    let mut conns = JoinSet::new();
-    loop {
-        let (tcp, _) = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let a = admin.clone();
-        conns.spawn(async move {
-            let svc = service_fn(move |req| {
-                let a = a.clone();
-                async move {
-                    if health_only {
-                        a.handle_health(req).await
-                    } else {
-                        a.handle(req).await
-                    }
-                }
-            });
-            let b = hyper::server::conn::http1::Builder::new();
-            if let Err(e) = b.serve_connection(TokioIo::new(tcp), svc).await {
-                tracing::debug!(error = %e, "admin connection ended with error");
-            }
-        });
-        while conns.try_join_next().is_some() {}
-    }
-    conns.abort_all();
 }

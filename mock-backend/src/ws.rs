@@ -52,6 +52,9 @@ const SHUTDOWN_CLOSE_CODE: u16 = 1001;
 
 /// Takes a `GET /ws` request; returns the 101 answer (and spawns the session that runs once the
 /// upgrade completes), or a JSON error when the request is not a valid WebSocket upgrade.
+///
+/// Longer than 80 lines on purpose: one check per header of the upgrade (RFC 6455 section 4.2.1)
+/// and per query knob of SPEC section 9, each with its own error.
 pub(crate) fn upgrade(
     state: &Arc<State>,
     tracker: &Arc<ConnTracker>,
@@ -235,6 +238,9 @@ impl Knobs {
 }
 
 /// Runs one WebSocket until the peer leaves, a knob ends it, or the node shuts down.
+///
+/// Longer than 80 lines on purpose: one `select!` loop whose arms (messages, ticks, knobs,
+/// shutdown) share the session state.
 async fn session(
     upgraded: Upgraded,
     knobs: Knobs,

@@ -1,169 +1,23 @@
-//! In-process checks of the long-lived and control behaviours: WebSocket, SSE, h2c, gRPC,
-//! hang/delay and the idle keep-alive close.
+//! In-process checks of the long-lived and control behaviours: h2c, gRPC, hang/delay, abort,
+//! GOAWAY and the idle keep-alive close (WebSocket and SSE: `websocket.rs`).
+
+mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use mock_backend::grpc::{encode_frame, proto, split_frame, TICKS_PATH, WHO_PATH};
-use mock_backend::MockConfig;
 use prost::Message as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 
-const WAIT: Duration = Duration::from_secs(5);
-
-/// Starts a mock (with a gRPC port) that lives until the test's runtime ends.
-async fn start() -> (SocketAddr, SocketAddr) {
-    let mut config = MockConfig::new(0, "node-t");
-    config.grpc_port = Some(0);
-    let bound = mock_backend::bind(config).await.expect("bind");
-    let addrs = (bound.local_addr(), bound.grpc_addr().expect("grpc port"));
-    tokio::spawn(bound.serve(std::future::pending()));
-    addrs
-}
-
-async fn post(addr: SocketAddr, path_and_query: &str) -> StatusCode {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let req = Request::post(format!("http://{addr}{path_and_query}"))
-        .body(Full::default())
-        .expect("request");
-    client.request(req).await.expect("answered").status()
-}
-
-async fn get_text(addr: SocketAddr, path: &str) -> (StatusCode, String) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let resp = client
-        .get(format!("http://{addr}{path}").parse().expect("uri"))
-        .await
-        .expect("answered");
-    let status = resp.status();
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-#[tokio::test]
-async fn websocket_hello_echo_ping_and_close_knob() {
-    let (addr, _) = start().await;
-    let url = format!("ws://{addr}/ws?close_after_ms=300&close_code=4000&close_reason=bye%20now");
-    let mut req = url.into_client_request().expect("ws request");
-    req.headers_mut()
-        .insert("x-conn-id", "c-1".parse().expect("value"));
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        "v10.stomp, v11.stomp".parse().expect("value"),
-    );
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
-        .await
-        .expect("handshake");
-    assert_eq!(resp.headers()["sec-websocket-protocol"], "v10.stomp");
-    let hello = ws.next().await.expect("hello").expect("hello ok");
-    let hello: serde_json::Value =
-        serde_json::from_str(hello.to_text().expect("text")).expect("json");
-    assert_eq!(
-        hello,
-        serde_json::json!({"node":"node-t","conn_id":"c-1","hopped_from":null})
-    );
-
-    ws.send(Message::text("hi")).await.expect("send");
-    assert_eq!(
-        ws.next().await.expect("echo").expect("ok"),
-        Message::text("hi")
-    );
-    ws.send(Message::Ping(Bytes::from_static(b"hb-1")))
-        .await
-        .expect("ping");
-    let pong = ws.next().await.expect("pong").expect("ok");
-    assert_eq!(pong, Message::Pong(Bytes::from_static(b"hb-1")));
-
-    let close = timeout(WAIT, ws.next())
-        .await
-        .expect("close in time")
-        .expect("frame")
-        .expect("ok");
-    let Message::Close(Some(frame)) = close else {
-        panic!("expected a close frame, got {close:?}");
-    };
-    assert_eq!(u16::from(frame.code), 4000);
-    assert_eq!(frame.reason.as_str(), "bye now");
-}
-
-#[tokio::test]
-async fn websocket_ticks_and_protocol_override() {
-    let (addr, _) = start().await;
-    let mut req = format!("ws://{addr}/ws?tick_ms=50&protocol=b")
-        .into_client_request()
-        .expect("req");
-    req.headers_mut()
-        .insert("sec-websocket-protocol", "a, b".parse().expect("value"));
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
-        .await
-        .expect("handshake");
-    assert_eq!(resp.headers()["sec-websocket-protocol"], "b");
-    let _hello = ws.next().await.expect("hello").expect("ok");
-    assert_eq!(
-        ws.next().await.expect("tick").expect("ok"),
-        Message::text("tick node-t 1")
-    );
-    assert_eq!(
-        ws.next().await.expect("tick").expect("ok"),
-        Message::text("tick node-t 2")
-    );
-}
-
-#[tokio::test]
-async fn websocket_accepts_header_variants() {
-    let (addr, _) = start().await;
-    let mut tcp = TcpStream::connect(addr).await.expect("connect");
-    let head = "GET /ws?protocol= HTTP/1.1\r\nHost: app.example.test\r\nConnection: keep-alive\r\n\
-                connection: Upgrade\r\nUpgrade: WebSocket\r\nSec-WebSocket-Version: 13\r\n\
-                Sec-WebSocket-Protocol: v10.stomp\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
-    tcp.write_all(head.as_bytes()).await.expect("write");
-    let mut buf = vec![0_u8; 4096];
-    let n = timeout(WAIT, tcp.read(&mut buf))
-        .await
-        .expect("in time")
-        .expect("read");
-    let answer = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
-    assert!(answer.starts_with("http/1.1 101"), "{answer}");
-    assert!(
-        answer.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
-        "{answer}"
-    );
-    assert!(!answer.contains("sec-websocket-protocol"), "{answer}");
-}
-
-#[tokio::test]
-async fn sse_streams_events_without_length() {
-    let (addr, _) = start().await;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let resp = client
-        .get(format!("http://{addr}/sse").parse().expect("uri"))
-        .await
-        .expect("answer");
-    assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    assert!(resp.headers().get("content-length").is_none());
-    let mut body = resp.into_body();
-    for seq in 1..=3 {
-        let frame = timeout(WAIT, body.frame())
-            .await
-            .expect("event")
-            .expect("frame")
-            .expect("ok");
-        let data = frame.into_data().expect("data frame");
-        assert_eq!(&data[..], format!("data: node-t {seq}\n\n").as_bytes());
-    }
-}
+use common::{get_text, post, read_to_end, start, WAIT};
 
 #[tokio::test]
 async fn h2c_prior_knowledge_on_the_main_port() {
@@ -377,39 +231,6 @@ async fn grpc_status_in_separate_trailers() {
     let trailers = body.trailers().await.expect("ok").expect("trailers");
     assert_eq!(trailers["grpc-status"], "7");
     assert_eq!(trailers["grpc-message"], "denied");
-}
-
-/// Reads from `tcp` until the peer ends the connection; returns the error kind of that end
-/// (`None` for a FIN, i.e. a read of 0 bytes).
-async fn read_to_end(tcp: &mut TcpStream) -> Option<std::io::ErrorKind> {
-    let mut buf = vec![0_u8; 4096];
-    loop {
-        match timeout(WAIT, tcp.read(&mut buf))
-            .await
-            .expect("ended in time")
-        {
-            Ok(0) => return None,
-            Ok(_) => continue,
-            Err(e) => return Some(e.kind()),
-        }
-    }
-}
-
-#[tokio::test]
-async fn websocket_reset_knob_ends_the_socket_with_rst_and_drop_knob_with_fin() {
-    let (addr, _) = start().await;
-    for (knob, expected) in [
-        (
-            "reset_after_ms=200",
-            Some(std::io::ErrorKind::ConnectionReset),
-        ),
-        ("drop_after_ms=200", None),
-    ] {
-        let mut tcp = TcpStream::connect(addr).await.expect("connect");
-        let head = format!("GET /ws?{knob} HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
-        tcp.write_all(head.as_bytes()).await.expect("write");
-        assert_eq!(read_to_end(&mut tcp).await, expected, "{knob}");
-    }
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ use crate::routing::reload::Routing;
 
 /// How often the drain keys are re-read even without a resubscription: picks up drains of nodes
 /// a reload added and anything a lost message missed, at one `GET` per node per interval.
-pub const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A drain this replica applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,14 +40,14 @@ struct Applied {
 
 /// Applies and shares operator drains; see the module docs.
 #[derive(Debug)]
-pub struct Drains {
+pub(crate) struct Drains {
     routing: Arc<Routing>,
     hopper: Arc<Hopper>,
     applied: Mutex<HashMap<NodeId, Applied>>,
 }
 
 /// The current Unix time in milliseconds (0 before 1970, which no deployed clock reads).
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -60,7 +60,7 @@ fn instant_of(deadline_ms: u64, now_ms: u64, now: Instant) -> Instant {
 
 impl Drains {
     /// Drains over `routing`'s nodes, shared through `hopper`'s store when it is Redis.
-    pub fn new(routing: Arc<Routing>, hopper: Arc<Hopper>) -> Self {
+    pub(crate) fn new(routing: Arc<Routing>, hopper: Arc<Hopper>) -> Self {
         Drains {
             routing,
             hopper,
@@ -75,7 +75,7 @@ impl Drains {
     }
 
     /// The shared deadline (Unix ms) of `node`'s operator drain, if it is draining by one.
-    pub fn deadline_ms(&self, node: &Node) -> Option<u64> {
+    pub(crate) fn deadline_ms(&self, node: &Node) -> Option<u64> {
         if !node.runtime.is_draining() {
             return None;
         }
@@ -85,7 +85,7 @@ impl Drains {
     /// Drains `node` for `period` here and, with Redis, on every replica. Returns the record
     /// (deadline in Unix ms) and whether Redis took it (false: memory store, or Redis down, when
     /// the drain stays local).
-    pub async fn drain(&self, node: &Arc<Node>, period: Duration) -> (DrainRecord, bool) {
+    pub(crate) async fn drain(&self, node: &Arc<Node>, period: Duration) -> (DrainRecord, bool) {
         let now_ms = unix_ms();
         let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
         let rec = DrainRecord {
@@ -108,7 +108,7 @@ impl Drains {
     }
 
     /// Undrains `node` here and, with Redis, on every replica. Returns whether Redis took it.
-    pub async fn undrain(&self, node: &Arc<Node>) -> bool {
+    pub(crate) async fn undrain(&self, node: &Arc<Node>) -> bool {
         self.apply_undrain(node);
         match self.hopper.store() {
             AffinityStore::Redis(r) => r.delete_drain(&node.id).await,
@@ -166,7 +166,7 @@ impl Drains {
     /// Reads the drain key of every node in the live table and applies it: drains the nodes
     /// whose key is set, undrains those drained by a key that is gone. Does nothing with the
     /// memory store or when Redis does not answer (the next resync tries again).
-    pub async fn sync(&self) {
+    pub(crate) async fn sync(&self) {
         let AffinityStore::Redis(r) = self.hopper.store() else {
             return;
         };
@@ -192,7 +192,7 @@ impl Drains {
     /// Applies other replicas' drains until `shutdown` fires: each `<prefix>events` message,
     /// a [`Drains::sync`] after every (re)subscription and every [`RESYNC_INTERVAL`]. Returns at
     /// once with the memory store.
-    pub async fn run(self: Arc<Self>, mut shutdown: drain::Watch) {
+    pub(crate) async fn run(self: Arc<Self>, mut shutdown: drain::Watch) {
         let AffinityStore::Redis(r) = self.hopper.store() else {
             return;
         };

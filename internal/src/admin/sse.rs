@@ -20,15 +20,17 @@ use tokio::sync::{broadcast, mpsc};
 use crate::events::Events;
 
 /// Messages queued per subscriber before it counts as too slow and is dropped.
-pub const SUBSCRIBER_QUEUE: usize = 64;
+pub(crate) const SUBSCRIBER_QUEUE: usize = 64;
 /// Interval of the keep-alive comment on an idle stream.
-pub const KEEPALIVE: Duration = Duration::from_secs(15);
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(15);
 
 type Chunk = Result<Frame<Bytes>, Infallible>;
 
 /// The streaming body of one subscriber: a comment at once (so the reader knows it is
 /// subscribed), then every event as it happens. Must run inside the tokio runtime.
-pub fn subscribe(events: &Events) -> StreamBody<futures_util::stream::BoxStream<'static, Chunk>> {
+pub(crate) fn subscribe(
+    events: &Events,
+) -> StreamBody<futures_util::stream::BoxStream<'static, Chunk>> {
     let rx = events.subscribe();
     let (tx, out) = mpsc::channel::<Bytes>(SUBSCRIBER_QUEUE);
     // Ends on its own: when the reader goes (the body and its receiver drop) or falls behind.

@@ -9,28 +9,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use crate::drain;
 use crate::events::{unix_ms, Event};
 use crate::hopper::Hopper;
 use crate::metrics::Metrics;
-use crate::registry::weight;
+use crate::registry::{weight, Node};
 use crate::routing::reload::Routing;
 use crate::routing::RouteTable;
 
 /// How often [`watch_nodes`] compares node states and weights: a transition reaches the page's
 /// event stream within this (well inside the SPEC's "within a few seconds").
-pub const NODE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const NODE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// A weight-only change (slow start, warm-up ramp) is published at most this often per node, so a
 /// ramp does not flood the stream; state changes are published at once.
-pub const WEIGHT_EVENT_MIN_GAP: Duration = Duration::from_secs(1);
+pub(crate) const WEIGHT_EVENT_MIN_GAP: Duration = Duration::from_secs(1);
 
 /// The gateway's readiness (SPEC section 11): ready once the data and admin listeners accept and
 /// the first round of active probes has finished; not ready again once shutdown starts.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     listening: AtomicBool,
     /// Latched: nodes added by a later reload do not make a serving gateway unready.
     probed: AtomicBool,
@@ -39,22 +39,22 @@ pub struct Readiness {
 
 impl Readiness {
     /// A gateway that is starting (not ready).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The listeners accept (called once they are bound and their accept loops run).
-    pub fn set_listening(&self) {
+    pub(crate) fn set_listening(&self) {
         self.listening.store(true, Ordering::Release);
     }
 
     /// Shutdown started: `/readyz` answers 503 from now on.
-    pub fn set_stopping(&self) {
+    pub(crate) fn set_stopping(&self) {
         self.stopping.store(true, Ordering::Release);
     }
 
     /// `Ok(())` when ready; otherwise why not (`shutting down`, `starting`, `probing`).
-    pub fn check(&self, table: &RouteTable) -> Result<(), &'static str> {
+    pub(crate) fn check(&self, table: &RouteTable) -> Result<(), &'static str> {
         if self.stopping.load(Ordering::Acquire) {
             return Err("shutting down");
         }
@@ -74,7 +74,12 @@ impl Readiness {
 /// The `GET /admin/status` document: version, generation, every cluster's nodes (state, effective
 /// weight, ladder position, in-flight, bindings), hops per second over 15 minutes (oldest first),
 /// recent hops and reloads (newest first), event subscribers.
-pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready: bool) -> Value {
+pub(crate) fn status_json(
+    table: &RouteTable,
+    hopper: &Hopper,
+    metrics: &Metrics,
+    ready: bool,
+) -> Value {
     let now = Instant::now();
     let now_ms = unix_ms();
     let bindings = hopper.store().bindings_per_node();
@@ -88,22 +93,16 @@ pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready
                 .iter()
                 .map(|n| {
                     let h = &n.settings.health;
-                    json!({
-                        "id": &*n.id,
-                        "addr": n.addr,
-                        "state": table.node_state(n, now).as_str(),
-                        "weight": weight::display(table.effective_weight(n, now)),
-                        "configured_weight": n.weight,
-                        "health_percent": n.health_percent(now),
-                        "warmup_percent": table.node_warmup_percent(&n.id, now),
-                        "consecutive_failures": n.runtime.consecutive_failures(),
-                        "degrade_after": h.degrade_after,
-                        "eject_after": h.eject_after,
-                        "degraded_percent": h.degraded_percent,
-                        "inflight": n.runtime.inflight(),
-                        "bindings": bindings.get(&n.id).copied().unwrap_or(0),
-                        "drain_deadline_ms": n.runtime.signal().drain_deadline.map(crate::events::unix_ms_at),
-                    })
+                    with_fields(
+                        node_fields(table, n, now),
+                        json!({
+                            "degrade_after": h.degrade_after,
+                            "eject_after": h.eject_after,
+                            "degraded_percent": h.degraded_percent,
+                            "bindings": bindings.get(&n.id).copied().unwrap_or(0),
+                            "drain_deadline_ms": n.runtime.signal().drain_deadline.map(crate::events::unix_ms_at),
+                        }),
+                    )
                 })
                 .collect();
             json!({"name": &*c.name, "lb": c.lb.as_str(), "nodes": nodes})
@@ -122,11 +121,44 @@ pub fn status_json(table: &RouteTable, hopper: &Hopper, metrics: &Metrics, ready
     })
 }
 
+/// The fields a node shows in both `GET /admin/status` and `GET /admin/nodes` (SPEC section 8): id,
+/// address, state, effective and configured weight, health and warm-up percent, failure streak and
+/// in-flight count, as of `now` in `table`.
+pub(super) fn node_fields(table: &RouteTable, n: &Node, now: Instant) -> Map<String, Value> {
+    let v = json!({
+        "id": &*n.id,
+        "addr": n.addr,
+        "state": table.node_state(n, now).as_str(),
+        "weight": weight::display(table.effective_weight(n, now)),
+        "configured_weight": n.weight,
+        "health_percent": n.health_percent(now),
+        "warmup_percent": table.node_warmup_percent(&n.id, now),
+        "consecutive_failures": n.runtime.consecutive_failures(),
+        "inflight": n.runtime.inflight(),
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `base` with the fields of the JSON object `more` added (a non-object `more` adds nothing).
+pub(super) fn with_fields(mut base: Map<String, Value>, more: Value) -> Value {
+    if let Value::Object(m) = more {
+        base.extend(m);
+    }
+    Value::Object(base)
+}
+
 /// Publishes a `node` event whenever a node's state or effective weight changes (weight-only
 /// changes at most every [`WEIGHT_EVENT_MIN_GAP`]), checking every [`NODE_WATCH_INTERVAL`] until
 /// `watch` fires. Comparing snapshots covers every cause alike: probes, passive errors, drains,
 /// slow start and warm-up.
-pub async fn watch_nodes(routing: Arc<Routing>, metrics: Arc<Metrics>, mut watch: drain::Watch) {
+pub(crate) async fn watch_nodes(
+    routing: Arc<Routing>,
+    metrics: Arc<Metrics>,
+    mut watch: drain::Watch,
+) {
     // Per node: (state, weight, when last published).
     let mut last: HashMap<Arc<str>, (&'static str, f64, Instant)> = HashMap::new();
     let mut tick = tokio::time::interval(NODE_WATCH_INTERVAL);

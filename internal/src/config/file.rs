@@ -169,9 +169,9 @@ pub struct LimitsFile {
     pub max_connections: Option<u64>,
     /// WebSocket idle timeout, humantime; `"0s"` = off.
     pub websocket_idle_timeout: Option<String>,
-    /// Upstream connect timeout, humantime.
+    /// Connect timeout to a node, humantime.
     pub connect_timeout: Option<String>,
-    /// Idle pooled upstream connections are closed after this, humantime.
+    /// Idle pooled node connections are closed after this, humantime.
     pub upstream_idle_timeout: Option<String>,
     /// Minimum request body rate in bytes/s while the gateway waits for the client; 0 = off.
     pub body_min_rate: Option<u64>,

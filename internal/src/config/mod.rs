@@ -5,9 +5,13 @@
 //! [`load_str`] parses and validates in one go and reports **every** problem with its dotted key,
 //! line and column. This module spawns nothing and never touches the network.
 
+mod cluster;
 mod collect;
-mod discovery;
+mod defaults;
 pub mod file;
+#[cfg(test)]
+mod health_tests;
+mod route;
 pub mod server_tls;
 pub mod size;
 mod spans;
@@ -23,84 +27,10 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 use std::time::Duration;
 
+pub use cluster::*;
+pub use defaults::*;
+pub use route::*;
 pub use validate::from_file;
-
-/// Data-plane listen address of the Go original (SPEC section 2).
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
-/// Admin on loopback only: the admin API can drain nodes, so it must not face the network by default.
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
-/// The Go original's affinity header.
-pub const DEFAULT_AFFINITY_HEADER: &str = "X-Conn-Id";
-/// One hour: long enough to span reconnect storms, short enough that abandoned ids age out.
-pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(3600);
-/// One million bindings is ~150 MiB worst case in the memory store; past it the LRU evicts.
-pub const DEFAULT_MAX_ENTRIES: usize = 1_000_000;
-/// Redis on loopback, database 0.
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
-/// Namespaces the keys so one Redis can serve other applications.
-pub const DEFAULT_KEY_PREFIX: &str = "hopgw:";
-/// A Redis call slower than this is treated as an outage for that request; the local cache serves.
-pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(250);
-/// The Go original probed every 2 s with a 2 s timeout.
-pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(2);
-/// See [`DEFAULT_HEALTH_INTERVAL`].
-pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-/// The Go original's probe path.
-pub const DEFAULT_HEALTH_PATH: &str = "/health";
-/// Two failures in a row cut a node to its degraded weight (one failure may be a blip).
-pub const DEFAULT_DEGRADE_AFTER: u32 = 2;
-/// A degraded node keeps a fifth of its traffic: enough to keep seeing real errors.
-pub const DEFAULT_DEGRADED_PERCENT: u8 = 20;
-/// Three failures in a row eject: within 6 s at the default interval.
-pub const DEFAULT_EJECT_AFTER: u32 = 3;
-/// Two successes in a row before recovery starts, so a flapping node does not bounce.
-pub const DEFAULT_RECOVER_AFTER: u32 = 2;
-/// A recovered node ramps over 30 s so cold caches and JITs are not flooded.
-pub const DEFAULT_SLOW_START: Duration = Duration::from_secs(30);
-/// Five consecutive real-traffic errors eject at once, well before the next probe.
-pub const DEFAULT_PASSIVE_ERRORS: u32 = 5;
-/// Envoy's outlier-detection default: a shared fault seen by every node (their common dependency is
-/// down) takes at most half of a cluster out through passive ejection, never all of it.
-pub const DEFAULT_MAX_EJECTION_PERCENT: u8 = 50;
-/// Whole-request timeout: generous for APIs; never applied to WebSocket or streams.
-pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Two retries: with three nodes, every other node is tried once.
-pub const DEFAULT_RETRIES: u32 = 2;
-/// Time to finish in-flight work on SIGTERM (Kubernetes' default grace period).
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-/// SPEC section 4: request line limit, 16 KiB.
-pub const DEFAULT_MAX_REQUEST_LINE: usize = 16 * 1024;
-/// SPEC section 4: header block limit, 32 KiB.
-pub const DEFAULT_MAX_HEADER_BYTES: usize = 32 * 1024;
-/// SPEC section 4: header field count limit.
-pub const DEFAULT_MAX_HEADERS: usize = 100;
-/// SPEC section 4: the whole request head must arrive within 10 s of its first byte.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// SPEC section 4: a request body silent for 30 s is abandoned.
-pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Bounded connections: past this, accepts wait (and are logged) rather than exhausting fds.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 25_000;
-/// A node that cannot accept a TCP connection within 1 s is treated as down for that request.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Idle pooled upstream connections are closed before typical node keep-alive limits (5 s in many servers).
-pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
-/// Apache mod_reqtimeout's body `MinRate` (500 bytes/s): far below any real upload, far above a
-/// trickle that exists only to hold a connection (CASE-22).
-pub const DEFAULT_BODY_MIN_RATE: u64 = 500;
-/// The minimum body rate is averaged over 10 s windows of waiting for the client, the first one
-/// being grace, so a client pausing a few seconds (a mobile handover) is not cut.
-pub const DEFAULT_BODY_RATE_WINDOW: Duration = Duration::from_secs(10);
-
-/// SPEC section 3's example interval for DNS discovery: new pods are seen within seconds, and a
-/// cluster of hundreds of records costs the DNS server one query per cluster every 5 s.
-pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(5);
-/// SPEC section 12: a name is never re-resolved more often than once a second, whatever its TTL.
-pub const MIN_DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
-/// A node whose record disappeared drains as long as a node a reload removed (30 s, Kubernetes'
-/// default termination grace period), so its WebSockets hop spread over that time.
-pub const DEFAULT_DISCOVERY_DRAIN: Duration = Duration::from_secs(30);
-/// Weight of a discovered node when `discovery.weight` is absent: the same as a static node's.
-pub const DEFAULT_DISCOVERED_WEIGHT: u32 = 100;
 
 /// A config problem: dotted key (`-` for syntax errors), 1-based line and column, and message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -245,9 +175,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// WebSocket idle timeout; `None` = off.
     pub websocket_idle_timeout: Option<Duration>,
-    /// Upstream connect timeout.
+    /// Connect timeout to a node.
     pub connect_timeout: Duration,
-    /// Pooled upstream idle timeout.
+    /// Idle timeout of pooled node connections.
     pub upstream_idle_timeout: Duration,
     /// Minimum request body rate; `None` = off (`body_min_rate = 0`).
     pub body_min_rate: Option<BodyMinRate>,
@@ -258,7 +188,7 @@ pub struct Limits {
 }
 
 /// `[limits] h2_*`: HTTP/2 abuse limits of every downstream h2 connection (SPEC section 4,
-/// RFC 9113 section 10.5); the header-list limit also applies to upstream h2 connections.
+/// RFC 9113 section 10.5); the header-list limit also applies to h2 connections to nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H2Limits {
     /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients.
@@ -270,17 +200,6 @@ pub struct H2Limits {
     pub max_resets_per_second: NonZeroU32,
 }
 
-/// Default `h2_max_concurrent_streams` (SPEC section 4; RFC 9113 section 6.5.2 recommends at
-/// least 100).
-pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Default `h2_max_header_list`: 64 KiB (SPEC section 4), above the 32 KiB header block limit
-/// so that the gateway's own `431` answers first.
-pub const DEFAULT_H2_MAX_HEADER_LIST: u32 = 64 * 1024;
-/// Default `h2_max_resets_per_second` (SPEC section 4).
-pub const DEFAULT_H2_MAX_RESETS_PER_SECOND: u32 = 200;
-/// Default `websocket_max_message`: 16 MiB (SPEC section 5).
-pub const DEFAULT_WEBSOCKET_MAX_MESSAGE: u64 = 16 << 20;
-
 /// `limits.body_min_rate` / `limits.body_rate_window`: a request body must bring at least
 /// `bytes_per_sec` averaged over each `window` of time the gateway spends waiting for the client
 /// (time the node spends not reading does not count); the first window is grace (CASE-22).
@@ -290,296 +209,6 @@ pub struct BodyMinRate {
     pub bytes_per_sec: u64,
     /// Averaging window, more than zero.
     pub window: Duration,
-}
-
-/// Probe kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeKind {
-    /// `GET <path>` over the cluster's protocol.
-    Http,
-    /// TCP connect only.
-    Tcp,
-    /// `grpc.health.v1.Health/Check` over the cluster's HTTP/2 protocol; `SERVING` passes.
-    Grpc,
-}
-
-/// JSON body check: the value at `pointer` must equal `equals`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpectJson {
-    /// RFC 6901 pointer.
-    pub pointer: String,
-    /// Expected string.
-    pub equals: String,
-}
-
-/// Health settings of one cluster (`[health]` merged with its overrides).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthConfig {
-    /// Probe kind.
-    pub kind: ProbeKind,
-    /// `kind = Grpc`: the service name asked about; empty = the whole server.
-    pub grpc_service: String,
-    /// Probe path.
-    pub path: String,
-    /// Probe interval.
-    pub interval: Duration,
-    /// Probe timeout.
-    pub timeout: Duration,
-    /// Accepted statuses.
-    pub expect_status: RangeInclusive<u16>,
-    /// Optional body check.
-    pub expect_json: Option<ExpectJson>,
-    /// Failures before degraded.
-    pub degrade_after: u32,
-    /// Degraded weight percent (1-100).
-    pub degraded_percent: u8,
-    /// Failures before ejected.
-    pub eject_after: u32,
-    /// Successes before recovery.
-    pub recover_after: u32,
-    /// Slow-start ramp; `None` = none.
-    pub slow_start: Option<Duration>,
-    /// Passive errors that eject; `None` = passive ejection off.
-    pub passive_consecutive_errors: Option<NonZeroU32>,
-    /// Passive ejection never takes more than this percent (0-100) of the cluster's nodes at
-    /// once, counting nodes ejected by probes, nor its last ready node (CASE-32).
-    pub max_ejection_percent: u8,
-}
-
-/// Upstream protocol of a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// HTTP/1.1.
-    Http1,
-    /// HTTP/2 cleartext, prior knowledge.
-    H2c,
-    /// HTTP/2 over TLS, negotiated by ALPN `h2` (needs `tls`).
-    H2,
-}
-
-impl Protocol {
-    /// The config spelling (`protocol` key, SPEC section 3): `http1`, `h2c`, `h2`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http1",
-            Protocol::H2c => "h2c",
-            Protocol::H2 => "h2",
-        }
-    }
-
-    /// True for the HTTP/2 protocols (`h2c`, `h2`).
-    pub fn is_h2(self) -> bool {
-        matches!(self, Protocol::H2c | Protocol::H2)
-    }
-}
-
-/// Picker (`lb`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Picker {
-    /// Round robin over effective weights (smooth weighted when weights differ).
-    RoundRobin,
-    /// Uniform random among selectable nodes.
-    Random,
-    /// Weighted random by effective weight.
-    Weighted,
-    /// Power of two choices on in-flight requests.
-    LeastRequest,
-}
-
-impl Picker {
-    /// The config spelling (`lb` key, SPEC section 3): `round_robin`, `random`, `weighted`,
-    /// `least_request`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Picker::RoundRobin => "round_robin",
-            Picker::Random => "random",
-            Picker::Weighted => "weighted",
-            Picker::LeastRequest => "least_request",
-        }
-    }
-}
-
-/// One cluster.
-#[derive(Debug, Clone)]
-pub struct ClusterConfig {
-    /// Name.
-    pub name: String,
-    /// Upstream protocol.
-    pub protocol: Protocol,
-    /// TLS to the nodes (`tls`), loaded; `None` = cleartext.
-    pub tls: Option<std::sync::Arc<crate::tls::client::ClusterTls>>,
-    /// Health settings.
-    pub health: HealthConfig,
-    /// Picker.
-    pub lb: Picker,
-    /// Nodes: the static list, or (with `discovery`) the last good DNS answer filled in by routing.
-    pub nodes: Vec<NodeConfig>,
-    /// DNS discovery of the nodes (SPEC section 12); `None` = the static `nodes`.
-    pub discovery: Option<DiscoveryConfig>,
-}
-
-/// `clusters[].discovery`: the cluster's nodes are the A/AAAA records of `name` (SPEC section 12).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiscoveryConfig {
-    /// DNS name to resolve.
-    pub name: String,
-    /// Port of every node (`<ip>:<port>` is also its id).
-    pub port: u16,
-    /// Re-resolution interval (at least [`MIN_DISCOVERY_INTERVAL`]; a shorter record TTL wins).
-    pub interval: Duration,
-    /// Configured weight of every discovered node (0-10000).
-    pub weight: u32,
-    /// Metadata of every discovered node.
-    pub metadata: BTreeMap<String, String>,
-    /// Drain period of a node whose record disappeared.
-    pub drain_period: Duration,
-}
-
-/// One node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeConfig {
-    /// Unique id.
-    pub id: String,
-    /// `host:port`, resolved at connect time.
-    pub addr: String,
-    /// Configured weight (0-10000).
-    pub weight: u32,
-    /// Metadata (`version`, `zone`, ...).
-    pub metadata: BTreeMap<String, String>,
-}
-
-/// WebSocket behaviour when the node goes (SPEC section 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WsMode {
-    /// Live re-dial.
-    Hop,
-    /// Close 1012 with a reconnect hint.
-    Hint,
-    /// Relay the node's close, 1011 if none.
-    Close,
-}
-
-/// What happens when no node is selectable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnAllDown {
-    /// Answer with the route's fallback.
-    Fallback,
-    /// Send to every node anyway.
-    FailOpen,
-}
-
-/// A route's fallback answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
-    /// Status.
-    pub status: http::StatusCode,
-    /// Content type.
-    pub content_type: String,
-    /// Body.
-    pub body: String,
-}
-
-/// Route predicates; all given ones must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouteMatch {
-    /// Path prefix.
-    pub path_prefix: Option<String>,
-    /// Exact path.
-    pub path: Option<String>,
-    /// Host (lower-case, no port).
-    pub host: Option<String>,
-    /// Methods.
-    pub methods: Vec<http::Method>,
-    /// Header name -> exact value.
-    pub headers: Vec<(http::HeaderName, String)>,
-}
-
-/// `no_match` of a canary block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoMatch {
-    /// Serve from all candidates and log a WARN.
-    FallbackAll,
-    /// 503.
-    Reject,
-}
-
-/// Where a split reads its hash key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SplitKey {
-    /// A request header.
-    Header(http::HeaderName),
-    /// A cookie.
-    Cookie(String),
-    /// A query parameter.
-    Query(String),
-}
-
-/// One hash-bucket split.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Split {
-    /// Key source.
-    pub by: SplitKey,
-    /// Percent of the hash space (0-100).
-    pub percent: f64,
-    /// Version for that bucket.
-    pub version: String,
-}
-
-/// `[routes.canary]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CanaryConfig {
-    /// Version header.
-    pub version_header: http::HeaderName,
-    /// Version query parameter.
-    pub version_query: String,
-    /// Metadata key (compared case-insensitively).
-    pub metadata_key: String,
-    /// No-match behaviour.
-    pub no_match: NoMatch,
-    /// Splits.
-    pub split: Vec<Split>,
-}
-
-/// `[routes.warmup]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WarmupConfig {
-    /// Starting percent (0-100).
-    pub initial_percent: f64,
-    /// Ramp length.
-    pub duration: Duration,
-    /// Error rate (0-1) that triggers rollback.
-    pub max_error_rate: f64,
-}
-
-/// One route.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RouteConfig {
-    /// Id.
-    pub id: String,
-    /// Predicates.
-    pub matcher: RouteMatch,
-    /// Target cluster.
-    pub cluster: String,
-    /// Prefix removed before forwarding.
-    pub strip_prefix: Option<String>,
-    /// Time to the response head.
-    pub timeout: Duration,
-    /// Cap on a client's `grpc-timeout` (SPEC section 5); `None` = the client's alone.
-    pub grpc_max_timeout: Option<Duration>,
-    /// Retries on other nodes.
-    pub retries: u32,
-    /// WebSocket mode.
-    pub websocket: WsMode,
-    /// No-node behaviour.
-    pub on_all_down: OnAllDown,
-    /// Fallback answer.
-    pub fallback: Fallback,
-    /// Body limit in bytes.
-    pub max_body: Option<u64>,
-    /// Canary block.
-    pub canary: Option<CanaryConfig>,
-    /// Warm-up block.
-    pub warmup: Option<WarmupConfig>,
 }
 
 /// Parses and validates TOML `text`; `file` names it in errors.

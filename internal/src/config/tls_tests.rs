@@ -1,4 +1,4 @@
-//! Config checks of upstream TLS (SPEC section 3 `clusters[].tls`, `protocol = "h2"`,
+//! Config checks of TLS to nodes (SPEC section 3 `clusters[].tls`, `protocol = "h2"`,
 //! `affinity.redis_ca`): bad files and combinations are errors with their key, line and column.
 
 use super::*;

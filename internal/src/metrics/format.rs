@@ -7,9 +7,10 @@
 //! when `Accept` asks for `application/openmetrics-text` (as Prometheus itself does), else 0.0.4.
 
 /// `Content-Type` of the Prometheus 0.0.4 text format.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `Content-Type` of OpenMetrics 1.0 text.
-pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS_TEXT: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub enum Format {
 
 /// The format for a request's `Accept` value (`None` = no header): OpenMetrics when a media range
 /// `application/openmetrics-text` with a non-zero `q` is listed, else Prometheus 0.0.4.
-pub fn negotiate(accept: Option<&str>) -> Format {
+pub(crate) fn negotiate(accept: Option<&str>) -> Format {
     let asks = accept.is_some_and(|a| {
         a.split(',').any(|range| {
             let mut parts = range.split(';').map(str::trim);
@@ -45,7 +46,7 @@ pub fn negotiate(accept: Option<&str>) -> Format {
 /// Rewrites OpenMetrics text as Prometheus 0.0.4 text: counter families take their samples'
 /// `_total` name, `info` families become gauges named `<name>_info`, `unknown` becomes
 /// `untyped`; `# UNIT`, `# EOF` and counters' `_created` samples are dropped.
-pub fn to_prometheus_text(openmetrics: &str) -> String {
+pub(crate) fn to_prometheus_text(openmetrics: &str) -> String {
     let mut out = String::with_capacity(openmetrics.len());
     // HELP comes before TYPE; it is held until TYPE says which name the family takes.
     let mut help: Option<(&str, &str)> = None;

@@ -16,14 +16,13 @@
 //! - **the last-node rule**: when a probe *timeout* would eject a node whose failure streak is made
 //!   of timeouts only, and every *other* node of its cluster is already unusable (ejected or
 //!   draining) and also timed out on its latest probe within the same window
-//!   ([`storm_window`]: two intervals plus one timeout), the whole cluster is failing by timeout in
+//!   ([`storm::storm_window`]: two intervals plus one timeout), the whole cluster is failing by timeout in
 //!   the same interval. That is treated as the gateway's own problem: the node is kept degraded
 //!   instead of ejected (one WARN per storm). Any non-timeout failure (status, body, refused
 //!   connect) or passive ejection still ejects it, and a cluster with a single node never loses it
 //!   to probe timeouts alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,13 +32,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod storm;
+
 use super::probe::{probe, ProbeOutcome};
-use super::{Node, NodeId, NodeRuntime, ProbeResult};
+use super::{Node, NodeId};
 use crate::config::{HealthConfig, Protocol};
+use storm::{observe, ClusterView};
 
 /// Probes in flight at once across all nodes: enough for hundreds of nodes at second intervals,
 /// few enough that a probe burst cannot starve the data plane of sockets or CPU.
-pub const MAX_CONCURRENT_PROBES: usize = 64;
+pub(crate) const MAX_CONCURRENT_PROBES: usize = 64;
 
 struct Task {
     key: (
@@ -53,77 +55,8 @@ struct Task {
     handle: JoinHandle<()>,
 }
 
-/// The latest probe of one node, as the timeout-storm guard sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastProbe {
-    /// When the probe finished.
-    pub at: Instant,
-    /// True if it failed by timeout.
-    pub timeout: bool,
-}
-
-/// One other node of the cluster, as the timeout-storm guard sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
-    /// False when ejected or draining.
-    pub usable: bool,
-    /// Its latest probe, if any.
-    pub last: Option<LastProbe>,
-}
-
-/// How recent a peer's timeout must be to count as "the same interval": two probe intervals (one
-/// for the jittered schedule, one for a permit wait) plus one probe timeout.
-pub fn storm_window(h: &HealthConfig) -> Duration {
-    h.interval * 2 + h.timeout
-}
-
-/// The last-node rule (module docs): true if a node whose probe just timed out must not be ejected,
-/// because every other node of its cluster (`peers`) is unusable and timed out on its latest probe
-/// within `window` of `now`. With no peers it is the cluster's only node: true.
-pub fn hold_last_node(peers: &[Peer], now: Instant, window: Duration) -> bool {
-    peers.iter().all(|p| {
-        !p.usable
-            && p.last
-                .is_some_and(|l| l.timeout && now.saturating_duration_since(l.at) <= window)
-    })
-}
-
-/// A cluster member: its runtime and latest probe.
-type Member = (Arc<NodeRuntime>, Option<LastProbe>);
-
-/// The probe view of one cluster shared by its nodes' tasks (for the last-node rule).
-#[derive(Debug, Default)]
-struct ClusterView {
-    members: Mutex<HashMap<NodeId, Member>>,
-    /// Set once the storm WARN was logged; cleared when any probe of the cluster ends otherwise.
-    warned: AtomicBool,
-}
-
-impl ClusterView {
-    /// Records `id`'s latest probe and runs `decide` with its peers as they stand, under the view's
-    /// lock, so two nodes of one cluster cannot both decide they are not the last one.
-    fn record<T>(&self, id: &NodeId, last: LastProbe, decide: impl FnOnce(&[Peer]) -> T) -> T {
-        let mut m = self
-            .members
-            .lock()
-            .expect("cluster view mutex is never poisoned: no panics while held");
-        if let Some(entry) = m.get_mut(id) {
-            entry.1 = Some(last);
-        }
-        let peers: Vec<Peer> = m
-            .iter()
-            .filter(|(k, _)| *k != id)
-            .map(|(_, (rt, last))| Peer {
-                usable: rt.signal().usable,
-                last: *last,
-            })
-            .collect();
-        decide(&peers)
-    }
-}
-
 /// Owns the probe tasks of every node in the live table.
-pub struct HealthChecker {
+pub(crate) struct HealthChecker {
     tasks: Mutex<HashMap<NodeId, Task>>,
     clusters: Mutex<HashMap<Arc<str>, Arc<ClusterView>>>,
     permits: Arc<Semaphore>,
@@ -147,13 +80,13 @@ impl std::fmt::Debug for HealthChecker {
 
 impl HealthChecker {
     /// A checker with no tasks.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Makes the running tasks match `nodes` (every node of the live table), and the per-cluster
     /// views of the timeout-storm guard match the table's clusters.
-    pub fn reconcile(&self, nodes: &[Arc<Node>]) {
+    pub(crate) fn reconcile(&self, nodes: &[Arc<Node>]) {
         let views = self.reconcile_views(nodes);
         let mut tasks = self
             .tasks
@@ -231,7 +164,7 @@ impl HealthChecker {
     }
 
     /// Cancels every probe task and waits for them to end.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let handles: Vec<_> = {
             let mut tasks = self
                 .tasks
@@ -303,39 +236,6 @@ async fn probe_with_permit(node: &Node, permits: &Semaphore) -> Option<ProbeOutc
     )
 }
 
-/// Feeds one probe outcome to the node's ladder, applying the last-node rule to timeouts.
-fn observe(node: &Node, view: &ClusterView, outcome: &ProbeOutcome, now: Instant) {
-    let h = &node.settings.health;
-    let (result, detail) = match outcome {
-        ProbeOutcome::Pass => (ProbeResult::Pass, "ok".to_string()),
-        ProbeOutcome::Fail(why) => (ProbeResult::Fail, why.clone()),
-        ProbeOutcome::Timeout(t) => (ProbeResult::Timeout, format!("timeout after {t:?}")),
-    };
-    if result != ProbeResult::Pass {
-        tracing::debug!(node = %node.id, cluster = %node.cluster, reason = %detail, "probe failed");
-    }
-    let timeout = result == ProbeResult::Timeout;
-    if !timeout {
-        view.warned.store(false, Ordering::Relaxed);
-    }
-    let (effect, nodes) = view.record(&node.id, LastProbe { at: now, timeout }, |peers| {
-        let hold = timeout && hold_last_node(peers, now, storm_window(h));
-        (
-            node.runtime
-                .record_probe_result(h, result, hold, &detail, now),
-            peers.len() + 1,
-        )
-    });
-    if effect.held && !view.warned.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            cluster = %node.cluster,
-            node = %node.id,
-            nodes,
-            "every node of the cluster failed its probes by timeout in the same interval; treating it as a gateway-side problem and keeping the last node (not ejected on timeouts alone)"
-        );
-    }
-}
-
 fn interval_with_jitter(h: &HealthConfig) -> Duration {
     // Only ever shorten (by up to 10 %): the SPEC's timing promise counts whole intervals.
     let base = h.interval;
@@ -346,70 +246,4 @@ fn interval_with_jitter(h: &HealthConfig) -> Duration {
         rand::rng().random_range(0..=max)
     };
     base.saturating_sub(Duration::from_millis(j))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn peer(usable: bool, last: Option<(u64, bool)>, t0: Instant) -> Peer {
-        Peer {
-            usable,
-            last: last.map(|(ms, timeout)| LastProbe {
-                at: t0 + Duration::from_millis(ms),
-                timeout,
-            }),
-        }
-    }
-
-    #[test]
-    fn last_node_rule_table() {
-        let t0 = Instant::now();
-        let now = t0 + Duration::from_millis(1_000);
-        let window = Duration::from_millis(600);
-        // (peers, expected hold, why)
-        let cases: Vec<(Vec<Peer>, bool, &str)> = vec![
-            (vec![], true, "only node of its cluster"),
-            (
-                vec![peer(false, Some((900, true)), t0)],
-                true,
-                "peer ejected and timed out just now",
-            ),
-            (
-                vec![peer(true, Some((900, true)), t0)],
-                false,
-                "peer still usable: not the last node",
-            ),
-            (
-                vec![peer(false, Some((900, false)), t0)],
-                false,
-                "peer failed by status: not a timeout storm",
-            ),
-            (
-                vec![peer(false, Some((300, true)), t0)],
-                false,
-                "peer's timeout is older than the window",
-            ),
-            (vec![peer(false, None, t0)], false, "peer never probed"),
-            (
-                vec![
-                    peer(false, Some((950, true)), t0),
-                    peer(false, Some((800, true)), t0),
-                ],
-                true,
-                "all peers ejected by recent timeouts",
-            ),
-            (
-                vec![
-                    peer(false, Some((950, true)), t0),
-                    peer(true, Some((800, true)), t0),
-                ],
-                false,
-                "one peer still usable",
-            ),
-        ];
-        for (peers, want, why) in cases {
-            assert_eq!(hold_last_node(&peers, now, window), want, "{why}");
-        }
-    }
 }

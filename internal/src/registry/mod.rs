@@ -5,14 +5,14 @@
 //! state carry over a reload. Hot-path reads are atomics; transitions take a short mutex with no
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
-pub mod grpc_probe;
-pub mod health;
-pub mod passive;
-pub mod probe;
-pub mod weight;
+pub(crate) mod health;
+pub(crate) mod passive;
+pub(crate) mod probe;
+mod state;
+mod transitions;
+pub(crate) mod weight;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,106 +24,10 @@ use crate::config::{HealthConfig, NodeConfig, Protocol};
 use crate::metrics::{Metrics, TransitionLabels};
 
 /// A node id (SPEC section 3: unique across clusters). Cheap to clone.
-pub type NodeId = Arc<str>;
+pub(crate) type NodeId = Arc<str>;
 
-/// Health/operator state of a node as shown by `GET /admin/nodes` (SPEC section 8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NodeState {
-    /// Full weight (possibly still ramping in slow start).
-    Healthy,
-    /// `degrade_after` consecutive failures: weight x degraded_percent.
-    Degraded,
-    /// `eject_after` failures or passive ejection: weight 0.
-    Ejected,
-    /// Operator drain or removal: no new work.
-    Draining,
-    /// New in the table and still in warm-up.
-    Warming,
-}
-
-impl NodeState {
-    /// The SPEC's lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeState::Healthy => "healthy",
-            NodeState::Degraded => "degraded",
-            NodeState::Ejected => "ejected",
-            NodeState::Draining => "draining",
-            NodeState::Warming => "warming",
-        }
-    }
-
-    /// Every state, for exporting one gauge per state.
-    pub const ALL: [NodeState; 5] = [
-        NodeState::Healthy,
-        NodeState::Degraded,
-        NodeState::Ejected,
-        NodeState::Draining,
-        NodeState::Warming,
-    ];
-}
-
-impl fmt::Display for NodeState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-const HEALTH_HEALTHY: u8 = 0;
-const HEALTH_DEGRADED: u8 = 1;
-const HEALTH_EJECTED: u8 = 2;
-
-/// Why a node's state changed; logged with every transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeReason {
-    /// Active probe results.
-    Probe,
-    /// Errors on real traffic.
-    Passive,
-    /// Failed the pre-swap connect probe of a reload.
-    Reload,
-}
-
-impl ChangeReason {
-    /// Lower-case name for logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeReason::Probe => "probe",
-            ChangeReason::Passive => "passive",
-            ChangeReason::Reload => "reload",
-        }
-    }
-}
-
-/// One active probe's result as the weight ladder sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeResult {
-    /// Passed every check.
-    Pass,
-    /// Failed by status, body or connect error: the node answered (or refused) for itself.
-    Fail,
-    /// No answer within the probe's `timeout`: may be the node, may be the gateway (see [`health`]).
-    Timeout,
-}
-
-/// What [`NodeRuntime::record_probe_result`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProbeEffect {
-    /// The new state, if it changed.
-    pub changed: Option<NodeState>,
-    /// True if the node reached `eject_after` on timeouts alone and was kept (degraded) because
-    /// the caller's timeout-storm guard asked for it.
-    pub held: bool,
-}
-
-/// Signals a node's long-lived connections watch: usable or not, and the drain deadline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeSignal {
-    /// False once ejected or draining: bound connections should hop.
-    pub usable: bool,
-    /// Set while draining: what is left is closed at this instant.
-    pub drain_deadline: Option<Instant>,
-}
+use state::{health_name, HEALTH_DEGRADED, HEALTH_EJECTED, HEALTH_HEALTHY};
+pub(crate) use state::{ChangeReason, NodeSignal, NodeState, ProbeEffect, ProbeResult};
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -175,7 +79,7 @@ pub struct NodeRuntime {
 pub struct NodeSettings {
     /// Health settings of its cluster.
     pub health: HealthConfig,
-    /// Upstream protocol of its cluster.
+    /// The protocol of its cluster.
     pub protocol: Protocol,
     /// TLS to the node (its cluster's `tls`); `None` = cleartext.
     pub tls: Option<Arc<crate::tls::client::ClusterTls>>,
@@ -359,182 +263,6 @@ impl NodeRuntime {
             changed
         });
     }
-
-    /// Records one active probe result (`ok` = passed); see [`NodeRuntime::record_probe_result`].
-    /// A failure given here is never treated as a timeout. Returns the new state if it changed.
-    pub fn record_probe(
-        &self,
-        h: &HealthConfig,
-        ok: bool,
-        detail: &str,
-        now: Instant,
-    ) -> Option<NodeState> {
-        let result = if ok {
-            ProbeResult::Pass
-        } else {
-            ProbeResult::Fail
-        };
-        self.record_probe_result(h, result, false, detail, now)
-            .changed
-    }
-
-    /// Records one active probe result and moves the node only at the configured counts
-    /// (SPEC section 3 `[health]`):
-    ///
-    /// - `degrade_after` failures in a row: degraded (weight x `degraded_percent`);
-    /// - `eject_after` failures in a row: ejected (weight 0), unless `hold_timeout_eject` is set and
-    ///   every failure of the streak was a [`ProbeResult::Timeout`]: then the node stays degraded
-    ///   (the caller's guard against a gateway-side timeout storm, see [`health`]);
-    /// - `recover_after` successes in a row: healthy again, ramping over `slow_start`; a node
-    ///   ejected by passive errors also waits out its backoff ([`passive`]).
-    pub fn record_probe_result(
-        &self,
-        h: &HealthConfig,
-        result: ProbeResult,
-        hold_timeout_eject: bool,
-        detail: &str,
-        now: Instant,
-    ) -> ProbeEffect {
-        let mut c = self
-            .counters
-            .lock()
-            .expect("counters mutex is never poisoned: no panics while held");
-        self.probed.store(true, Ordering::Release);
-        let before = self.health.load(Ordering::Acquire);
-        let mut after = before;
-        let mut held = false;
-        if result == ProbeResult::Pass {
-            c.consecutive_failures = 0;
-            c.consecutive_successes = c.consecutive_successes.saturating_add(1);
-            let backoff_over = c.backoff_until.is_none_or(|t| now >= t);
-            if before != HEALTH_HEALTHY
-                && c.consecutive_successes >= h.recover_after
-                && backoff_over
-            {
-                after = HEALTH_HEALTHY;
-                c.passive_errors = 0;
-                c.backoff_until = None;
-                c.recovered_at = Some(now);
-            }
-        } else {
-            let timeout = result == ProbeResult::Timeout;
-            c.consecutive_successes = 0;
-            c.timeout_streak = if c.consecutive_failures == 0 {
-                timeout
-            } else {
-                c.timeout_streak && timeout
-            };
-            c.consecutive_failures = c.consecutive_failures.saturating_add(1);
-            if c.consecutive_failures >= h.eject_after {
-                if before != HEALTH_EJECTED && hold_timeout_eject && c.timeout_streak {
-                    held = true;
-                    after = HEALTH_DEGRADED;
-                } else {
-                    after = HEALTH_EJECTED;
-                }
-            } else if c.consecutive_failures >= h.degrade_after && before == HEALTH_HEALTHY {
-                after = HEALTH_DEGRADED;
-            }
-        }
-        self.consecutive_failures
-            .store(c.consecutive_failures, Ordering::Relaxed);
-        c.last_reason = detail.to_string();
-        // Applied under the counters lock: a passive ejection decided meanwhile must not be
-        // overwritten by this older decision (the state and its logged transitions stay in step).
-        let changed = self.apply(before, after, ChangeReason::Probe, detail, now);
-        drop(c);
-        ProbeEffect { changed, held }
-    }
-
-    /// Marks the node ejected outright (a reload's failed connect probe).
-    pub fn eject(&self, h: &HealthConfig, detail: &str, now: Instant) -> Option<NodeState> {
-        let mut c = self
-            .counters
-            .lock()
-            .expect("counters mutex is never poisoned: no panics while held");
-        c.consecutive_successes = 0;
-        c.consecutive_failures = h.eject_after;
-        self.consecutive_failures
-            .store(c.consecutive_failures, Ordering::Relaxed);
-        let before = self.health.load(Ordering::Acquire);
-        let changed = self.apply(before, HEALTH_EJECTED, ChangeReason::Reload, detail, now);
-        drop(c);
-        changed
-    }
-
-    /// Moves the health state from `before` to `after` (logged and counted once). Callers hold the
-    /// counters lock, so `before` is still current and two decisions never interleave.
-    fn apply(
-        &self,
-        before: u8,
-        after: u8,
-        reason: ChangeReason,
-        detail: &str,
-        now: Instant,
-    ) -> Option<NodeState> {
-        if before == after {
-            return None;
-        }
-        self.health.store(after, Ordering::Release);
-        if after == HEALTH_HEALTHY {
-            let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
-            self.ramp_started_ms.store(ms.max(1), Ordering::Release);
-        } else {
-            self.ramp_started_ms.store(0, Ordering::Release);
-        }
-        self.publish();
-        let to = health_name(after);
-        let cluster = self.cluster();
-        if let Some(m) = &self.metrics {
-            m.health_transitions
-                .get_or_create(&TransitionLabels {
-                    cluster: cluster.clone(),
-                    node: self.id.clone(),
-                    to,
-                })
-                .inc();
-        }
-        tracing::info!(cluster = %cluster, node = %self.id, from = health_name(before), to, reason = reason.as_str(), detail, "node state changed");
-        Some(self.state())
-    }
-
-    /// Starts draining: no new work; long-lived connections get until `deadline` (SPEC section 5).
-    pub fn start_drain(&self, deadline: Instant) {
-        self.draining.store(true, Ordering::Release);
-        self.mark_usable(false);
-        self.signal.send_modify(|s| {
-            s.usable = false;
-            s.drain_deadline = Some(deadline);
-        });
-        tracing::info!(node = %self.id, "node draining");
-        if let Some(m) = &self.metrics {
-            m.events.publish(crate::events::Event::Drain {
-                id: self.id.clone(),
-                deadline_ms: crate::events::unix_ms_at(deadline),
-            });
-        }
-    }
-
-    /// Ends a drain: the node takes work again if healthy.
-    pub fn undrain(&self) {
-        self.draining.store(false, Ordering::Release);
-        self.signal.send_modify(|s| s.drain_deadline = None);
-        self.publish();
-        tracing::info!(node = %self.id, "node undrained");
-    }
-
-    /// True while draining.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-}
-
-fn health_name(h: u8) -> &'static str {
-    match h {
-        HEALTH_HEALTHY => "healthy",
-        HEALTH_DEGRADED => "degraded",
-        _ => "ejected",
-    }
 }
 
 /// Decrements a node's in-flight count on drop.
@@ -645,3 +373,5 @@ impl Registry {
 mod tests;
 #[cfg(test)]
 mod tests_cap;
+#[cfg(test)]
+mod tests_passive;

@@ -27,16 +27,16 @@ use crate::config::HealthConfig;
 use crate::metrics::ClusterLabel;
 
 /// First passive backoff; doubles with every passive ejection that follows without a stable recovery.
-pub const BASE_PASSIVE_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const BASE_PASSIVE_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest passive backoff: a node that fails real traffic is still retried at least this often.
-pub const MAX_PASSIVE_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_PASSIVE_BACKOFF: Duration = Duration::from_secs(30);
 /// A node healthy this long since its last recovery starts again from [`BASE_PASSIVE_BACKOFF`].
-pub const STABLE_RECOVERY: Duration = Duration::from_secs(30);
+pub(crate) const STABLE_RECOVERY: Duration = Duration::from_secs(30);
 
 /// The backoff of a passive ejection: `max(interval, 1 s x 2^prior)` capped at 30 s (but never below
 /// one probe `interval`, since recovery needs probes anyway). `prior` = earlier passive ejections
 /// since the last stable recovery.
-pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
+pub(crate) fn passive_backoff(prior: u32, interval: Duration) -> Duration {
     let exp =
         BASE_PASSIVE_BACKOFF.saturating_mul(1u32.checked_shl(prior.min(16)).unwrap_or(u32::MAX));
     exp.min(MAX_PASSIVE_BACKOFF).max(interval)
@@ -45,7 +45,7 @@ pub fn passive_backoff(prior: u32, interval: Duration) -> Duration {
 /// The nodes of one cluster, shared by their runtimes, so a passive ejection can see how many of
 /// them are out (CASE-32, `max_ejection_percent`).
 #[derive(Debug)]
-pub struct Peers {
+pub(crate) struct Peers {
     nodes: Vec<Weak<NodeRuntime>>,
     /// Held from the cap check to the ejection, so two nodes never both pass the cap.
     eject: Mutex<()>,
@@ -53,7 +53,7 @@ pub struct Peers {
 
 impl Peers {
     /// The cluster of `nodes`.
-    pub fn new(nodes: Vec<Weak<NodeRuntime>>) -> Self {
+    pub(crate) fn new(nodes: Vec<Weak<NodeRuntime>>) -> Self {
         Peers {
             nodes,
             eject: Mutex::new(()),

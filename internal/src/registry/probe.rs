@@ -1,9 +1,11 @@
 //! One probe of one node: a TCP connect, `GET <path>` over HTTP/1.1, h2c or h2 (over TLS when
 //! the cluster has `tls`, with the same verification as requests) with status-range and
-//! optional JSON-pointer checks, or a gRPC health call ([`super::grpc_probe`]) over the same
+//! optional JSON-pointer checks, or a gRPC health call ([`grpc`]) over the same
 //! connector (SPEC section 3 `[health]`). Never retries a real failure; an h2
 //! stream refused because the node is going away (GOAWAY) is retried once on a new connection,
 //! since that says nothing about the node's health (CASE-18).
+
+pub(crate) mod grpc;
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ const MAX_PROBE_BODY: usize = 64 * 1024;
 
 /// What one probe saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeOutcome {
+pub(crate) enum ProbeOutcome {
     /// Passed every check.
     Pass,
     /// Failed; the text says why (status, body, connect error).
@@ -29,16 +31,9 @@ pub enum ProbeOutcome {
     Timeout(Duration),
 }
 
-impl ProbeOutcome {
-    /// True for [`ProbeOutcome::Pass`].
-    pub fn is_pass(&self) -> bool {
-        matches!(self, ProbeOutcome::Pass)
-    }
-}
-
 /// Probes node `id` at `addr` (`host:port`) once with `h`, within `h.timeout` overall; http probes
 /// go over TLS when `tls` is given (a failed handshake is a failed probe naming its reason).
-pub async fn probe(
+pub(crate) async fn probe(
     addr: &str,
     id: &str,
     protocol: Protocol,
@@ -62,7 +57,7 @@ pub async fn probe(
 ///
 /// # Errors
 /// The connect error, or `TimedOut`.
-pub async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()> {
+pub(crate) async fn connect_probe(addr: &str, timeout: Duration) -> std::io::Result<()> {
     match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e),
@@ -91,7 +86,7 @@ async fn probe_inner(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
                 Err(e) => ProbeOutcome::Fail(format!("connect: {e}")),
             };
         }
-        ProbeKind::Grpc => return super::grpc_probe::probe(t, h).await,
+        ProbeKind::Grpc => return grpc::probe(t, h).await,
         ProbeKind::Http => {}
     }
     match http_probe(t, h).await {
@@ -179,7 +174,7 @@ fn connect_detail(e: &std::io::Error) -> String {
 }
 
 /// Checks that the JSON `body` holds the string `equals` at RFC 6901 `pointer`.
-pub fn check_json(body: &[u8], pointer: &str, equals: &str) -> ProbeOutcome {
+pub(crate) fn check_json(body: &[u8], pointer: &str, equals: &str) -> ProbeOutcome {
     let v: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return ProbeOutcome::Fail(format!("body is not JSON: {e}")),
@@ -201,8 +196,11 @@ mod tests {
             check_json(br#"{"business":"UP"}"#, "/business", "UP"),
             ProbeOutcome::Pass
         );
-        assert!(!check_json(br#"{"business":"DOWN"}"#, "/business", "UP").is_pass());
-        assert!(!check_json(b"nope", "/business", "UP").is_pass());
-        assert!(!check_json(br#"{}"#, "/business", "UP").is_pass());
+        assert_ne!(
+            check_json(br#"{"business":"DOWN"}"#, "/business", "UP"),
+            ProbeOutcome::Pass
+        );
+        assert_ne!(check_json(b"nope", "/business", "UP"), ProbeOutcome::Pass);
+        assert_ne!(check_json(br#"{}"#, "/business", "UP"), ProbeOutcome::Pass);
     }
 }

@@ -3,11 +3,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::passive::passive_backoff;
 use super::*;
-use crate::config::{load_str, Config, ProbeKind};
+use crate::config::Config;
 
-fn health(degrade: u32, eject: u32, recover: u32) -> HealthConfig {
+pub(super) fn health(degrade: u32, eject: u32, recover: u32) -> HealthConfig {
     let mut h = Config::go_defaults().clusters[0].health.clone();
     h.degrade_after = degrade;
     h.eject_after = eject;
@@ -17,11 +16,11 @@ fn health(degrade: u32, eject: u32, recover: u32) -> HealthConfig {
     h
 }
 
-fn runtime() -> NodeRuntime {
+pub(super) fn runtime() -> NodeRuntime {
     NodeRuntime::new(Arc::from("n"), Arc::from("c"), None)
 }
 
-fn ms(n: u64) -> Duration {
+pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -214,147 +213,6 @@ fn ladder_table() {
 }
 
 #[test]
-fn passive_errors_eject_at_the_limit() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(3);
-    let rt = runtime();
-    let now = Instant::now();
-    assert_eq!(rt.record_passive_error(&h, "reset", now), None);
-    assert_eq!(rt.record_passive_error(&h, "reset", now), None);
-    rt.record_passive_success();
-    assert_eq!(rt.record_passive_error(&h, "reset", now), None);
-    assert_eq!(rt.record_passive_error(&h, "reset", now), None);
-    assert_eq!(
-        rt.record_passive_error(&h, "reset", now),
-        Some(NodeState::Ejected)
-    );
-    assert_eq!(
-        rt.record_passive_error(&h, "reset", now),
-        None,
-        "already ejected"
-    );
-}
-
-#[test]
-fn connect_errors_of_connects_begun_before_a_success_are_not_counted() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(2);
-    let rt = runtime();
-    let now = Instant::now();
-    // A burst: three connects begin together; one succeeds, then the other two time out.
-    let burst = rt.passive_mark();
-    rt.record_passive_success();
-    assert_eq!(
-        rt.record_connect_error(&h, "connect timed out", burst, now),
-        None
-    );
-    assert_eq!(
-        rt.record_connect_error(&h, "connect timed out", burst, now),
-        None
-    );
-    assert_eq!(
-        rt.state(),
-        NodeState::Healthy,
-        "outdated errors are not counted"
-    );
-    // Connects begun after the node's last success count as usual.
-    let later = rt.passive_mark();
-    assert_eq!(rt.record_connect_error(&h, "refused", later, now), None);
-    assert_eq!(
-        rt.record_connect_error(&h, "refused", later, now),
-        Some(NodeState::Ejected)
-    );
-}
-
-#[test]
-fn passive_backoff_doubles_and_caps() {
-    // (prior passive ejections, interval, backoff)
-    let cases = [
-        (0, ms(200), ms(1_000)),
-        (1, ms(200), ms(2_000)),
-        (2, ms(200), ms(4_000)),
-        (4, ms(200), ms(16_000)),
-        (5, ms(200), ms(30_000)),
-        (40, ms(200), ms(30_000)),
-        (0, ms(10_000), ms(10_000)),
-        (3, ms(10_000), ms(10_000)),
-        (0, ms(60_000), ms(60_000)),
-    ];
-    for (prior, interval, want) in cases {
-        assert_eq!(
-            passive_backoff(prior, interval),
-            want,
-            "prior {prior}, interval {interval:?}"
-        );
-    }
-}
-
-/// Ejects `rt` passively at `now` and returns the instant probes first bring it back (probing every interval).
-fn eject_and_recover(rt: &NodeRuntime, h: &HealthConfig, now: Instant) -> Instant {
-    for _ in 0..3 {
-        rt.record_passive_error(h, "status 502", now);
-    }
-    assert_eq!(rt.state(), NodeState::Ejected);
-    let mut t = now;
-    loop {
-        t += h.interval;
-        if rt.record_probe(h, true, "ok", t) == Some(NodeState::Healthy) {
-            return t;
-        }
-        assert!(t < now + Duration::from_secs(120), "never recovered");
-    }
-}
-
-#[test]
-fn passive_ejection_backs_off_before_recovery() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(3);
-    let rt = runtime();
-    let t0 = Instant::now();
-    // First passive ejection: probes pass from the next interval on, but 1 s of backoff holds it out.
-    let back = eject_and_recover(&rt, &h, t0);
-    assert_eq!(back - t0, ms(1_000));
-    // Ejected again soon after: 2 s, then 4 s.
-    let t1 = back + ms(500);
-    let back = eject_and_recover(&rt, &h, t1);
-    assert_eq!(back - t1, ms(2_000));
-    let t2 = back + ms(500);
-    let back = eject_and_recover(&rt, &h, t2);
-    assert_eq!(back - t2, ms(4_000));
-    // Healthy for a stable period: the backoff starts over at 1 s.
-    let t3 = back + passive::STABLE_RECOVERY;
-    let back = eject_and_recover(&rt, &h, t3);
-    assert_eq!(back - t3, ms(1_000));
-}
-
-#[test]
-fn passive_backoff_never_shorter_than_recover_after_probes() {
-    let mut h = health(2, 3, 4);
-    h.passive_consecutive_errors = NonZeroU32::new(1);
-    let rt = runtime();
-    let t0 = Instant::now();
-    let back = eject_and_recover(&rt, &h, t0);
-    // 4 successes at 200 ms = 800 ms < 1 s backoff: the backoff decides.
-    assert_eq!(back - t0, ms(1_000));
-    h.interval = ms(400);
-    let t1 = back + passive::STABLE_RECOVERY;
-    let back = eject_and_recover(&rt, &h, t1);
-    // 4 successes at 400 ms = 1.6 s > 1 s backoff: the probes decide.
-    assert_eq!(back - t1, ms(1_600));
-}
-
-#[test]
-fn passive_off_when_unset() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = None;
-    let rt = runtime();
-    for _ in 0..100 {
-        assert_eq!(rt.record_passive_error(&h, "reset", Instant::now()), None);
-    }
-    assert_eq!(rt.state(), NodeState::Healthy);
-}
-
-#[test]
 fn drain_makes_node_unusable_until_undrained() {
     let h = health(2, 3, 2);
     let rt = runtime();
@@ -402,118 +260,6 @@ fn transitions_are_counted_per_cluster_node_and_state() {
             format!("gateway_health_transitions_total{{cluster=\"c1\",node=\"n1\",to=\"{to}\"}} 1");
         assert!(text.contains(&series), "missing {series} in\n{text}");
     }
-}
-
-#[test]
-fn cluster_health_overrides_every_key() {
-    let text = r#"
-[health]
-kind = "http"
-path = "/health"
-interval = "2s"
-timeout = "1s"
-expect_status = [200, 299]
-degrade_after = 2
-degraded_percent = 20
-eject_after = 3
-recover_after = 2
-slow_start = "30s"
-passive_consecutive_errors = 5
-
-[[clusters]]
-name = "over"
-health = { kind = "tcp", path = "/actuator/health/business", interval = "250ms", timeout = "100ms", expect_status = [200, 500], expect_json = { pointer = "/business", equals = "UP" }, degrade_after = 4, degraded_percent = 50, eject_after = 6, recover_after = 3, slow_start = "0s", passive_consecutive_errors = 0 }
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-
-[[clusters]]
-name = "partial"
-health = { interval = "500ms", eject_after = 4 }
-  [[clusters.nodes]]
-  id = "b"
-  addr = "127.0.0.1:2"
-
-[[clusters]]
-name = "plain"
-  [[clusters.nodes]]
-  id = "c"
-  addr = "127.0.0.1:3"
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "over"
-"#;
-    let cfg = load_str(text, "t.toml").expect("valid");
-    let by = |name: &str| {
-        cfg.clusters
-            .iter()
-            .find(|c| c.name == name)
-            .expect("cluster")
-            .health
-            .clone()
-    };
-    let over = by("over");
-    assert_eq!(over.kind, ProbeKind::Tcp);
-    assert_eq!(over.path, "/actuator/health/business");
-    assert_eq!(over.interval, ms(250));
-    assert_eq!(over.timeout, ms(100));
-    assert_eq!(over.expect_status, 200..=500);
-    assert_eq!(
-        over.expect_json
-            .as_ref()
-            .map(|j| (j.pointer.as_str(), j.equals.as_str())),
-        Some(("/business", "UP"))
-    );
-    assert_eq!(
-        (
-            over.degrade_after,
-            over.degraded_percent,
-            over.eject_after,
-            over.recover_after
-        ),
-        (4, 50, 6, 3)
-    );
-    assert_eq!(over.slow_start, None);
-    assert_eq!(over.passive_consecutive_errors, None);
-
-    let partial = by("partial");
-    assert_eq!(partial.interval, ms(500));
-    assert_eq!(partial.eject_after, 4);
-    assert_eq!(partial.timeout, ms(1_000), "not overridden: global value");
-    assert_eq!(partial.kind, ProbeKind::Http);
-    assert_eq!(partial.slow_start, Some(Duration::from_secs(30)));
-    assert_eq!(partial.passive_consecutive_errors, NonZeroU32::new(5));
-
-    let plain = by("plain");
-    assert_eq!(plain.interval, Duration::from_secs(2));
-    assert_eq!(plain.timeout, ms(1_000));
-    assert_eq!(plain.expect_json, None);
-}
-
-#[test]
-fn cluster_override_errors_name_the_cluster_key() {
-    let text = r#"
-[[clusters]]
-name = "x"
-health = { degraded_percent = 0, interval = "soon" }
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "x"
-"#;
-    let err = load_str(text, "t.toml").expect_err("invalid");
-    let keys: Vec<&str> = err.issues.iter().map(|i| i.key.as_str()).collect();
-    assert!(
-        keys.contains(&"clusters[0].health.degraded_percent"),
-        "{keys:?}"
-    );
-    assert!(keys.contains(&"clusters[0].health.interval"), "{keys:?}");
 }
 
 /// A probe failure that degrades and a passive error that ejects, racing on two threads: the

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Percent (degraded_percent..=100) a recovered node gets `elapsed` into a `ramp`-long slow start:
 /// a straight line from `degraded_percent` to 100 (SPEC section 3 `slow_start`).
-pub fn slow_start_percent(degraded_percent: u8, ramp: Duration, elapsed: Duration) -> u32 {
+pub(crate) fn slow_start_percent(degraded_percent: u8, ramp: Duration, elapsed: Duration) -> u32 {
     if ramp.is_zero() || elapsed >= ramp {
         return 100;
     }
@@ -15,12 +15,12 @@ pub fn slow_start_percent(degraded_percent: u8, ramp: Duration, elapsed: Duratio
 
 /// Effective weight = configured weight x health % x warm-up % (SPEC section 6), in units of
 /// 1/10000 of a configured weight point so integer math keeps precision. 0 = not selectable.
-pub fn effective(configured: u32, health_percent: u32, warmup_percent: u32) -> u64 {
+pub(crate) fn effective(configured: u32, health_percent: u32, warmup_percent: u32) -> u64 {
     u64::from(configured) * u64::from(health_percent) * u64::from(warmup_percent)
 }
 
 /// [`effective`] scaled back to configured-weight units, for display (`GET /admin/nodes`, `gateway_node_weight`).
-pub fn display(effective: u64) -> f64 {
+pub(crate) fn display(effective: u64) -> f64 {
     effective as f64 / 10_000.0
 }
 

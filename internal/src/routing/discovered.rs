@@ -1,5 +1,5 @@
 //! Nodes that come from DNS discovery (SPEC section 12), as routing sees them: the last good
-//! answer of every discovery cluster ([`Discovered`]) and [`Routing::set_discovered`], which
+//! answer of every discovery cluster ([`Discovered`]) and [`super::reload::Routing::set_discovered`], which
 //! turns a changed answer into a new route table.
 //!
 //! - Every table built from a config (start, file reload, rollback, a discovery change) has the
@@ -14,32 +14,26 @@
 //! - A change builds a new generation but is not a reload: it does not count in
 //!   `gateway_reloads_total` and does not replace the rollback target.
 //!
-//! Resolving is not done here (that is [`crate::discovery`], above routing); this module never
-//! touches the network except for the pre-swap probes of new nodes.
+//! Resolving is not done here (that is [`crate::discovery`], above routing), nor probing (that is
+//! `reload/discover.rs`): this module never touches the network.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-
-use futures_util::StreamExt;
-use tokio::time::Instant;
+use std::sync::Mutex;
 
 use crate::config::{ClusterConfig, Config, NodeConfig};
-use crate::registry::probe::{probe, ProbeOutcome};
 
-use super::reload::{Routing, RELOAD_PROBE_CONCURRENCY};
-use super::table::RouteTable;
-
-/// The last good answer for one discovery cluster.
+/// A good answer for one discovery cluster (SPEC section 12); the last one of each is kept.
 #[derive(Debug, Clone)]
-struct Answer {
-    /// Name and port it was resolved for.
-    name: String,
-    port: u16,
+pub struct DnsAnswer {
+    /// The DNS name it was resolved for.
+    pub name: String,
+    /// The port of every node it names.
+    pub port: u16,
     /// Addresses, sorted and unique.
-    ips: BTreeSet<IpAddr>,
-    /// Unix ms of the last successful resolution.
-    resolved_ms: u64,
+    pub ips: BTreeSet<IpAddr>,
+    /// Unix ms of the resolution.
+    pub resolved_ms: u64,
 }
 
 /// Where a node of the live table comes from (`GET /admin/nodes` fields `source`, `last_resolved_ms`).
@@ -58,22 +52,27 @@ pub enum NodeSource {
 
 /// The last good answer of every discovery cluster, by cluster name.
 #[derive(Debug, Default)]
-pub struct Discovered {
-    answers: Mutex<HashMap<String, Answer>>,
+pub(crate) struct Discovered {
+    answers: Mutex<HashMap<String, DnsAnswer>>,
 }
 
 impl Discovered {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Answer>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, DnsAnswer>> {
         self.answers
             .lock()
             .expect("discovered mutex is never poisoned: no panics while held")
+    }
+
+    /// Records `answer` as the last good one of `cluster`.
+    pub(super) fn record(&self, cluster: &str, answer: DnsAnswer) {
+        self.lock().insert(cluster.to_string(), answer);
     }
 
     /// Takes a config; sets the nodes of each of its discovery clusters to the last good answer
     /// for that cluster's name and port (none yet: no nodes). A discovered id already used by
     /// another node (static or discovered in an earlier cluster) is skipped with a WARN, since ids
     /// are unique across clusters.
-    pub fn fill(&self, cfg: &mut Config) {
+    pub(crate) fn fill(&self, cfg: &mut Config) {
         let answers = self.lock().clone();
         let mut taken: HashSet<String> = cfg
             .clusters
@@ -103,7 +102,7 @@ impl Discovered {
     }
 
     /// Takes a cluster and node id of the live table; returns where the node comes from.
-    pub fn source(&self, cfg: &Config, cluster: &str, id: &str) -> NodeSource {
+    pub(crate) fn source(&self, cfg: &Config, cluster: &str, id: &str) -> NodeSource {
         let Some(d) = cfg
             .clusters
             .iter()
@@ -125,7 +124,7 @@ impl Discovered {
 }
 
 /// The id (and address) of the node at `ip`: `<ip>:<port>`, IPv6 in brackets.
-pub fn node_id(ip: IpAddr, port: u16) -> String {
+pub(crate) fn node_id(ip: IpAddr, port: u16) -> String {
     SocketAddr::new(ip, port).to_string()
 }
 
@@ -143,125 +142,6 @@ fn node_config(c: &ClusterConfig, ip: IpAddr) -> NodeConfig {
     }
 }
 
-impl Routing {
-    /// Takes a discovery cluster's good answer (`ips` for `name`:`port`, resolved at unix ms
-    /// `resolved_ms`); records it and, when the node set changed, swaps in a table with the new
-    /// set (module docs: new nodes probed first, vanished ones drain). Returns the new generation,
-    /// or `None` when the set is unchanged or the cluster no longer asks for that name and port.
-    pub async fn set_discovered(
-        &self,
-        cluster: &str,
-        name: &str,
-        port: u16,
-        ips: BTreeSet<IpAddr>,
-        resolved_ms: u64,
-    ) -> Option<u64> {
-        let _guard = self.lock.lock().await;
-        let live = self.table();
-        let wanted = live
-            .config
-            .clusters
-            .iter()
-            .find(|c| c.name == cluster)
-            .and_then(|c| c.discovery.as_ref())
-            .is_some_and(|d| d.name == name && d.port == port);
-        if !wanted {
-            return None;
-        }
-        self.discovered.lock().insert(
-            cluster.to_string(),
-            Answer {
-                name: name.to_string(),
-                port,
-                ips,
-                resolved_ms,
-            },
-        );
-        let mut cfg = (*live.config).clone();
-        self.discovered.fill(&mut cfg);
-        // Compared with the live table, not the previous answer, so an update interrupted before
-        // its swap is completed by the next answer.
-        let nodes_of = |c: &Config| {
-            c.clusters
-                .iter()
-                .find(|c| c.name == cluster)
-                .map(|c| c.nodes.clone())
-        };
-        if nodes_of(&cfg) == nodes_of(&live.config) {
-            return None;
-        }
-        let failed = probe_new_nodes(&live, &cfg, cluster).await;
-        let table = RouteTable::build(
-            Arc::new(cfg),
-            &self.registry,
-            live.generation + 1,
-            Some(&live),
-        );
-        let now = Instant::now();
-        for (id, why) in &failed {
-            if let Some(n) = table.node(id) {
-                tracing::warn!(cluster, node = %id, reason = %why, "discovered node failed its first probe; it starts ejected");
-                n.runtime
-                    .eject(&n.settings.health, &format!("first probe: {why}"), now);
-            }
-        }
-        let old: HashSet<&str> = live
-            .clusters
-            .get(cluster)
-            .map(|c| c.nodes.iter().map(|n| &*n.id).collect())
-            .unwrap_or_default();
-        let new: HashSet<&str> = table
-            .clusters
-            .get(cluster)
-            .map(|c| c.nodes.iter().map(|n| &*n.id).collect())
-            .unwrap_or_default();
-        let added: Vec<&str> = new.difference(&old).copied().collect();
-        let removed: Vec<&str> = old.difference(&new).copied().collect();
-        tracing::info!(
-            cluster,
-            name,
-            ?added,
-            ?removed,
-            nodes = new.len(),
-            "discovered nodes changed"
-        );
-        let g = self.commit_discovered(table, &live);
-        Some(g)
-    }
-}
-
-/// Probes, with their cluster's health check, the nodes of `cluster` in `cfg` that `live` lacks
-/// at the same address; returns the failed ones with the reason.
-async fn probe_new_nodes(live: &RouteTable, cfg: &Config, cluster: &str) -> Vec<(String, String)> {
-    let Some(c) = cfg.clusters.iter().find(|c| c.name == cluster) else {
-        return Vec::new();
-    };
-    let fresh: Vec<(String, String)> = c
-        .nodes
-        .iter()
-        .filter(|n| live.node(&n.id).is_none_or(|old| old.addr != n.addr))
-        .map(|n| (n.id.clone(), n.addr.clone()))
-        .collect();
-    let (protocol, health) = (c.protocol, Arc::new(c.health.clone()));
-    let tls = c.tls.clone();
-    let probes = fresh.into_iter().map(move |(id, addr)| {
-        let (health, tls) = (health.clone(), tls.clone());
-        async move {
-            let outcome = probe(&addr, &id, protocol, tls.as_deref(), &health).await;
-            match outcome {
-                ProbeOutcome::Pass => None,
-                ProbeOutcome::Fail(why) => Some((id, why)),
-                ProbeOutcome::Timeout(t) => Some((id, format!("timeout after {t:?}"))),
-            }
-        }
-    });
-    futures_util::stream::iter(probes)
-        .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
-        .filter_map(std::future::ready)
-        .collect()
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,8 +155,8 @@ mod tests {
         .expect("valid")
     }
 
-    fn answer(name: &str, ips: &[&str]) -> Answer {
-        Answer {
+    fn answer(name: &str, ips: &[&str]) -> DnsAnswer {
+        DnsAnswer {
             name: name.into(),
             port: 80,
             ips: ips.iter().map(|s| s.parse().expect("ip")).collect(),

@@ -5,14 +5,15 @@
 //! sees the whole old table or the whole new one (SPEC section 6). Writers build and validate a new
 //! table beside the live one and `store` it in one step; there is never an empty or half table.
 
-pub mod discovered;
+pub(crate) mod discovered;
 pub mod path;
-pub mod reload;
-pub mod table;
-pub mod triggers;
-pub mod warmup;
+pub(crate) mod reload;
+pub(crate) mod sources;
+pub(crate) mod table;
+pub(crate) mod triggers;
+pub(crate) mod warmup;
 
-pub use table::{Cluster, Route, RouteTable};
+pub(crate) use table::{Cluster, Route, RouteTable};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! The form matched against routes: percent-encoded unreserved characters decoded (so `%2e` is
 //! `.`), dot segments removed, and runs of `/` kept as they are (a node resolves `//` as an empty
 //! segment). An encoded slash `%2F` stays encoded and is never a separator, so it cannot move a
-//! request into another route's prefix. The path forwarded upstream is the client's, untouched,
+//! request into another route's prefix. The path forwarded to the node is the client's, untouched,
 //! unless the normalised form differs in dot segments: then the normalised one is sent, so the
 //! node resolves exactly the path that was matched.
 //!

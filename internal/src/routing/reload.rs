@@ -19,7 +19,7 @@
 //!   request reaches them) and recover through their health checks.
 //! - **Rollback.** The config the live table replaced is kept; rollback swaps it back in (without
 //!   warm-up) and keeps the rolled-back one, so a second rollback undoes the first.
-//! - **Warm-up watch.** [`watch_triggers`] also runs the warm-up watcher
+//! - **Warm-up watch.** [`super::triggers::watch_triggers`] also runs the warm-up watcher
 //!   ([`super::triggers::watch_warmup`]): it rolls the live table back when a warm-up's error rate
 //!   passes its `max_error_rate` (logged, counted as `gateway_reloads_total{result="rolled_back"}`).
 //! - **Removed nodes** drain ([`DEFAULT_REMOVED_DRAIN`], or the cluster's `discovery.drain_period`
@@ -29,93 +29,38 @@
 //!   changed DNS answer swaps in a table of its own. Every swap is announced on
 //!   [`Routing::subscribe_swaps`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use crate::config::{self, Config, ConfigError, ConfigIssue};
+use crate::config::{self, Config, ConfigError};
 use crate::events::Event;
 use crate::metrics::Metrics;
 use crate::registry::health::HealthChecker;
-use crate::registry::probe::connect_probe;
 use crate::registry::{NodeId, Registry};
+
+mod commit;
+mod discover;
+mod error;
+mod probe;
 
 use super::discovered::{Discovered, NodeSource};
 use super::table::RouteTable;
 
-pub use super::triggers::watch_triggers;
-use super::triggers::TriggerSources;
+use super::sources::TriggerSources;
+pub(crate) use error::{ReloadError, ReloadTrigger};
 
 /// How long a pre-swap connect probe may take: a hung node must not stall a reload for long.
-pub const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RELOAD_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pre-swap probes run at most this many at once (a table adding hundreds of nodes stays bounded).
-pub const RELOAD_PROBE_CONCURRENCY: usize = 64;
+pub(crate) const RELOAD_PROBE_CONCURRENCY: usize = 64;
 /// Drain period for nodes a reload removed (SPEC section 5: they drain like an operator drain).
-pub const DEFAULT_REMOVED_DRAIN: Duration = Duration::from_secs(30);
-
-/// Why a reload or rollback was refused; the live table is unchanged in every case.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ReloadError {
-    /// The file is invalid.
-    #[error("{0}")]
-    Invalid(#[from] ConfigError),
-    /// More than half of the new nodes failed their connect probe.
-    #[error("refused: {failed} of {total} new nodes failed the connect probe")]
-    ProbeFailed {
-        /// Failed count.
-        failed: usize,
-        /// New nodes probed.
-        total: usize,
-        /// Per failed node: `key` = `clusters[i].nodes[j]`, message names the node and the error.
-        issues: Vec<ConfigIssue>,
-    },
-    /// No config file to reload from (started with the embedded defaults).
-    #[error("no config file: the gateway runs on its embedded defaults")]
-    NoFile,
-    /// `POST /admin/rollback` with no previous table.
-    #[error("no previous route table to roll back to")]
-    NoPrevious,
-}
-
-impl ReloadError {
-    /// The issues in the admin API's `{"errors": [...]}` shape (SPEC section 3).
-    pub fn issues(&self) -> Vec<ConfigIssue> {
-        let one = |m: String| {
-            vec![ConfigIssue {
-                key: "-".into(),
-                line: 0,
-                column: 0,
-                message: m,
-            }]
-        };
-        match self {
-            ReloadError::Invalid(e) => e.issues.clone(),
-            ReloadError::ProbeFailed { issues, .. } => {
-                let mut v = one(self.to_string());
-                v.extend(issues.iter().cloned());
-                v
-            }
-            ReloadError::NoFile | ReloadError::NoPrevious => one(self.to_string()),
-        }
-    }
-}
-
-/// What asked for a reload (SPEC section 6: file change, SIGHUP, admin call).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReloadTrigger {
-    /// The file watcher saw the file change.
-    File,
-    /// `SIGHUP`.
-    Signal,
-    /// `POST /admin/reload`.
-    Admin,
-}
+pub(crate) const DEFAULT_REMOVED_DRAIN: Duration = Duration::from_secs(30);
 
 /// Hashes of file contents, to tell a change from a repeated event.
 #[derive(Debug, Default)]
@@ -146,7 +91,7 @@ pub struct Routing {
     removed_by_reload: Mutex<HashMap<NodeId, Instant>>,
     /// File contents seen and live.
     seen: Mutex<FileSeen>,
-    /// File watch and SIGHUP, set up at construction; taken by [`watch_triggers`].
+    /// File watch and SIGHUP, set up at construction; taken by [`super::triggers::watch_triggers`].
     trigger_sources: Mutex<Option<TriggerSources>>,
     /// Last good DNS answers of the discovery clusters.
     pub(super) discovered: Discovered,
@@ -402,144 +347,10 @@ impl Routing {
         Ok(g)
     }
 
-    async fn apply_locked(&self, mut cfg: Config) -> Result<u64, ReloadError> {
-        self.discovered.fill(&mut cfg);
-        let live = self.live.load_full();
-        let to_probe = nodes_to_probe(&live, &cfg);
-        let total = to_probe.len();
-        let probes =
-            futures_util::stream::iter(to_probe.into_iter().map(|(key, id, addr)| async move {
-                let r = connect_probe(&addr, DEFAULT_RELOAD_PROBE_TIMEOUT).await;
-                (key, id, addr, r)
-            }))
-            .buffer_unordered(RELOAD_PROBE_CONCURRENCY)
-            .collect::<Vec<_>>()
-            .await;
-        let failed: Vec<_> = probes
-            .into_iter()
-            .filter_map(|(key, id, addr, r)| r.err().map(|e| (key, id, addr, e)))
-            .collect();
-        if failed.len() * 2 > total {
-            self.metrics.reload("probe_failed");
-            let issues = failed
-                .iter()
-                .map(|(key, id, addr, e)| ConfigIssue {
-                    key: key.clone(),
-                    line: 0,
-                    column: 0,
-                    message: format!("node {id} ({addr}): connect probe failed: {e}"),
-                })
-                .collect();
-            let err = ReloadError::ProbeFailed {
-                failed: failed.len(),
-                total,
-                issues,
-            };
-            tracing::warn!(error = %err, failed = ?failed.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(), "reload refused; the live table stays");
-            return Err(err);
-        }
-        let table = RouteTable::build(
-            Arc::new(cfg),
-            &self.registry,
-            live.generation + 1,
-            Some(&live),
-        );
-        // Eject before the swap: no request of the new table may reach a node that did not connect.
-        let now = Instant::now();
-        for (_, id, addr, e) in &failed {
-            if let Some(n) = table.node(id) {
-                tracing::warn!(node = %id, addr = %addr, error = %e, "new node failed its connect probe; it starts ejected");
-                n.runtime.eject(
-                    &n.settings.health,
-                    &format!("connect probe failed: {e}"),
-                    now,
-                );
-            }
-        }
-        let g = self.commit(table, &live);
-        self.metrics.reload("ok");
-        Ok(g)
-    }
-
-    /// Publishes `table` in place of `live`, keeps `live`'s config as the rollback target, drains
-    /// nodes no longer in the table and undrains nodes back in it. Returns the new generation.
-    fn commit(&self, table: RouteTable, live: &RouteTable) -> u64 {
-        *self
-            .previous
-            .lock()
-            .expect("previous mutex is never poisoned") = Some(live.config.clone());
-        self.commit_inner(table, live)
-    }
-
-    /// As [`Self::commit`] for a discovery change: the rollback target stays (a rollback undoes
-    /// a config change, never a DNS answer).
-    pub(super) fn commit_discovered(&self, table: RouteTable, live: &RouteTable) -> u64 {
-        self.commit_inner(table, live)
-    }
-
-    fn commit_inner(&self, table: RouteTable, live: &RouteTable) -> u64 {
-        let generation = table.generation;
-        let new_ids: HashSet<NodeId> = table.nodes().iter().map(|n| n.id.clone()).collect();
-        let now = Instant::now();
-        let mut removed = self
-            .removed_by_reload
-            .lock()
-            .expect("removed mutex is never poisoned");
-        // Nodes back in the table after a removal take work again.
-        for id in &new_ids {
-            if removed.remove(id).is_some() {
-                if let Some(rt) = self.registry.get(id) {
-                    rt.undrain();
-                }
-            }
-        }
-        self.health.reconcile(&table.nodes());
-        let table = Arc::new(table);
-        self.live.store(table.clone());
-        self.swapped.send_replace(generation);
-        self.metrics
-            .generation
-            .set(i64::try_from(generation).unwrap_or(i64::MAX));
-        tracing::info!(
-            generation,
-            routes = table.routes.len(),
-            nodes = new_ids.len(),
-            "route table swapped"
-        );
-        // Removed nodes drain like an operator drain (SPEC section 5).
-        for n in live.nodes() {
-            if !new_ids.contains(&n.id) && !removed.contains_key(&n.id) {
-                let period = removed_drain_period(live, &n.cluster);
-                let deadline = now + period;
-                removed.insert(n.id.clone(), deadline);
-                tracing::info!(node = %n.id, drain_ms = period.as_millis() as u64, "node removed by reload; draining");
-                n.runtime.start_drain(deadline);
-            }
-        }
-        // Forget removed nodes whose drain is over and that have nothing in flight.
-        removed.retain(|id, deadline| {
-            *deadline > now || self.registry.get(id).is_some_and(|rt| rt.inflight() > 0)
-        });
-        self.registry
-            .retain(&|id| new_ids.contains(id) || removed.contains_key(id));
-        generation
-    }
-
     /// Stops every health-check task and waits for them.
     pub async fn shutdown(&self) {
         self.health.shutdown().await;
     }
-}
-
-/// How long a node of `cluster` in `live` drains once it leaves the table: its cluster's
-/// `discovery.drain_period` for a discovery cluster, else [`DEFAULT_REMOVED_DRAIN`].
-fn removed_drain_period(live: &RouteTable, cluster: &str) -> Duration {
-    live.config
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster)
-        .and_then(|c| c.discovery.as_ref())
-        .map_or(DEFAULT_REMOVED_DRAIN, |d| d.drain_period)
 }
 
 /// Reads and validates the file at `path`; returns a hash of its content (`None` if unreadable)
@@ -558,27 +369,4 @@ fn load_file(path: &std::path::Path) -> (Option<u64>, Result<Config, ConfigError
         // load_path renders the read error in the SPEC's shape.
         Err(_) => (None, config::load_path(path)),
     }
-}
-
-/// Nodes of `cfg` that `live` does not have at the same address: `(key, id, addr)`.
-fn nodes_to_probe(live: &RouteTable, cfg: &Config) -> Vec<(String, String, String)> {
-    let old: HashMap<&str, &str> = live
-        .config
-        .clusters
-        .iter()
-        .flat_map(|c| c.nodes.iter().map(|n| (n.id.as_str(), n.addr.as_str())))
-        .collect();
-    cfg.clusters
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| c.nodes.iter().enumerate().map(move |(j, n)| (i, j, n)))
-        .filter(|(_, _, n)| old.get(n.id.as_str()) != Some(&n.addr.as_str()))
-        .map(|(i, j, n)| {
-            (
-                format!("clusters[{i}].nodes[{j}]"),
-                n.id.clone(),
-                n.addr.clone(),
-            )
-        })
-        .collect()
 }

@@ -36,7 +36,7 @@ use crate::registry::{Node, NodeId, NodeSettings, NodeState, Registry};
 
 use super::warmup::Warmup;
 
-pub use crate::selection::Cluster;
+pub(crate) use crate::selection::Cluster;
 
 /// One route in a table.
 #[derive(Debug)]

@@ -16,11 +16,11 @@ use crate::config::WarmupConfig;
 
 /// How often the watcher compares warm-up error rates with `max_error_rate`: fast enough that a
 /// bad table serves for well under a second past its sample, cheap enough to be invisible.
-pub const WARMUP_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const WARMUP_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Requests a warm-up must have seen before its error rate can roll the table back: one early
 /// error out of 3 requests is noise, not a verdict.
-pub const MIN_ROLLBACK_SAMPLE: u64 = 20;
+pub(crate) const MIN_ROLLBACK_SAMPLE: u64 = 20;
 
 /// A linear ramp from `initial_percent` to 100 % over `duration`, starting when the table went
 /// live, with the outcomes of the requests served under it during that window.
@@ -56,7 +56,7 @@ impl Outcomes {
 
 /// True if a finished request with `status` counts as an error for warm-up (any 5xx: the node's
 /// own or the gateway's 502/503/504 on its behalf).
-pub fn is_error(status: u16) -> bool {
+pub(crate) fn is_error(status: u16) -> bool {
     (500..600).contains(&status)
 }
 
@@ -113,7 +113,7 @@ impl Warmup {
 }
 
 /// `initial` percent ramping linearly to 100 over `duration`, `elapsed` in.
-pub fn ramp(initial: f64, duration: Duration, elapsed: Duration) -> u32 {
+pub(crate) fn ramp(initial: f64, duration: Duration, elapsed: Duration) -> u32 {
     if duration.is_zero() || elapsed >= duration {
         return 100;
     }

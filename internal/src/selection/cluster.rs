@@ -13,7 +13,7 @@ use crate::registry::Node;
 pub struct Cluster {
     /// Name.
     pub name: Arc<str>,
-    /// Upstream protocol.
+    /// The protocol its nodes speak.
     pub protocol: Protocol,
     /// Picker (`clusters[].lb`).
     pub lb: Picker,

@@ -8,21 +8,21 @@
 //! coordination (SPEC section 7). Requests without a key are balanced by the `lb` picker.
 
 mod cluster;
-pub mod picker;
-pub mod rendezvous;
-pub mod version;
-pub mod zone;
+pub(crate) mod picker;
+pub(crate) mod rendezvous;
+pub(crate) mod version;
+pub(crate) mod zone;
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub use self::cluster::Cluster;
+pub(crate) use self::cluster::Cluster;
 use crate::registry::{Node, NodeId};
 
 /// Where selection gets each node's effective weight (configured × health % × warm-up %, SPEC
 /// section 6); the route table implements it, so selection never reads routing's types.
-pub trait Weights {
+pub(crate) trait Weights {
     /// Effective weight of `node` at `now`; 0 means not selectable.
     fn effective_weight(&self, node: &Node, now: Instant) -> u64;
 }
@@ -53,7 +53,7 @@ pub struct Criteria<'a> {
 
 /// A selectable node with its effective weight.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The node.
     pub node: Arc<Node>,
     /// Effective weight (> 0).
@@ -62,7 +62,7 @@ pub struct Candidate {
 
 /// Outcome of the version filter, for the no-match WARN and counter (SPEC section 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VersionMiss {
+pub(crate) struct VersionMiss {
     /// Selectable candidates before the filter.
     pub candidates: usize,
     /// Candidates matching the version (0).
@@ -71,7 +71,7 @@ pub struct VersionMiss {
 
 /// What [`select`] found.
 #[derive(Debug, Clone)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Chosen node, `None` if no candidate is selectable.
     pub node: Option<Arc<Node>>,
     /// Set when a version was requested and no selectable node had it.
@@ -79,7 +79,7 @@ pub struct Selection {
 }
 
 /// Selectable candidates of `cluster` at `now` (effective weight > 0, not excluded).
-pub fn candidates(
+pub(crate) fn candidates(
     table: &impl Weights,
     cluster: &Cluster,
     exclude: &[NodeId],
@@ -100,7 +100,7 @@ pub fn candidates(
 }
 
 /// Runs the filters then the cluster's picker.
-pub fn select(
+pub(crate) fn select(
     table: &impl Weights,
     cluster: &Cluster,
     c: &Criteria<'_>,
@@ -114,7 +114,7 @@ pub fn select(
 }
 
 /// True if `node` satisfies the request's version constraint (a bound node must, to keep its binding).
-pub fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
+pub(crate) fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
     match c.version {
         Some(v) => version::node_version(node, c.metadata_key).is_some_and(|nv| nv == v),
         None => true,
@@ -123,3 +123,5 @@ pub fn satisfies(node: &Node, c: &Criteria<'_>) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_version;

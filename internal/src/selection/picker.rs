@@ -29,7 +29,7 @@ use super::Candidate;
 /// Picks from `cands` for a request with stable-selection `key` (SPEC section 7): the weighted
 /// rendezvous choice for the key unless the cluster's `lb` is `least_request` or there is no key,
 /// then [`pick`]. `None` if `cands` is empty.
-pub fn pick_for<R: Rng + ?Sized>(
+pub(crate) fn pick_for<R: Rng + ?Sized>(
     cluster: &Cluster,
     cands: &[Candidate],
     key: Option<&str>,
@@ -44,7 +44,7 @@ pub fn pick_for<R: Rng + ?Sized>(
 }
 
 /// Picks from `cands` with the cluster's picker; `None` if empty.
-pub fn pick<R: Rng + ?Sized>(
+pub(crate) fn pick<R: Rng + ?Sized>(
     cluster: &Cluster,
     cands: &[Candidate],
     rng: &mut R,
@@ -79,7 +79,7 @@ fn weighted_at(cands: &[Candidate], mut x: u64) -> usize {
 }
 
 /// Round robin for tick `n`.
-pub fn round_robin(n: usize, cands: &[Candidate]) -> usize {
+pub(crate) fn round_robin(n: usize, cands: &[Candidate]) -> usize {
     let w0 = cands[0].weight;
     if cands.iter().all(|c| c.weight == w0) {
         return n % cands.len();

@@ -23,7 +23,7 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// The stable 64-bit hash of (`node`, `key`): FNV-1a 64 over `node`, the byte `0xFF` and `key`,
 /// then MurmurHash3's `fmix64` finalizer. Identical across builds and processes.
-pub fn hash(node: &str, key: &str) -> u64 {
+pub(crate) fn hash(node: &str, key: &str) -> u64 {
     let fnv = |h: u64, b: &u8| (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME);
     let h = node.as_bytes().iter().fold(FNV_OFFSET, fnv);
     let h = key.as_bytes().iter().fold(fnv(h, &0xFF), fnv);
@@ -47,13 +47,13 @@ fn unit(h: u64) -> f64 {
 
 /// The weighted HRW score of a node of effective weight `weight` for a key whose hash with the node
 /// is `h`: `-weight / ln(h)`. Greater is better; 0 for a weight of 0.
-pub fn score(weight: u64, h: u64) -> f64 {
+pub(crate) fn score(weight: u64, h: u64) -> f64 {
     -(weight as f64) / unit(h).ln()
 }
 
 /// Index of the candidate `key` lands on: the highest [`score`] (ties, which need equal 53-bit
 /// hashes, go to the smaller node id so the answer still ignores order); `None` if `cands` is empty.
-pub fn pick(cands: &[Candidate], key: &str) -> Option<usize> {
+pub(crate) fn pick(cands: &[Candidate], key: &str) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (i, c) in cands.iter().enumerate() {
         let s = score(c.weight, hash(&c.node.id, key));

@@ -7,7 +7,7 @@ use crate::registry::Node;
 use super::{Candidate, Criteria, VersionMiss};
 
 /// A node's version: metadata `key`, compared case-insensitively on the key.
-pub fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+pub(crate) fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
     node.metadata
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(key))
@@ -17,7 +17,10 @@ pub fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
 /// Keeps candidates whose version equals the wanted one. With none wanted, drops the nodes of
 /// split-reserved versions while any other candidate remains. With a version that no candidate
 /// has, keeps all and reports the miss.
-pub fn filter(all: Vec<Candidate>, c: &Criteria<'_>) -> (Vec<Candidate>, Option<VersionMiss>) {
+pub(crate) fn filter(
+    all: Vec<Candidate>,
+    c: &Criteria<'_>,
+) -> (Vec<Candidate>, Option<VersionMiss>) {
     match c.version {
         Some(v) => {
             let total = all.len();
@@ -59,7 +62,7 @@ pub fn filter(all: Vec<Candidate>, c: &Criteria<'_>) -> (Vec<Candidate>, Option<
 
 /// The version a request asks for, decided once per request (SPEC section 3 `[routes.canary]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// Explicit or split-assigned version.
     pub version: Option<String>,
     /// Split versions this request must avoid (it fell outside every bucket).
@@ -71,7 +74,7 @@ pub struct Wanted {
 
 /// Reads the version header, else the version query parameter; else assigns a split bucket by a
 /// stable hash of the split key (FNV-1a, so every replica agrees).
-pub fn wanted(
+pub(crate) fn wanted(
     canary: &crate::config::CanaryConfig,
     headers: &http::HeaderMap,
     query: Option<&str>,
@@ -134,7 +137,7 @@ fn fnv1a(b: &[u8]) -> u64 {
 }
 
 /// The first value of query parameter `name` in `query` (not percent-decoded beyond `+`).
-pub fn query_param(query: &str, name: &str) -> Option<String> {
+pub(crate) fn query_param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then(|| v.replace('+', " "))
@@ -157,7 +160,7 @@ fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
 
 /// A node metadata key that equals a route's canary `metadata_key` only when case is ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyCaseMismatch {
+pub(crate) struct KeyCaseMismatch {
     /// Route whose canary block names the key.
     pub route: String,
     /// Cluster of the node.
@@ -173,7 +176,7 @@ pub struct KeyCaseMismatch {
 /// Every node metadata key that differs only in case from the canary `metadata_key` of a route
 /// targeting the node's cluster (matching ignores case, so such a config works, but it is most
 /// likely a typo worth a warning). One entry per route, node and key.
-pub fn metadata_key_case_mismatches(config: &Config) -> Vec<KeyCaseMismatch> {
+pub(crate) fn metadata_key_case_mismatches(config: &Config) -> Vec<KeyCaseMismatch> {
     let mut out = Vec::new();
     for route in &config.routes {
         let Some(canary) = &route.canary else {
@@ -203,7 +206,7 @@ pub fn metadata_key_case_mismatches(config: &Config) -> Vec<KeyCaseMismatch> {
 
 /// Logs one WARN per [`metadata_key_case_mismatches`] entry; called once per loaded config (when
 /// its route table is built).
-pub fn warn_metadata_key_case(config: &Config) {
+pub(crate) fn warn_metadata_key_case(config: &Config) {
     for m in metadata_key_case_mismatches(config) {
         tracing::warn!(
             route = %m.route,

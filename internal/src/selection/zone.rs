@@ -4,7 +4,7 @@
 use super::Candidate;
 
 /// Keeps candidates in `zone` if any; otherwise all.
-pub fn filter(all: Vec<Candidate>, zone: Option<&str>) -> Vec<Candidate> {
+pub(crate) fn filter(all: Vec<Candidate>, zone: Option<&str>) -> Vec<Candidate> {
     let Some(zone) = zone else { return all };
     let same: Vec<Candidate> = all
         .iter()

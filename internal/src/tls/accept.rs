@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 
 /// Limits of the TLS accept loop.
 #[derive(Debug, Clone, Copy)]
-pub struct AcceptLimits {
+pub(crate) struct AcceptLimits {
     /// Concurrent connections (handshaking or served); accepts wait past it.
     pub max_connections: usize,
     /// A handshake not done within this is dropped (counted `timeout`).
@@ -32,7 +32,7 @@ pub struct AcceptLimits {
 /// Accepts TLS connections on `listener` until `watch` fires, then waits for its connection tasks.
 /// `serve` gets each established stream with its peer, what the handshake settled, and the
 /// connection's permit (drop it when the connection ends).
-pub async fn accept_tls<F, Fut>(
+pub(crate) async fn accept_tls<F, Fut>(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     metrics: Arc<Metrics>,

@@ -2,7 +2,7 @@
 //!
 //! [`ClusterTls::load`] turns a cluster's `tls = { sni, ca, verify, client_cert, client_key }` into
 //! two rustls client configs (ALPN `http/1.1` for HTTP/1.1 and WebSocket dials, ALPN `h2` for
-//! `protocol = "h2"`), reading and checking every PEM file once per config load. [`connect`] opens
+//! `protocol = "h2"`), reading and checking every PEM file once per config load. [`connect()`] opens
 //! the TCP connection to a node and, for a TLS cluster, runs the handshake within the same connect
 //! timeout; a handshake failure comes back as an `io::Error` carrying a [`HandshakeError`] that names
 //! the TLS alert or the verification error, so callers treat it as a connect failure (retried on
@@ -10,37 +10,32 @@
 //!
 //! TLS 1.3 client authentication: a node that demands a client certificate judges it after the
 //! client's side of the handshake is complete, so a rejection would only show when the response is
-//! read. When the node asked for a certificate, [`connect`] therefore waits (at most
+//! read. When the node asked for a certificate, [`connect()`] therefore waits (at most
 //! [`CLIENT_AUTH_VERDICT_WAIT`]) for the node's first record after the handshake: a session ticket
 //! or data means accepted, an alert is a handshake failure like any other.
 //! Spawns nothing; holds no state besides the immutable configs.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::sign::CertifiedKey;
-use rustls::{
-    ClientConfig, DigitallySignedStruct, ProtocolVersion, RootCertStore, SignatureScheme,
-};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 use sha2::{Digest, Sha256};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
+mod connect;
 mod stream;
-use self::stream::client_auth_verdict;
-pub use self::stream::{NodeStream, TlsConn};
+mod verify;
+pub(crate) use self::connect::{connect, handshake_error, HandshakeError};
+pub(crate) use self::stream::NodeStream;
+use self::verify::NoVerify;
 
 /// Longest wait, after a TLS 1.3 handshake in which the node asked for a client certificate, for
 /// the node's verdict (a session ticket, data, or an alert). Nodes send their tickets right after
 /// the handshake; one that sends none costs this much once per new connection.
-pub const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
+pub(crate) const CLIENT_AUTH_VERDICT_WAIT: Duration = Duration::from_millis(200);
 
 /// A cluster's `tls` table as written (paths as given; empty strings mean "not set").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,14 +54,14 @@ pub struct TlsSpec {
 
 /// Which application protocol a connection offers in ALPN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alpn {
+pub(crate) enum Alpn {
     /// `http/1.1`: HTTP/1.1 requests, probes and WebSocket dials.
     Http1,
     /// `h2`: HTTP/2 over TLS (`protocol = "h2"`).
     H2,
 }
 
-/// A cluster's loaded upstream TLS settings; cheap to share (`Arc`).
+/// A cluster's loaded TLS settings for its nodes; cheap to share (`Arc`).
 pub struct ClusterTls {
     /// The settings as written.
     pub spec: TlsSpec,
@@ -96,7 +91,7 @@ impl PartialEq for ClusterTls {
 impl Eq for ClusterTls {}
 
 /// A problem with one key of the `tls` table: `(key under tls, message)`, e.g. `("ca", "...")`.
-pub type SpecIssue = (&'static str, String);
+pub(crate) type SpecIssue = (&'static str, String);
 
 /// Reads `path` for key `key`.
 fn read(key: &'static str, path: &str, digest: &mut Sha256) -> Result<Vec<u8>, SpecIssue> {
@@ -121,7 +116,7 @@ fn certs(
     Ok(certs)
 }
 
-/// The rustls ring provider shared by every upstream config.
+/// The rustls ring provider shared by every node TLS config.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -133,6 +128,9 @@ impl ClusterTls {
     /// # Errors
     /// Every problem as `(key under tls, message)`: unreadable file, no/invalid PEM, a client
     /// certificate without its key (or the reverse), a key that does not fit, an invalid `sni`.
+    ///
+    /// Longer than 80 lines on purpose: it reads every file of the spec once and collects every
+    /// problem before it builds either config, so all errors come back together.
     pub fn load(spec: &TlsSpec) -> Result<ClusterTls, Vec<SpecIssue>> {
         let mut issues = Vec::new();
         let mut digest = Sha256::new();
@@ -244,177 +242,5 @@ impl ClusterTls {
                 format!("{host:?} is not a TLS server name ({e}): set tls.sni"),
             )
         })
-    }
-}
-
-/// A TLS handshake with a node that failed: the node id and the TLS alert or verification error.
-#[derive(Debug, thiserror::Error)]
-#[error("TLS handshake with {node} failed: {reason}")]
-pub struct HandshakeError {
-    /// Node id.
-    pub node: String,
-    /// rustls' error text, e.g. `invalid peer certificate: UnknownIssuer` or
-    /// `received fatal alert: CertificateRequired`, or the I/O error that ended the handshake.
-    pub reason: String,
-}
-
-/// The [`HandshakeError`] inside `e`, if `e` is one.
-pub fn handshake_error(e: &io::Error) -> Option<&HandshakeError> {
-    e.get_ref()?.downcast_ref::<HandshakeError>()
-}
-
-/// The rustls error text inside an I/O error from a TLS stream, else the I/O error's text.
-fn reason(e: &io::Error) -> String {
-    match e.get_ref().and_then(|r| r.downcast_ref::<rustls::Error>()) {
-        Some(tls) => tls.to_string(),
-        None => e.to_string(),
-    }
-}
-
-/// Passes through to the configured resolver and records that the node asked for a certificate.
-#[derive(Debug)]
-struct AskWatch {
-    inner: Arc<dyn ResolvesClientCert>,
-    asked: Arc<AtomicBool>,
-}
-
-impl ResolvesClientCert for AskWatch {
-    fn resolve(
-        &self,
-        root_hint_subjects: &[&[u8]],
-        sigschemes: &[SignatureScheme],
-    ) -> Option<Arc<CertifiedKey>> {
-        self.asked.store(true, Ordering::Relaxed);
-        self.inner.resolve(root_hint_subjects, sigschemes)
-    }
-
-    fn only_raw_public_keys(&self) -> bool {
-        self.inner.only_raw_public_keys()
-    }
-
-    fn has_certs(&self) -> bool {
-        self.inner.has_certs()
-    }
-}
-
-/// Connects to node `id` at `addr` within `timeout` (TCP connect and, with `tls`, the handshake
-/// offering `alpn`), with `TCP_NODELAY` set.
-///
-/// # Errors
-/// The connect error, `TimedOut`, or for a failed handshake an error of kind `ConnectionRefused`
-/// wrapping a [`HandshakeError`] (see [`handshake_error`]).
-pub async fn connect(
-    addr: &str,
-    id: &str,
-    tls: Option<&ClusterTls>,
-    alpn: Alpn,
-    timeout: Duration,
-) -> io::Result<NodeStream> {
-    let timed_out = || {
-        io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("connect timed out after {timeout:?}"),
-        )
-    };
-    let deadline = tokio::time::Instant::now() + timeout;
-    let tcp = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
-        .await
-        .map_err(|_| timed_out())??;
-    let _ = tcp.set_nodelay(true);
-    let Some(tls) = tls else {
-        return Ok(NodeStream::Plain(tcp));
-    };
-    let name = tls.server_name(addr)?;
-    let base = match alpn {
-        Alpn::Http1 => &tls.h1,
-        Alpn::H2 => &tls.h2,
-    };
-    let asked = Arc::new(AtomicBool::new(false));
-    let mut config = ClientConfig::clone(base);
-    config.client_auth_cert_resolver = Arc::new(AskWatch {
-        inner: base.client_auth_cert_resolver.clone(),
-        asked: asked.clone(),
-    });
-    let failed = |e: &io::Error| {
-        io::Error::new(
-            io::ErrorKind::ConnectionRefused,
-            HandshakeError {
-                node: id.to_string(),
-                reason: reason(e),
-            },
-        )
-    };
-    let connector = TlsConnector::from(Arc::new(config));
-    let stream = match tokio::time::timeout_at(deadline, connector.connect(name, tcp)).await {
-        Err(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("TLS handshake with {id} timed out after {timeout:?}"),
-            ))
-        }
-        Ok(Err(e)) => return Err(failed(&e)),
-        Ok(Ok(s)) => s,
-    };
-    let mut conn = TlsConn {
-        stream,
-        prefix: Vec::new(),
-    };
-    let tls13 = conn.stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-    if tls13 && asked.load(Ordering::Relaxed) {
-        let wait = deadline.min(tokio::time::Instant::now() + CLIENT_AUTH_VERDICT_WAIT);
-        client_auth_verdict(&mut conn, wait)
-            .await
-            .map_err(|e| failed(&e))?;
-    }
-    Ok(NodeStream::Tls(Box::new(conn)))
-}
-
-/// `verify = false`: any certificate and name are accepted; handshake signatures are still
-/// checked, so the connection is encrypted to whoever holds the presented key.
-#[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -2,8 +2,8 @@
 //! with its SNI resolver and reload ([`server`]), the TLS accept loop ([`accept`]), throw-away
 //! certificates ([`gen`]), and TLS to the nodes ([`client`]: `clusters[].tls`, `protocol = "h2"`).
 
-pub mod accept;
+pub(crate) mod accept;
 pub mod certs;
-pub mod client;
+pub(crate) mod client;
 pub mod gen;
-pub mod server;
+pub(crate) mod server;

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -24,9 +24,7 @@ use crate::config::server_tls::{ServerTlsConfig, TlsVersion};
 use crate::config::ConfigError;
 use crate::drain;
 use crate::metrics::Metrics;
-
-/// Debounce for certificate file events: a deploy writes the cert and the key in separate steps.
-const FILE_DEBOUNCE: Duration = Duration::from_millis(200);
+use crate::watch::{Trigger, Triggers};
 
 /// What the handshake settled, kept per downstream connection.
 #[derive(Debug, Clone, Default)]
@@ -53,7 +51,7 @@ impl ResolvesServerCert for SniResolver {
 
 /// The listener's certificates and their reload.
 #[derive(Debug)]
-pub struct TlsCerts {
+pub(crate) struct TlsCerts {
     spec: ServerTlsConfig,
     live: Arc<ArcSwap<SniTable>>,
     metrics: Arc<Metrics>,
@@ -66,7 +64,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// Every certificate problem ([`certs::load_table`]).
-    pub fn load(spec: ServerTlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
+    pub(crate) fn load(spec: ServerTlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
         let table = certs::load_table(&spec)?;
         let certs = TlsCerts {
             spec,
@@ -84,7 +82,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// `client_ca` cannot be read or is not a usable CA.
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>, ConfigError> {
+    pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, ConfigError> {
         let provider = certs::provider();
         let versions: &[&'static rustls::SupportedProtocolVersion] = match self.spec.min_version {
             TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -110,13 +108,8 @@ impl TlsCerts {
         Ok(Arc::new(cfg))
     }
 
-    /// The listener's settings.
-    pub fn spec(&self) -> &ServerTlsConfig {
-        &self.spec
-    }
-
     /// True if the listener offers `h2` (then RFC 8441 extended CONNECT is enabled).
-    pub fn offers_h2(&self) -> bool {
+    pub(crate) fn offers_h2(&self) -> bool {
         self.spec.alpn.iter().any(|a| a == b"h2")
     }
 
@@ -126,7 +119,7 @@ impl TlsCerts {
     ///
     /// # Errors
     /// Every problem found; the live certificates stay.
-    pub async fn reload(self: &Arc<Self>, trigger: &'static str) -> Result<(), ConfigError> {
+    pub(crate) async fn reload(self: &Arc<Self>, trigger: &'static str) -> Result<(), ConfigError> {
         let _guard = self.lock.lock().await;
         let me = self.clone();
         let loaded = tokio::task::spawn_blocking(move || certs::load_table(&me.spec))
@@ -155,7 +148,7 @@ impl TlsCerts {
     }
 
     /// Sets `gateway_tls_cert_expiry_seconds{name}` from the live table (call at scrape time).
-    pub fn refresh_expiry(&self) {
+    pub(crate) fn refresh_expiry(&self) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -191,33 +184,18 @@ impl TlsCerts {
 
 /// Reloads `certs` on file changes in their directories and on `SIGHUP` until `watch` fires.
 /// A watch or signal that cannot be set up is logged; the other triggers keep working.
-pub async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    let _watcher = dir_watcher(&certs.dirs(), tx);
-    #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(
-            |e| tracing::warn!(error = %e, "SIGHUP handler unavailable for certificate reloads"),
-        )
-        .ok();
+pub(crate) async fn watch_reload(certs: Arc<TlsCerts>, mut watch: drain::Watch) {
+    let mut triggers = Triggers::new(
+        |tx| dir_watcher(&certs.dirs(), tx),
+        "SIGHUP handler unavailable for certificate reloads",
+    );
     loop {
-        #[cfg(unix)]
-        let hup_fut = async {
-            match hup.as_mut() {
-                Some(h) => h.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup_fut = std::future::pending::<Option<()>>();
         let trigger = tokio::select! {
             _ = watch.signaled() => return,
-            _ = hup_fut => "signal",
-            Some(()) = rx.recv() => {
-                tokio::time::sleep(FILE_DEBOUNCE).await;
-                while rx.try_recv().is_ok() {}
-                "file"
-            }
+            t = triggers.next() => match t {
+                Trigger::File => "file",
+                Trigger::Signal => "signal",
+            },
         };
         // A refusal is logged and counted inside reload.
         let _ = certs.reload(trigger).await;

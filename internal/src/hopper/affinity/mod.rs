@@ -1,17 +1,17 @@
 //! Affinity stores: where bindings (conn id -> node id, sliding TTL) live (SPEC section 7).
 //!
-//! [`AffinityStore`] is an enum over the backends so the hot path pays no dynamic dispatch or boxed
-//! futures. Every backend passes the same conformance suite (`tests` below). Store failures never
-//! fail a request: a backend degrades (local cache, counted errors) and answers as best it can.
+//! [`AffinityStore`] is an enum over the store kinds so the hot path pays no dynamic dispatch or boxed
+//! futures. Every kind passes the same conformance suite (`tests` below). Store failures never
+//! fail a request: a store degrades (local cache, counted errors) and answers as best it can.
 
-pub mod memory;
-pub mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::memory::MemoryStore;
-pub use self::redis::{RedisSettings, RedisStore, StoreError};
+pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::redis::{RedisSettings, RedisStore};
 
 /// One binding as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

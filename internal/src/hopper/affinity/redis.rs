@@ -18,7 +18,9 @@
 //! cache be dropped once it is back), the maintainer (reconnect, probe, write-back) and the refresher
 //! (sliding TTL). Errors are counted per op and logged at most once per [`LOG_INTERVAL`].
 
+mod conn;
 mod events;
+mod maintain;
 mod shared;
 mod target;
 mod tasks;
@@ -37,15 +39,15 @@ use tokio_util::sync::CancellationToken;
 use super::{Binding, MemoryStore};
 use crate::metrics::Metrics;
 
-pub use self::events::{DrainRecord, EventMessage, FleetEvent};
+pub(crate) use self::events::{DrainRecord, EventMessage, FleetEvent};
 use self::shared::{
     same_or_new, ErrorLog, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, GET_SCRIPT, HOP_SCRIPT,
     NO_ARGS,
 };
-pub use self::target::{RedisTarget, TargetError};
+pub(crate) use self::target::{RedisTarget, TargetError};
 
 /// At most one WARN line about Redis errors per this interval; the rest are counted only.
-pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the maintainer probes a down Redis and flushes write-backs.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// Queued TTL refreshes; past this, a refresh is skipped and retried on a later use.
@@ -175,7 +177,7 @@ impl RedisStore {
         let cancel = CancellationToken::new();
         let mut tasks = vec![
             tokio::spawn(tasks::subscribe(shared.clone(), cancel.clone())),
-            tokio::spawn(tasks::maintain(shared.clone(), cancel.clone())),
+            tokio::spawn(maintain::maintain(shared.clone(), cancel.clone())),
             tokio::spawn(tasks::refresh(shared.clone(), refresh_rx, cancel.clone())),
         ];
         if follow {
@@ -379,3 +381,5 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_outage;

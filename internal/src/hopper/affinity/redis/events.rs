@@ -129,7 +129,7 @@ impl RedisStore {
         .await
     }
 
-    async fn publish_event(&self, c: &mut super::target::Conn, msg: &EventMessage) -> bool {
+    async fn publish_event(&self, c: &mut super::conn::Conn, msg: &EventMessage) -> bool {
         let payload = serde_json::to_string(msg).expect("strings and integers always serialize");
         let mut publish = ::redis::cmd("PUBLISH");
         publish.arg(self.events_channel()).arg(payload);

@@ -17,7 +17,8 @@ use lru::LruCache;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::target::{Conn, RedisTarget};
+use super::conn::Conn;
+use super::target::RedisTarget;
 use super::{EPOCH_SLOTS, JOURNAL_AGE, JOURNAL_CAP, LOG_INTERVAL};
 use crate::hopper::affinity::MemoryStore;
 use crate::metrics::Metrics;

@@ -104,6 +104,13 @@ impl TestRedis {
             ca: None,
         }
     }
+
+    /// A store on this server with binding TTL `ttl`, counting on metrics of its own.
+    pub(crate) async fn store(&self, ttl: Duration) -> RedisStore {
+        RedisStore::connect(self.settings(ttl), Arc::new(Metrics::new()))
+            .await
+            .expect("store")
+    }
 }
 
 /// Polls `f` every 20 ms until true; panics naming `what` at the deadline.
@@ -122,7 +129,10 @@ where
     }
 }
 
-async fn redis_get(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+pub(super) async fn redis_get(
+    c: &mut ::redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Option<String> {
     ::redis::cmd("GET")
         .arg(key)
         .query_async(c)
@@ -130,7 +140,7 @@ async fn redis_get(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> Op
         .expect("GET")
 }
 
-async fn pttl(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 {
+pub(super) async fn pttl(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 {
     ::redis::cmd("PTTL")
         .arg(key)
         .query_async(c)
@@ -139,7 +149,7 @@ async fn pttl(c: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 {
 }
 
 /// `calls` of `cmdstat_eval` in `INFO commandstats`.
-async fn eval_calls(c: &mut ::redis::aio::MultiplexedConnection) -> u64 {
+pub(super) async fn eval_calls(c: &mut ::redis::aio::MultiplexedConnection) -> u64 {
     let info: String = ::redis::cmd("INFO")
         .arg("commandstats")
         .query_async(c)
@@ -151,7 +161,7 @@ async fn eval_calls(c: &mut ::redis::aio::MultiplexedConnection) -> u64 {
         .map_or(0, |n| n.parse().expect("calls is a number"))
 }
 
-fn store_errors(m: &Metrics) -> f64 {
+pub(super) fn store_errors(m: &Metrics) -> f64 {
     m.encode()
         .lines()
         .filter(|l| l.starts_with("gateway_affinity_store_errors_total{"))
@@ -159,19 +169,14 @@ fn store_errors(m: &Metrics) -> f64 {
         .sum()
 }
 
-fn node(s: &str) -> Arc<str> {
+pub(super) fn node(s: &str) -> Arc<str> {
     Arc::from(s)
 }
 
 #[tokio::test]
 async fn cached_binding_costs_no_redis_call() {
     let r = TestRedis::start().await;
-    let store = RedisStore::connect(
-        r.settings(Duration::from_secs(60)),
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .expect("store");
+    let store = r.store(Duration::from_secs(60)).await;
     let mut c = r.client().await;
     assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
     assert_eq!(
@@ -194,9 +199,7 @@ async fn cached_binding_costs_no_redis_call() {
 async fn ttl_is_refreshed_once_less_than_half_is_left() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_millis(1500);
-    let store = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store");
+    let store = r.store(ttl).await;
     let mut c = r.client().await;
     store.bind("c-1", &node("node-a")).await;
     let start = Instant::now();
@@ -232,12 +235,8 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
 async fn hops_invalidate_other_replicas_and_races_agree() {
     let r = TestRedis::start().await;
     let ttl = Duration::from_secs(60);
-    let a = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store a");
-    let b = RedisStore::connect(r.settings(ttl), Arc::new(Metrics::new()))
-        .await
-        .expect("store b");
+    let a = r.store(ttl).await;
+    let b = r.store(ttl).await;
     let mut c = r.client().await;
     // Wait for b's subscription so the hop message below reaches it.
     wait_until(
@@ -303,169 +302,4 @@ async fn hops_invalidate_other_replicas_and_races_agree() {
     .await;
     a.shutdown().await;
     b.shutdown().await;
-}
-
-#[tokio::test]
-async fn redis_outage_serves_locally_and_writes_back() {
-    let mut r = TestRedis::start().await;
-    let metrics = Arc::new(Metrics::new());
-    let store = RedisStore::connect(r.settings(Duration::from_secs(60)), metrics.clone())
-        .await
-        .expect("store");
-    assert_eq!(store.bind("old", &node("node-a")).await, node("node-a"));
-    r.kill().await;
-    let store = &store;
-    wait_until(
-        Duration::from_secs(5),
-        "the store to notice the outage",
-        || async move { store.is_down() },
-    )
-    .await;
-    assert!(store_errors(&metrics) >= 1.0, "errors counted");
-    let started = Instant::now();
-    assert_eq!(
-        store.get("old").await,
-        Some(node("node-a")),
-        "bound id keeps its node"
-    );
-    assert_eq!(store.get("new").await, None);
-    assert_eq!(
-        store.bind("new", &node("node-b")).await,
-        node("node-b"),
-        "fresh bindings stay local"
-    );
-    assert_eq!(
-        store.hop("old", "node-a", &node("node-c")).await,
-        node("node-c")
-    );
-    assert!(
-        Instant::now().duration_since(started) < Duration::from_millis(100),
-        "calls waited on a dead Redis"
-    );
-
-    r.restart().await;
-    let mut c = r.client().await;
-    wait_until(
-        Duration::from_secs(10),
-        "local bindings written back",
-        || {
-            let mut c = c.clone();
-            async move {
-                redis_get(&mut c, "hopgw:conn:new").await.as_deref() == Some("node-b")
-                    && redis_get(&mut c, "hopgw:conn:old").await.as_deref() == Some("node-c")
-            }
-        },
-    )
-    .await;
-    wait_until(
-        Duration::from_secs(5),
-        "the store to be up again",
-        || async move { !store.is_down() },
-    )
-    .await;
-    assert!(
-        pttl(&mut c, "hopgw:conn:new").await > 50_000,
-        "written back with the TTL"
-    );
-    assert_eq!(store.get("new").await, Some(node("node-b")));
-    store.shutdown().await;
-}
-
-#[tokio::test]
-async fn write_back_does_not_overwrite_a_newer_binding() {
-    let r = TestRedis::start().await;
-    let store = RedisStore::connect(
-        r.settings(Duration::from_secs(60)),
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .expect("store");
-    let mut c = r.client().await;
-    // Believed down (as after a timeout): the bind and the hop stay local and are remembered.
-    store.shared.down.store(true, Ordering::Release);
-    assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
-    assert_eq!(store.bind("c-2", &node("node-a")).await, node("node-a"));
-    assert_eq!(
-        store.hop("c-2", "node-a", &node("node-b")).await,
-        node("node-b")
-    );
-    // Meanwhile another replica bound c-1 in Redis.
-    let _: () = ::redis::cmd("SET")
-        .arg("hopgw:conn:c-1")
-        .arg("node-z")
-        .arg("PX")
-        .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .expect("SET");
-    store.shared.wake.notify_one();
-    let store = &store;
-    wait_until(
-        Duration::from_secs(5),
-        "the write-back to finish",
-        || async move { !store.is_down() },
-    )
-    .await;
-    assert_eq!(
-        redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
-        Some("node-z"),
-        "the newer binding is kept"
-    );
-    assert_eq!(
-        store.get("c-1").await,
-        Some(node("node-z")),
-        "and adopted locally"
-    );
-    assert_eq!(
-        redis_get(&mut c, "hopgw:conn:c-2").await.as_deref(),
-        Some("node-b"),
-        "a local-only id is written"
-    );
-    store.shutdown().await;
-}
-
-#[tokio::test]
-async fn unreachable_redis_at_start_is_not_fatal() {
-    let mut r = TestRedis::start().await;
-    let settings = r.settings(Duration::from_secs(60));
-    r.kill().await;
-    let store = RedisStore::connect(settings, Arc::new(Metrics::new()))
-        .await
-        .expect("starts without Redis");
-    assert!(store.is_down());
-    assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
-    r.restart().await;
-    let c = r.client().await;
-    wait_until(
-        Duration::from_secs(10),
-        "the binding written once Redis answers",
-        || {
-            let mut c = c.clone();
-            async move { redis_get(&mut c, "hopgw:conn:c-1").await.as_deref() == Some("node-a") }
-        },
-    )
-    .await;
-    store.shutdown().await;
-}
-
-#[tokio::test]
-async fn bad_url_is_a_startup_error() {
-    let s = RedisSettings {
-        url: "redis+sentinel://h:1".into(),
-        key_prefix: "p:".into(),
-        ttl: Duration::from_secs(1),
-        timeout: Duration::from_millis(250),
-        max_entries: 10,
-        ca: None,
-    };
-    let err = RedisStore::connect(s, Arc::new(Metrics::new()))
-        .await
-        .expect_err("no master name");
-    assert!(err.to_string().contains("master-name"), "{err}");
-}
-
-#[test]
-fn redact_hides_the_password() {
-    assert_eq!(redact("redis://:secret@h:1/0"), "redis://***@h:1/0");
-    assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
 }

@@ -4,12 +4,12 @@
 //! the interval at least [`MIN_DISCOVERY_INTERVAL`]. Whether static `nodes` are set beside it is
 //! checked by the cluster validation, which sees both.
 
-use super::file::DiscoveryFile;
-use super::validate::Check;
-use super::{
+use super::super::file::DiscoveryFile;
+use super::super::{
     DiscoveryConfig, DEFAULT_DISCOVERED_WEIGHT, DEFAULT_DISCOVERY_DRAIN,
     DEFAULT_DISCOVERY_INTERVAL, MIN_DISCOVERY_INTERVAL,
 };
+use super::Check;
 
 /// Takes the checker, the dotted key of the table (`clusters[i].discovery`) and the table as
 /// written; returns the typed settings. Every problem is reported on `c` under its own key
@@ -97,7 +97,7 @@ fn check_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::load_str;
+    use crate::config::load_str;
 
     const ROUTE: &str = "[[routes]]\nid = \"r\"\ncluster = \"c\"\n";
 
@@ -147,7 +147,7 @@ mod tests {
             "[health]\nkind = \"grpc\"\ngrpc_service = \"echo\"\n[[clusters]]\nname = \"c\"\nprotocol = \"h2c\"\n{node}{ROUTE}"
         );
         let cfg = load_str(&text, "g.toml").expect("valid");
-        assert_eq!(cfg.clusters[0].health.kind, super::super::ProbeKind::Grpc);
+        assert_eq!(cfg.clusters[0].health.kind, crate::config::ProbeKind::Grpc);
         assert_eq!(cfg.clusters[0].health.grpc_service, "echo");
         let text = format!("[health]\nkind = \"grpc\"\n[[clusters]]\nname = \"c\"\n{node}{ROUTE}");
         let err = load_str(&text, "g.toml").expect_err("http1 cannot carry gRPC");

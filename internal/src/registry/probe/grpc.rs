@@ -6,7 +6,7 @@
 //! `SERVING` (`NOT_SERVING`, `UNKNOWN`, `SERVICE_UNKNOWN`), a `grpc-status` other than 0 (e.g. 12
 //! UNIMPLEMENTED from a server without the health service, 5 NOT_FOUND for an unknown service), an
 //! HTTP status other than 200, a body that is not one health message, or a transport error. The
-//! caller's `timeout` bounds the whole call ([`super::probe::probe`]), so a hung node is a
+//! caller's `timeout` bounds the whole call ([`super::probe`]), so a hung node is a
 //! timeout, like an HTTP probe. Spawns only the connection task of the one probe connection.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -14,22 +14,22 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::probe::{ProbeOutcome, Target};
+use super::{ProbeOutcome, Target};
 use crate::config::HealthConfig;
 use crate::tls::client::{self as tls, Alpn};
 
 /// Path of the health method (gRPC PROTOCOL-HTTP2: `/<package>.<service>/<method>`).
-pub const HEALTH_CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
+pub(crate) const HEALTH_CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
 /// Most a probe reads of the answer (bytes): a health message is a few bytes.
 const MAX_ANSWER: usize = 16 * 1024;
 /// Length of the gRPC message prefix: compressed flag (1 byte) + big-endian length (4 bytes).
 const PREFIX_LEN: usize = 5;
 
 /// The messages of `grpc.health.v1`, written with prost's derive so no `protoc` is needed.
-pub mod proto {
+pub(crate) mod proto {
     /// `HealthCheckRequest { string service = 1; }`.
     #[derive(Clone, PartialEq, Eq, prost::Message)]
-    pub struct HealthCheckRequest {
+    pub(crate) struct HealthCheckRequest {
         /// Service name; empty = the whole server.
         #[prost(string, tag = "1")]
         pub service: String,
@@ -37,7 +37,7 @@ pub mod proto {
 
     /// `HealthCheckResponse { ServingStatus status = 1; }`.
     #[derive(Clone, PartialEq, Eq, prost::Message)]
-    pub struct HealthCheckResponse {
+    pub(crate) struct HealthCheckResponse {
         /// A [`ServingStatus`] value.
         #[prost(enumeration = "ServingStatus", tag = "1")]
         pub status: i32,
@@ -65,7 +65,7 @@ pub mod proto {
 pub(super) async fn probe(t: &Target<'_>, h: &HealthConfig) -> ProbeOutcome {
     match connect_and_check(t, &h.grpc_service).await {
         Ok(outcome) => outcome,
-        Err(e) if super::probe::is_goaway_refusal(&e) => connect_and_check(t, &h.grpc_service)
+        Err(e) if super::is_goaway_refusal(&e) => connect_and_check(t, &h.grpc_service)
             .await
             .unwrap_or_else(|e| ProbeOutcome::Fail(format!("grpc request: {e}"))),
         Err(e) => ProbeOutcome::Fail(format!("grpc request: {e}")),
@@ -88,7 +88,11 @@ async fn connect_and_check(t: &Target<'_>, service: &str) -> Result<ProbeOutcome
 /// # Errors
 /// The HTTP/2 handshake's or request's error (the caller decides whether a GOAWAY refusal is
 /// retried); every answer the node gives, good or bad, is an `Ok` outcome.
-pub async fn check<IO>(io: IO, authority: &str, service: &str) -> Result<ProbeOutcome, hyper::Error>
+pub(crate) async fn check<IO>(
+    io: IO,
+    authority: &str,
+    service: &str,
+) -> Result<ProbeOutcome, hyper::Error>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -165,7 +169,7 @@ fn failed_call(code: u32, headers: &http::HeaderMap) -> String {
 
 /// Takes the answer body of a successful call; returns `Pass` for exactly one message saying
 /// `SERVING`, else a failure naming what came.
-pub fn judge(body: &[u8]) -> ProbeOutcome {
+pub(crate) fn judge(body: &[u8]) -> ProbeOutcome {
     use prost::Message;
     let mut buf = body;
     if buf.len() < PREFIX_LEN {

@@ -1,0 +1,70 @@
+# Sourced by the bench scripts (run.sh, tls.sh, and through ws-common.sh the WebSocket and h2
+# ones): log lines, a process started pinned to one core, CPU ticks of pids, free loopback ports and
+# the readiness wait. Expects `set -euo pipefail`, W (the work directory, for logs) and PIDS (an
+# array of started pids) from the caller; BENCH_TAG names the log lines (default "bench").
+
+log() { printf '[%s %s] %s\n' "${BENCH_TAG:-bench}" "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# start NAME CPU CMD... : runs CMD pinned to CPU, output to $W/NAME.log; sets STARTED to its pid.
+start() {
+  local name=$1 cpu=$2
+  shift 2
+  taskset -c "$cpu" "$@" >"$W/$name.log" 2>&1 &
+  STARTED=$!
+  PIDS+=("$STARTED")
+}
+
+# Sum over the pids of utime+stime (clock ticks).
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+
+# free_ports N: N distinct free loopback ports, space-separated (held together while chosen).
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# wait_http URL [what]: until URL answers 2xx (http or https, certificate not checked), 10 s at most.
+wait_http() {
+  for _ in $(seq 1 200); do
+    curl -fsk -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.05
+  done
+  die "${2:-$1} did not answer (logs in $W)"
+}
+
+# gw_conf FILE NODES [EXTRA]: writes the bench gateway config to FILE: cluster "bench" with the
+# nodes given as "id=port" words in NODES, one catch-all route "all", then the TOML lines EXTRA.
+# Configs live in their own directory: the gateway watches its config file's directory, and log
+# files written next to it would wake the watcher on every line. Like nginx's and HAProxy's settings
+# in run.sh: pooled node connections survive the pauses between interleaved measurements (the
+# default, 4s, would empty the pool between them), and a connect may take up to 5 s as with
+# HAProxy's "timeout connect 5s" (the default, 1s, trips on the WebSocket phase's connect bursts on
+# a starved core: 5 timeouts in a row eject the only node).
+gw_conf() {
+  local n
+  mkdir -p "$(dirname "$1")"
+  {
+    cat <<'CONF'
+[server]
+shutdown_timeout = "1s"
+[limits]
+upstream_idle_timeout = "600s"
+connect_timeout = "5s"
+[health]
+interval = "30s"
+timeout = "2s"
+[[clusters]]
+name = "bench"
+CONF
+    for n in $2; do
+      printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
+    done
+    printf '[[routes]]\nid = "all"\nmatch = { path_prefix = "/" }\ncluster = "bench"\n%s\n' "${3:-}"
+  } >"$1"
+}

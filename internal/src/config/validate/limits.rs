@@ -1,0 +1,141 @@
+//! `[limits]` (SPEC section 3): counts, sizes and timeouts of the request path.
+
+use super::*;
+
+/// Validates `[limits]` (SPEC section 3): each key with its default when absent.
+///
+/// Longer than 80 lines on purpose: one check per key of the table, in the order the SPEC lists
+/// them.
+pub(super) fn limits(c: &mut Check, f: &FileConfig) -> Limits {
+    let l = &f.limits;
+    let pos = |c: &mut Check, key: &str, v: Option<u64>, d: usize| -> usize {
+        match v {
+            Some(0) => {
+                c.err(key, "must be at least 1");
+                d
+            }
+            Some(n) => n as usize,
+            None => d,
+        }
+    };
+    let ws_idle = c.duration(
+        "limits.websocket_idle_timeout",
+        l.websocket_idle_timeout.as_ref(),
+        Duration::ZERO,
+    );
+    let rate_window = c.duration(
+        "limits.body_rate_window",
+        l.body_rate_window.as_ref(),
+        DEFAULT_BODY_RATE_WINDOW,
+    );
+    if rate_window.is_zero() {
+        c.err("limits.body_rate_window", "must be more than 0s");
+    }
+    let body_min_rate = match l.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE) {
+        0 => None,
+        bytes_per_sec => Some(BodyMinRate {
+            bytes_per_sec,
+            window: if rate_window.is_zero() {
+                DEFAULT_BODY_RATE_WINDOW
+            } else {
+                rate_window
+            },
+        }),
+    };
+    Limits {
+        max_request_line: pos(
+            c,
+            "limits.max_request_line",
+            l.max_request_line,
+            DEFAULT_MAX_REQUEST_LINE,
+        ),
+        max_header_bytes: pos(
+            c,
+            "limits.max_header_bytes",
+            l.max_header_bytes,
+            DEFAULT_MAX_HEADER_BYTES,
+        ),
+        max_headers: pos(c, "limits.max_headers", l.max_headers, DEFAULT_MAX_HEADERS),
+        header_read_timeout: c.duration(
+            "limits.header_read_timeout",
+            l.header_read_timeout.as_ref(),
+            DEFAULT_HEADER_READ_TIMEOUT,
+        ),
+        body_idle_timeout: c.duration(
+            "limits.body_idle_timeout",
+            l.body_idle_timeout.as_ref(),
+            DEFAULT_BODY_IDLE_TIMEOUT,
+        ),
+        max_connections: pos(
+            c,
+            "limits.max_connections",
+            l.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+        ),
+        websocket_idle_timeout: (!ws_idle.is_zero()).then_some(ws_idle),
+        connect_timeout: c.duration(
+            "limits.connect_timeout",
+            l.connect_timeout.as_ref(),
+            DEFAULT_CONNECT_TIMEOUT,
+        ),
+        upstream_idle_timeout: c.duration(
+            "limits.upstream_idle_timeout",
+            l.upstream_idle_timeout.as_ref(),
+            DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+        ),
+        body_min_rate,
+        h2: H2Limits {
+            max_concurrent_streams: u32::try_from(pos(
+                c,
+                "limits.h2_max_concurrent_streams",
+                l.h2_max_concurrent_streams,
+                DEFAULT_H2_MAX_CONCURRENT_STREAMS as usize,
+            ))
+            .unwrap_or(u32::MAX),
+            max_header_list: u32::try_from(size(
+                c,
+                "limits.h2_max_header_list",
+                l.h2_max_header_list.as_ref(),
+                u64::from(DEFAULT_H2_MAX_HEADER_LIST),
+            ))
+            .unwrap_or(u32::MAX),
+            max_resets_per_second: NonZeroU32::new(
+                u32::try_from(pos(
+                    c,
+                    "limits.h2_max_resets_per_second",
+                    l.h2_max_resets_per_second,
+                    DEFAULT_H2_MAX_RESETS_PER_SECOND as usize,
+                ))
+                .unwrap_or(u32::MAX),
+            )
+            .expect("pos() never returns 0"),
+        },
+        websocket_max_message: size(
+            c,
+            "limits.websocket_max_message",
+            l.websocket_max_message.as_ref(),
+            DEFAULT_WEBSOCKET_MAX_MESSAGE,
+        ),
+    }
+}
+
+/// A `[limits]` size of at least 1 byte; reports a bad one and returns `default`.
+pub(super) fn size(
+    c: &mut Check,
+    key: &str,
+    v: Option<&super::size::SizeFile>,
+    default: u64,
+) -> u64 {
+    match v.map(super::size::SizeFile::bytes) {
+        None => default,
+        Some(Ok(0)) => {
+            c.err(key, "must be at least 1 byte");
+            default
+        }
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            c.err(key, e);
+            default
+        }
+    }
+}

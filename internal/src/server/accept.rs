@@ -1,0 +1,284 @@
+//! The accept loops (data plane, TLS, admin and `health_listen`) and the serving of one downstream
+//! connection (SPEC section 4 and 10; shutdown as in the [`super`] module docs).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{listen, ServerError};
+use crate::admin::Admin;
+use crate::drain;
+use crate::metrics::Metrics;
+use crate::proxy::{DownstreamConn, Proxy};
+
+pub(super) fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
+    let l = &p.settings.limits;
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(l.header_read_timeout)
+        // hyper's own limits sit above ours so that proxy::guard answers 414/431 with a JSON body;
+        // past these hyper refuses by itself (414 for targets over 65,534 bytes, 431 otherwise).
+        .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
+        .max_buf_size(
+            (l.max_request_line + l.max_header_bytes)
+                .saturating_mul(2)
+                .max(128 * 1024),
+        );
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(l.h2.max_header_list)
+        .max_concurrent_streams(l.h2.max_concurrent_streams)
+        // A lifetime count of resets the library sends cuts honest long-lived connections
+        // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
+        .max_local_error_reset_streams(None)
+        .keep_alive_interval(Duration::from_secs(30));
+    b
+}
+
+pub(super) async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain::Watch) {
+    let limit = Arc::new(Semaphore::new(proxy.settings.limits.max_connections));
+    let builder = Arc::new(data_builder(&proxy));
+    let mut conns = JoinSet::new();
+    let mut warned = false;
+    loop {
+        let permit = tokio::select! {
+            _ = watch.signaled() => break,
+            p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        if limit.available_permits() == 0 && !warned {
+            warned = true;
+            tracing::warn!(
+                max_connections = proxy.settings.limits.max_connections,
+                "connection limit reached; new connections wait"
+            );
+        } else if limit.available_permits() > 0 {
+            warned = false;
+        }
+        let (tcp, peer) = tokio::select! {
+            _ = watch.signaled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        conns.spawn(serve_data(
+            tcp,
+            peer,
+            proxy.clone(),
+            builder.clone(),
+            watch.clone(),
+            permit,
+            None,
+        ));
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+/// The TLS listener's pieces, set up before the gateway reports started.
+pub(super) struct TlsListener {
+    pub(super) listener: TcpListener,
+    pub(super) certs: Arc<crate::tls::server::TlsCerts>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+pub(super) fn tls_listener(
+    spec: crate::config::server_tls::ServerTlsConfig,
+    metrics: Arc<Metrics>,
+) -> Result<TlsListener, ServerError> {
+    let addr = spec.listen;
+    let certs = crate::tls::server::TlsCerts::load(spec, metrics).map_err(ServerError::Tls)?;
+    let config = certs.server_config().map_err(ServerError::Tls)?;
+    let listener = listen(addr).map_err(|source| ServerError::Bind { addr, source })?;
+    Ok(TlsListener {
+        listener,
+        certs: Arc::new(certs),
+        acceptor: tokio_rustls::TlsAcceptor::from(config),
+    })
+}
+
+/// The TLS listener: the cleartext data plane over each decrypted stream (SPEC section 10), with
+/// RFC 8441 extended CONNECT enabled when `h2` is offered.
+pub(super) async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::Watch) {
+    let mut builder = data_builder(&proxy);
+    if t.certs.offers_h2() {
+        builder.http2().enable_connect_protocol();
+    }
+    let builder = Arc::new(builder);
+    let limits = crate::tls::accept::AcceptLimits {
+        max_connections: proxy.settings.limits.max_connections,
+        handshake_timeout: proxy.settings.limits.header_read_timeout,
+    };
+    let metrics = proxy.metrics.clone();
+    let serve_watch = watch.clone();
+    let serve = Arc::new(move |stream, peer, info, permit| {
+        serve_data(
+            stream,
+            peer,
+            proxy.clone(),
+            builder.clone(),
+            serve_watch.clone(),
+            permit,
+            Some(info),
+        )
+    });
+    crate::tls::accept::accept_tls(t.listener, t.acceptor, metrics, limits, watch, serve).await;
+}
+
+/// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
+///
+/// Longer than 80 lines on purpose: the connection's whole life (serve, the drain signal, the
+/// GOAWAY of an h2 connection bound to a node that stops being usable, the close grace) is one
+/// `select!` loop whose arms share the connection state.
+pub(super) async fn serve_data<I>(
+    io: I,
+    peer: SocketAddr,
+    proxy: Arc<Proxy>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    mut watch: drain::Watch,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    tls: Option<crate::tls::server::TlsInfo>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let _gauge = proxy
+        .metrics
+        .connection(if tls.is_some() { "https" } else { "http" });
+    let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
+    let svc_proxy = proxy.clone();
+    let svc_dc = dc.clone();
+    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
+    // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
+    // It also judges each head before hyper reads it, so malformed heads get JSON answers.
+    let limits = &proxy.settings.limits;
+    let io = crate::proxy::framing::FramingWatch::new(
+        io,
+        dc.framing.clone(),
+        limits.into(),
+        limits.header_read_timeout,
+    );
+    // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
+    let abuse_metrics = proxy.metrics.clone();
+    let io = crate::proxy::h2_watch::H2Watch::new(
+        io,
+        limits.h2.max_resets_per_second.get(),
+        limits.header_read_timeout,
+        Arc::new(move |a: crate::proxy::h2_frames::Abuse| {
+            abuse_metrics
+                .h2_goaway
+                .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
+                .inc();
+        }),
+    );
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    let mut bound = dc.bound.subscribe();
+    let mut node_signal: Option<tokio::sync::watch::Receiver<crate::registry::NodeSignal>> = None;
+    let mut closing = false;
+    loop {
+        let node_changed = async {
+            match node_signal.as_mut() {
+                Some(rx) => rx.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %peer, error = %e, "downstream connection ended with error");
+                }
+                // The connection was its own affinity key: with it gone, so is the binding.
+                if let Some(id) = dc.conn_id.get() {
+                    proxy.hopper.store().remove(id).await;
+                }
+                return;
+            }
+            _ = watch.signaled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            r = bound.changed() => {
+                if r.is_err() { continue; }
+                // Marked changed so its current state is checked at once: the node may have
+                // started draining between the placement and this subscription.
+                node_signal = bound.borrow_and_update().as_ref().map(|rt| {
+                    let mut rx = rt.subscribe();
+                    rx.mark_changed();
+                    rx
+                });
+            }
+            alive = node_changed, if !closing => {
+                let usable = node_signal.as_ref().is_none_or(|rx| rx.borrow().usable);
+                if alive && !usable {
+                    // The h2 connection's node drains or was ejected: GOAWAY, in-flight streams finish,
+                    // the client's next connection binds to a healthy node (SPEC section 5).
+                    closing = true;
+                    tracing::info!(peer = %peer, "node of this h2 connection is going away; sending GOAWAY");
+                    if let Some(id) = dc.conn_id.get() {
+                        proxy.hopper.store().remove(id).await;
+                    }
+                    conn.as_mut().graceful_shutdown();
+                } else if !alive {
+                    node_signal = None;
+                }
+            }
+        }
+    }
+}
+
+/// Serves the admin listener (`health_only` = false) or the `health_listen` one until `stop`.
+pub(super) async fn accept_admin(
+    listener: TcpListener,
+    admin: Arc<Admin>,
+    stop: CancellationToken,
+    health_only: bool,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        let (tcp, _) = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let a = admin.clone();
+        conns.spawn(async move {
+            let svc = service_fn(move |req| {
+                let a = a.clone();
+                async move {
+                    if health_only {
+                        a.handle_health(req).await
+                    } else {
+                        a.handle(req).await
+                    }
+                }
+            });
+            let b = hyper::server::conn::http1::Builder::new();
+            if let Err(e) = b.serve_connection(TokioIo::new(tcp), svc).await {
+                tracing::debug!(error = %e, "admin connection ended with error");
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    conns.abort_all();
+}
