@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use integration_tests::check::echo_header;
 use integration_tests::load::{pattern, sha_hex};
-use integration_tests::nodes::{hand_node, request_head};
+use integration_tests::nodes::{hand_node, read_body, request_head};
 use integration_tests::raw::Raw;
 use integration_tests::{Config, Gateway, Health, Mock, Route};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
@@ -93,18 +93,9 @@ async fn silent_expect_node() -> (String, mpsc::Receiver<(bool, usize, u128)>, J
             let expect = req.head.contains("\r\nexpect: 100-continue\r\n");
             let len = req.declared;
             let head_at = Instant::now();
-            let mut got = req.early;
-            let mut first: Option<Instant> = (got > 0).then(Instant::now);
-            while got < len {
-                let mut chunk = [0u8; 65536];
-                match s.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        first.get_or_insert_with(Instant::now);
-                        got += n;
-                    }
-                }
-            }
+            let early: Option<Instant> = (req.early > 0).then(Instant::now);
+            let (got, read_at) = read_body(&mut s, req.early, len).await;
+            let first = early.or(read_at);
             let _ = s
                 .write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
                 .await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use integration_tests::check::json_error;
 use integration_tests::load::{pattern, prober, sha_hex};
-use integration_tests::nodes::{hand_node, request_head};
+use integration_tests::nodes::{hand_node, read_body, request_head};
 use integration_tests::raw::{body_of, read_while_writing, Raw};
 use integration_tests::{Config, Gateway, Health, Mock, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -187,14 +187,8 @@ async fn body_watching_node() -> (
             let Some(req) = request_head(&mut s).await else {
                 return; // a TCP probe, or the gateway gave up
             };
-            let (declared, mut got) = (req.declared, req.early);
-            loop {
-                let mut chunk = [0u8; 65536];
-                match s.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got += n,
-                }
-            }
+            let declared = req.declared;
+            let (got, _) = read_body(&mut s, req.early, usize::MAX).await;
             let _ = tx.send((declared, got, Instant::now())).await;
         }
     })

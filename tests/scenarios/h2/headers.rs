@@ -76,7 +76,7 @@ async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let gw = Gateway::start(&config(
         FAST_HEALTH,
-        &[("node-a", grpc_addr(&a))],
+        &[("node-a", a.grpc_addr())],
         "protocol = \"h2c\"",
         "",
     ))
@@ -171,7 +171,7 @@ async fn te_trailers_survives_and_other_te_values_are_dropped() {
     let toml = format!(
         "{TCP_HEALTH}\n{}\n{}\n[[routes]]\nid = \"grpc\"\ncluster = \"g\"\nmatch = {{ path_prefix = \"/hopping.test.v1.Echo/\" }}\n\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
         cluster_toml("c", &[("node-a", a.addr())], "protocol = \"h2c\""),
-        cluster_toml("g", &[("node-a-grpc", grpc_addr(&a))], "protocol = \"h2c\""),
+        cluster_toml("g", &[("node-a-grpc", a.grpc_addr())], "protocol = \"h2c\""),
     );
     let gw = Gateway::start(&toml).await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;

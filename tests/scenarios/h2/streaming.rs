@@ -135,7 +135,7 @@ async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let gw = Gateway::start(&config(
         FAST_HEALTH,
-        &[("node-a", grpc_addr(&a))],
+        &[("node-a", a.grpc_addr())],
         "protocol = \"h2c\"",
         "timeout = \"1s\"",
     ))
@@ -210,7 +210,7 @@ async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_status
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let gw = Gateway::start(&config(
         TCP_HEALTH,
-        &[("node-a", grpc_addr(&a))],
+        &[("node-a", a.grpc_addr())],
         "protocol = \"h2c\"",
         "timeout = \"1s\"",
     ))
