@@ -5,6 +5,7 @@ use std::future::Future;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::read_head;
@@ -26,6 +27,22 @@ where
         }
     });
     (addr, task)
+}
+
+/// [`hand_node`] whose `serve` also gets a sender for reports (a channel of `capacity`): returns
+/// the `host:port`, the receiving end and the accept loop's task. Panics if the bind fails.
+pub async fn reporting_node<T, F, Fut>(
+    capacity: usize,
+    serve: F,
+) -> (String, mpsc::Receiver<T>, JoinHandle<()>)
+where
+    T: Send + 'static,
+    F: Fn(TcpStream, mpsc::Sender<T>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(capacity);
+    let (addr, task) = hand_node(move |s| serve(s, tx.clone())).await;
+    (addr, rx, task)
 }
 
 /// The Content-Length of a request head `head` given in lower case (as `content-length: N`

@@ -53,6 +53,22 @@ async fn one_h2c_node(health: &str, a: &Mock) -> Gateway {
     .await
 }
 
+/// Starts node-a with `--grpc` and a gateway (`health`) over its gRPC port as a `protocol =
+/// "h2c"` cluster with `route` lines ([`config`]); returns both and an h2c connection to the
+/// gateway.
+async fn grpc_node(health: &str, route: &str) -> (Mock, Gateway, h2c::H2Conn) {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let gw = Gateway::start(&config(
+        health,
+        &[("node-a", a.grpc_addr())],
+        "protocol = \"h2c\"",
+        route,
+    ))
+    .await;
+    let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    (a, gw, c)
+}
+
 /// Node ids currently in flight on the gateway, by node.
 async fn inflight(gw: &Gateway, id: &str) -> u64 {
     gw.node(id).await["inflight"].as_u64().expect("inflight")
