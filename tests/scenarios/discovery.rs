@@ -2,6 +2,7 @@
 //! by the test on a loopback port with a hosts file it rewrites, `[server] resolver` pointing at
 //! it, and mock nodes sharing one port on 127.0.0.2, 127.0.0.3, ... (`mock-backend --listen-host`).
 
+use integration_tests::check::Ws;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -70,9 +71,6 @@ fn unix_ms() -> u64 {
         .expect("clock after 1970")
         .as_millis() as u64
 }
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// The next text message as JSON within `t`, skipping control frames.
 async fn next_json(ws: &mut Ws, t: Duration) -> Value {

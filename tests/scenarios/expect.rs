@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use integration_tests::check::echo_header;
 use integration_tests::load::{pattern, sha_hex};
-use integration_tests::nodes::{hand_node, request_head};
+use integration_tests::nodes::{read_body, reporting_node, request_head};
 use integration_tests::raw::Raw;
 use integration_tests::{Config, Gateway, Health, Mock, Route};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
@@ -83,37 +83,23 @@ async fn case15_node_100_is_relayed_once_then_the_final_status() {
 /// A hand-made node that never sends 100 Continue: it reads the head and waits for the body.
 /// Reports (had Expect, body bytes, ms from head to first body byte) per request.
 async fn silent_expect_node() -> (String, mpsc::Receiver<(bool, usize, u128)>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel(8);
-    let (addr, task) = hand_node(move |mut s| {
-        let tx = tx.clone();
-        async move {
-            let Some(req) = request_head(&mut s).await else {
-                return; // a TCP probe, or the gateway gave up
-            };
-            let expect = req.head.contains("\r\nexpect: 100-continue\r\n");
-            let len = req.declared;
-            let head_at = Instant::now();
-            let mut got = req.early;
-            let mut first: Option<Instant> = (got > 0).then(Instant::now);
-            while got < len {
-                let mut chunk = [0u8; 65536];
-                match s.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        first.get_or_insert_with(Instant::now);
-                        got += n;
-                    }
-                }
-            }
-            let _ = s
-                .write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
-                .await;
-            let wait = first.map_or(u128::MAX, |f| f.duration_since(head_at).as_millis());
-            let _ = tx.send((expect, got, wait)).await;
-        }
+    reporting_node(8, move |mut s, tx| async move {
+        let Some(req) = request_head(&mut s).await else {
+            return; // a TCP probe, or the gateway gave up
+        };
+        let expect = req.head.contains("\r\nexpect: 100-continue\r\n");
+        let len = req.declared;
+        let head_at = Instant::now();
+        let early: Option<Instant> = (req.early > 0).then(Instant::now);
+        let (got, read_at) = read_body(&mut s, req.early, len).await;
+        let first = early.or(read_at);
+        let _ = s
+            .write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
+            .await;
+        let wait = first.map_or(u128::MAX, |f| f.duration_since(head_at).as_millis());
+        let _ = tx.send((expect, got, wait)).await;
     })
-    .await;
-    (addr, rx, task)
+    .await
 }
 
 /// CASE-15: for a node that ignores Expect the gateway sends its own 100 after about 1 s, and the

@@ -9,6 +9,17 @@ use integration_tests::check::{echo_header, json_error};
 use integration_tests::raw::{exchange, refused, Raw};
 use integration_tests::{get, Cluster, Config, Gateway, Health, Mock, Route};
 
+/// Starts a gateway over mock `a` (TCP health, route `api`) whose `server.trusted_proxies` is
+/// the one range `cidr` (SPEC section 4).
+async fn trusting(a: &Mock, cidr: &str) -> Gateway {
+    Gateway::start(
+        &Config::single(Health::tcp_fast(), &[a], Route::api())
+            .table("server", &format!("trusted_proxies = [\"{cidr}\"]"))
+            .toml(),
+    )
+    .await
+}
+
 /// CASE-10/CASE-11 (SPEC 4): hop-by-hop headers, and every header named in `Connection`, are
 /// removed; `X-Forwarded-*` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,12 +146,7 @@ async fn case11_forwarded_for_lines_are_joined_or_replaced_by_trust() {
     drop(gw);
 
     // Peer outside trusted_proxies: dropped and replaced.
-    let gw = Gateway::start(
-        &Config::single(Health::tcp_fast(), &[&a], Route::api())
-            .table("server", "trusted_proxies = [\"10.0.0.0/8\"]")
-            .toml(),
-    )
-    .await;
+    let gw = trusting(&a, "10.0.0.0/8").await;
     let echo = get(&gw.url("/echo/ip"), &incoming)
         .await
         .expect("get")
@@ -153,12 +159,7 @@ async fn case11_forwarded_for_lines_are_joined_or_replaced_by_trust() {
     drop(gw);
 
     // Peer inside: kept, the peer appended.
-    let gw = Gateway::start(
-        &Config::single(Health::tcp_fast(), &[&a], Route::api())
-            .table("server", "trusted_proxies = [\"127.0.0.0/8\"]")
-            .toml(),
-    )
-    .await;
+    let gw = trusting(&a, "127.0.0.0/8").await;
     let echo = get(
         &gw.url("/echo/ip"),
         &[("host", "app.test"), ("x-forwarded-for", "203.0.113.7")],

@@ -13,7 +13,7 @@ use integration_tests::{Gateway, Mock};
 use mock_backend::grpc::{proto, WHO_PATH};
 use tokio::sync::mpsc;
 
-use super::grpc_errors::{config, grpc_addr, who_body};
+use super::grpc_errors::{config, who_body};
 
 type Chunks = mpsc::Sender<Result<Frame<Bytes>, std::convert::Infallible>>;
 
@@ -42,7 +42,7 @@ fn open_body() -> (Chunks, StreamBody<BodyStream>) {
 #[tokio::test]
 async fn answer_then_rst_stream_no_error_is_a_success() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "")).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "")).await;
     let addr = format!("127.0.0.1:{}", gw.port);
     let tcp = tokio::net::TcpStream::connect(&addr)
         .await

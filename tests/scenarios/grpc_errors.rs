@@ -16,10 +16,6 @@ use tokio::time::Instant;
 const TCP_HEALTH: &str =
     "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
 
-pub(super) fn grpc_addr(m: &Mock) -> String {
-    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
-}
-
 /// An h2c cluster `c` of `nodes` and route `api` for `/hopping.test.v1.Echo/` with `route` lines.
 pub(super) fn config(nodes: &[(&str, String)], route: &str) -> String {
     format!(
@@ -68,7 +64,7 @@ async fn call(gw: &Gateway, path: &str, extra: &[(&str, &str)], body: Bytes) -> 
 #[tokio::test]
 async fn gateway_failures_are_trailers_only_with_grpc_status() {
     let mut a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "max_body = 64")).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "max_body = 64")).await;
     // d: no route.
     let r = call(&gw, "/pkg.Svc/Get", &[], who_body()).await;
     assert_trailers_only(&r, 12);
@@ -104,7 +100,7 @@ async fn gateway_failures_are_trailers_only_with_grpc_status() {
 #[tokio::test]
 async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let toml = config(&[("node-a", grpc_addr(&a))], "timeout = \"1s\"")
+    let toml = config(&[("node-a", a.grpc_addr())], "timeout = \"1s\"")
         .replace("[health]\n", "[health]\npassive_consecutive_errors = 1\n");
     let gw = Gateway::start(&toml).await;
     for _ in 0..3 {
@@ -152,7 +148,7 @@ async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
 async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let gw = Gateway::start(&config(
-        &[("node-a", grpc_addr(&a))],
+        &[("node-a", a.grpc_addr())],
         "grpc_max_timeout = \"3s\"",
     ))
     .await;
@@ -196,7 +192,7 @@ async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
         "{took:?}"
     );
 
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "")).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "")).await;
     for bad in ["1x", "123456789m"] {
         let r = call(&gw, WHO_PATH, &[("grpc-timeout", bad)], who_body()).await;
         assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "{bad}");
@@ -211,7 +207,7 @@ async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
 async fn refused_stream_is_retried_on_another_node() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let b = Mock::start_with("node-b", &["--grpc"]).await;
-    let nodes = [("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))];
+    let nodes = [("node-a", a.grpc_addr()), ("node-b", b.grpc_addr())];
     let gw = Gateway::start(&config(&nodes, "")).await;
     // Each call's h2 connection gets its own issued id, placed by rendezvous hashing (SPEC 7):
     // call until node-a has refused at least one first attempt (4 calls at least, 32 at most).
@@ -260,7 +256,7 @@ async fn refused_stream_is_retried_on_another_node() {
 #[tokio::test]
 async fn broken_stream_ends_with_unavailable_and_route_timeout_spares_moving_streams() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "timeout = \"1s\"")).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "timeout = \"1s\"")).await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let body = encode_frame(&proto::TicksRequest { count: 0 });
     let req = c.request(

@@ -6,12 +6,19 @@
 use std::time::Duration;
 
 use integration_tests::h2c::{self, grpc_headers, grpc_messages};
-use integration_tests::{request, Gateway, Mock, FAST_HEALTH};
+use integration_tests::{Gateway, Mock, FAST_HEALTH};
 use mock_backend::grpc::{encode_frame, proto, HEALTH_CHECK_PATH};
 use tokio::time::Instant;
 
-fn grpc_addr(m: &Mock) -> String {
-    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
+/// How many times mock `m` served `path` since its last stats reset (its `/control/stats` path
+/// list, SPEC section 9).
+async fn served(m: &Mock, path: &str) -> usize {
+    m.stats().await["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .filter(|p| *p == path)
+        .count()
 }
 
 /// One h2c cluster `c` of `nodes` (id, addr) probed with `health_kind`, one catch-all route.
@@ -28,23 +35,10 @@ fn config(health_kind: &str, nodes: &[(&str, String)]) -> String {
     s
 }
 
-/// `POST /control/<knob>` on the mock's main port.
-async fn control(m: &Mock, knob: &str) {
-    let r = request(
-        "POST",
-        &format!("{}/control/{knob}", m.url()),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .expect("control call");
-    assert_eq!(r.status, 200, "{knob}: {}", r.text());
-}
-
 /// The mock's own `Health/Check` answer (status 1 SERVING, 2 NOT_SERVING) and its `GET /health`
 /// status, both asked directly on its gRPC port.
 async fn mock_health(m: &Mock) -> (i32, u16) {
-    let mut conn = h2c::connect(&grpc_addr(m)).await;
+    let mut conn = h2c::connect(&m.grpc_addr()).await;
     let body = encode_frame(&proto::HealthCheckRequest {
         service: String::new(),
     });
@@ -70,12 +64,12 @@ async fn time_to(gw: &Gateway, id: &str, state: &str, since: Instant) -> Duratio
 async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected() {
     let a = Mock::start_with("a", &["--grpc"]).await;
     let b = Mock::start_with("b", &["--grpc"]).await;
-    control(&b, "grpc-health?state=down").await;
+    b.control("/control/grpc-health?state=down").await;
     assert_eq!(mock_health(&a).await, (1, 200), "a answers SERVING");
     assert_eq!(mock_health(&b).await, (2, 200), "b answers NOT_SERVING");
     let gw = Gateway::start(&config(
         "grpc",
-        &[("a", grpc_addr(&a)), ("b", grpc_addr(&b))],
+        &[("a", a.grpc_addr()), ("b", b.grpc_addr())],
     ))
     .await;
     gw.wait_node_state("b", "ejected", Duration::from_secs(5))
@@ -85,18 +79,7 @@ async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected()
     integration_tests::wait_until(
         Duration::from_secs(5),
         "a to serve 3 health calls",
-        || async {
-            let r = integration_tests::get(&format!("{}/control/stats", a.url()), &[])
-                .await
-                .expect("stats");
-            r.json()["paths"]
-                .as_array()
-                .expect("paths")
-                .iter()
-                .filter(|p| *p == HEALTH_CHECK_PATH)
-                .count()
-                >= 3
-        },
+        || async { served(&a, HEALTH_CHECK_PATH).await >= 3 },
     )
     .await;
     let na = gw.node("a").await;
@@ -112,12 +95,12 @@ async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected()
         )
         .await;
 
-    control(&b, "grpc-health?state=up").await;
+    b.control("/control/grpc-health?state=up").await;
     gw.wait_node_state("b", "healthy", Duration::from_secs(5))
         .await;
 
     // NOT_SERVING through the main health switch: degraded first, then ejected, in time.
-    control(&a, "health?state=down").await;
+    a.control("/control/health?state=down").await;
     let t0 = Instant::now();
     let degraded = time_to(&gw, "a", "degraded", t0).await;
     let ejected = time_to(&gw, "a", "ejected", t0).await;
@@ -142,7 +125,7 @@ async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected()
 async fn grpc_node_with_good_http_health_but_not_serving_is_ejected() {
     let a = Mock::start_with("a", &["--grpc"]).await;
     let b = Mock::start_with("b", &["--grpc"]).await;
-    let nodes = [("a", grpc_addr(&a)), ("b", grpc_addr(&b))];
+    let nodes = [("a", a.grpc_addr()), ("b", b.grpc_addr())];
     let by_grpc = Gateway::start(&config("grpc", &nodes)).await;
     let by_http = Gateway::start(&config("http", &nodes)).await;
     for gw in [&by_grpc, &by_http] {
@@ -150,7 +133,7 @@ async fn grpc_node_with_good_http_health_but_not_serving_is_ejected() {
             .await;
     }
 
-    control(&a, "grpc-health?state=down").await;
+    a.control("/control/grpc-health?state=down").await;
     let t0 = Instant::now();
     assert_eq!(
         mock_health(&a).await,
@@ -165,18 +148,9 @@ async fn grpc_node_with_good_http_health_but_not_serving_is_ejected() {
     );
     // Five more HTTP probe rounds on the node (only the HTTP-probing gateway asks `/health`):
     // that gateway never saw a failure.
-    control(&a, "reset-stats").await;
+    a.control("/control/reset-stats").await;
     integration_tests::wait_until(Duration::from_secs(5), "5 HTTP probes of a", || async {
-        let r = integration_tests::get(&format!("{}/control/stats", a.url()), &[])
-            .await
-            .expect("stats");
-        r.json()["paths"]
-            .as_array()
-            .expect("paths")
-            .iter()
-            .filter(|p| *p == "/health")
-            .count()
-            >= 5
+        served(&a, "/health").await >= 5
     })
     .await;
     let n = by_http.node("a").await;

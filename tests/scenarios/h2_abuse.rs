@@ -39,6 +39,19 @@ async fn second_connection_works(gw: &Gateway) {
     assert!(r.text().contains("node-a"), "{}", r.text());
 }
 
+/// Waits (3 s) until `gw` has nothing in flight to node-a `a` (every stream the gateway dropped
+/// is cancelled upstream too), clears `a`'s delay; returns the requests `a` received.
+async fn settled_requests(a: &Mock, gw: &Gateway) -> u64 {
+    wait_until(
+        Duration::from_secs(3),
+        "node-a has nothing in flight",
+        || async { gw.node("node-a").await["inflight"].as_u64() == Some(0) },
+    )
+    .await;
+    a.delay(0).await;
+    a.requests().await
+}
+
 /// Waits for GOAWAY and then for the close; returns the GOAWAY and every frame seen before it.
 async fn expect_goaway(rd: &mut Reader, within: Duration) -> (GoAway, Vec<Got>) {
     let deadline = Instant::now() + within;
@@ -77,14 +90,7 @@ async fn rapid_reset_flood_gets_goaway_and_spares_the_node() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let _ = writer.await;
     // Every stream the gateway dropped is cancelled upstream too.
-    wait_until(
-        Duration::from_secs(3),
-        "node-a has nothing in flight",
-        || async { gw.node("node-a").await["inflight"].as_u64() == Some(0) },
-    )
-    .await;
-    a.delay(0).await;
-    let seen = a.requests().await;
+    let seen = settled_requests(&a, &gw).await;
     assert!(seen <= 100 + 20, "node-a received {seen} requests");
     second_connection_works(&gw).await;
 }
@@ -139,14 +145,7 @@ async fn provoked_resets_are_counted_and_end_the_connection() {
     streams.dedup();
     assert_eq!(streams.len(), n, "at most one RST_STREAM per stream");
     let _ = writer.await;
-    wait_until(
-        Duration::from_secs(3),
-        "node-a has nothing in flight",
-        || async { gw.node("node-a").await["inflight"].as_u64() == Some(0) },
-    )
-    .await;
-    a.delay(0).await;
-    let got = a.requests().await;
+    let got = settled_requests(&a, &gw).await;
     eprintln!("node-a received {got} requests, gateway sent {n} resets");
     assert!(got <= 100 + 20, "node-a received {got} requests");
     assert_eq!(

@@ -10,7 +10,7 @@ use mock_backend::grpc::{encode_frame, proto, TICKS_PATH, WHO_PATH};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::grpc_errors::{config, grpc_addr, who_body};
+use super::grpc_errors::{config, who_body};
 
 /// Calls opened and cancelled after their first message.
 const CALLS: u32 = 400;
@@ -28,7 +28,7 @@ const AT_ONCE: usize = 90;
 async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     a.control("/control/grpc-read-delay?ms=1500").await;
-    let gw = Gateway::start(&config(&[("node-a", grpc_addr(&a))], "")).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "")).await;
     let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let started = Instant::now();
     let mut calls = JoinSet::new();

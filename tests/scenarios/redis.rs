@@ -4,27 +4,15 @@
 
 use std::time::Duration;
 
-use integration_tests::{get, wait_until, Gateway, Mock, Redis, FAST_HEALTH};
+use crate::store_common;
+use integration_tests::{get, wait_until, Gateway, Mock, Redis};
 
 const NODE_IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
 
 /// Starts the three mocks; returns them with the gateway TOML for cluster `svc` behind route `/`
-/// using the Redis store at `redis`.
+/// using the Redis store at `redis` ([`store_common::setup_with`], no `redis_timeout`).
 async fn setup(redis: &Redis) -> (Vec<Mock>, String) {
-    let mut mocks = Vec::new();
-    let mut toml = format!("[affinity]\nstore = \"redis\"\nredis_url = \"{}\"\n\n{FAST_HEALTH}\n[[clusters]]\nname = \"svc\"\n", redis.url());
-    for id in NODE_IDS {
-        let m = Mock::start(id).await;
-        toml.push_str(&format!(
-            "  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{}\"\n",
-            m.addr()
-        ));
-        mocks.push(m);
-    }
-    toml.push_str(
-        "\n[[routes]]\nid = \"api\"\nmatch = { path_prefix = \"/\" }\ncluster = \"svc\"\n",
-    );
-    (mocks, toml)
+    store_common::setup_with(&redis.url(), "").await
 }
 
 async fn all_healthy(gw: &Gateway) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use integration_tests::check::json_error;
 use integration_tests::load::{pattern, prober, sha_hex};
-use integration_tests::nodes::{hand_node, request_head};
+use integration_tests::nodes::{read_body, reporting_node, request_head};
 use integration_tests::raw::{body_of, read_while_writing, Raw};
 use integration_tests::{Config, Gateway, Health, Mock, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -180,26 +180,15 @@ async fn body_watching_node() -> (
     mpsc::Receiver<(usize, usize, Instant)>,
     JoinHandle<()>,
 ) {
-    let (tx, rx) = mpsc::channel(8);
-    let (addr, task) = hand_node(move |mut s| {
-        let tx = tx.clone();
-        async move {
-            let Some(req) = request_head(&mut s).await else {
-                return; // a TCP probe, or the gateway gave up
-            };
-            let (declared, mut got) = (req.declared, req.early);
-            loop {
-                let mut chunk = [0u8; 65536];
-                match s.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got += n,
-                }
-            }
-            let _ = tx.send((declared, got, Instant::now())).await;
-        }
+    reporting_node(8, move |mut s, tx| async move {
+        let Some(req) = request_head(&mut s).await else {
+            return; // a TCP probe, or the gateway gave up
+        };
+        let declared = req.declared;
+        let (got, _) = read_body(&mut s, req.early, usize::MAX).await;
+        let _ = tx.send((declared, got, Instant::now())).await;
     })
-    .await;
-    (addr, rx, task)
+    .await
 }
 
 /// CASE-22 (a) and (c), node side: a body that never comes (`Content-Length: 10`, nothing sent)

@@ -13,9 +13,15 @@ pub(crate) const NODE_IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Starts the three mocks; returns them with a gateway TOML for cluster `svc` behind route `/`
 /// using the Redis store at `url`, with `affinity.redis_timeout = timeout`.
 pub(crate) async fn setup(url: &str, timeout: &str) -> (Vec<Mock>, String) {
+    setup_with(url, &format!("redis_timeout = \"{timeout}\"\n")).await
+}
+
+/// [`setup`] with `affinity_extra` (whole lines, or nothing) after `redis_url` in `[affinity]`
+/// instead of the `redis_timeout` line.
+pub(crate) async fn setup_with(url: &str, affinity_extra: &str) -> (Vec<Mock>, String) {
     let mut mocks = Vec::new();
     let mut toml = format!(
-        "[affinity]\nstore = \"redis\"\nredis_url = \"{url}\"\nredis_timeout = \"{timeout}\"\n\n{FAST_HEALTH}\n[[clusters]]\nname = \"svc\"\n"
+        "[affinity]\nstore = \"redis\"\nredis_url = \"{url}\"\n{affinity_extra}\n{FAST_HEALTH}\n[[clusters]]\nname = \"svc\"\n"
     );
     for id in NODE_IDS {
         let m = Mock::start(id).await;

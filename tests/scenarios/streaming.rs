@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use integration_tests::load::{h1_conn, unix_us};
-use integration_tests::nodes::hand_node;
+use integration_tests::nodes::reporting_node;
 use integration_tests::{read_head, Config, Gateway, Health, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -17,44 +17,39 @@ use tokio::time::{timeout, Instant};
 /// A hand-made node writing one NDJSON line (`{"seq":N,"sent_us":T}`) every 100 ms, chunked,
 /// for as long as the connection lasts. Reports when each connection it answered ended.
 async fn ndjson_node() -> (String, mpsc::Receiver<Instant>, JoinHandle<()>) {
-    let (closed_tx, closed_rx) = mpsc::channel::<Instant>(4);
-    let (addr, task) = hand_node(move |mut s| {
-        let closed_tx = closed_tx.clone();
-        async move {
-            let mut buf = Vec::new();
-            if read_head(&mut s, &mut buf).await.is_none() {
-                return; // a TCP probe
-            }
-            let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n";
-            if s.write_all(head).await.is_err() {
-                return;
-            }
-            let (mut rd, mut wr) = s.into_split();
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            tick.tick().await;
-            let mut seq = 0u64;
-            loop {
-                let mut chunk = [0u8; 64];
-                tokio::select! {
-                    r = rd.read(&mut chunk) => if matches!(r, Ok(0) | Err(_)) {
+    reporting_node(4, move |mut s, closed_tx| async move {
+        let mut buf = Vec::new();
+        if read_head(&mut s, &mut buf).await.is_none() {
+            return; // a TCP probe
+        }
+        let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n";
+        if s.write_all(head).await.is_err() {
+            return;
+        }
+        let (mut rd, mut wr) = s.into_split();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.tick().await;
+        let mut seq = 0u64;
+        loop {
+            let mut chunk = [0u8; 64];
+            tokio::select! {
+                r = rd.read(&mut chunk) => if matches!(r, Ok(0) | Err(_)) {
+                    let _ = closed_tx.send(Instant::now()).await;
+                    return;
+                },
+                _ = tick.tick() => {
+                    seq += 1;
+                    let line = format!("{{\"seq\":{seq},\"sent_us\":{}}}\n", unix_us());
+                    let frame = format!("{:x}\r\n{line}\r\n", line.len());
+                    if wr.write_all(frame.as_bytes()).await.is_err() {
                         let _ = closed_tx.send(Instant::now()).await;
                         return;
-                    },
-                    _ = tick.tick() => {
-                        seq += 1;
-                        let line = format!("{{\"seq\":{seq},\"sent_us\":{}}}\n", unix_us());
-                        let frame = format!("{:x}\r\n{line}\r\n", line.len());
-                        if wr.write_all(frame.as_bytes()).await.is_err() {
-                            let _ = closed_tx.send(Instant::now()).await;
-                            return;
-                        }
                     }
                 }
             }
         }
     })
-    .await;
-    (addr, closed_rx, task)
+    .await
 }
 
 /// CASE-24 (chunked NDJSON): a node writing one JSON line every 100 ms, on and on past the 1 s

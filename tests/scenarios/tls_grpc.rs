@@ -33,7 +33,7 @@ async fn setup() -> Setup {
     args.push("--grpc".into());
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let node = Mock::start_with("node-g", &refs).await;
-    let grpc_addr = format!("127.0.0.1:{}", node.grpc_port.expect("grpc port"));
+    let grpc_addr = node.grpc_addr();
     let cluster = format!(
         "protocol = \"h2\"\ntls = {{ ca = \"{}\" }}",
         ca.cert.display()

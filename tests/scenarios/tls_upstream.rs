@@ -43,6 +43,25 @@ fn config(
         .toml()
 }
 
+/// Starts node-a and node-b over TLS with one leaf for 127.0.0.1 of a new CA named `ca_name`, and
+/// a gateway over them ([`config`]: `FAST_HEALTH`, the cluster's `tls` trusting that CA, route
+/// lines `route_extra`). Returns the CA, both nodes and the gateway.
+async fn two_tls_nodes(ca_name: &str, route_extra: &str) -> (Ca, Mock, Mock, Gateway) {
+    let ca = Ca::new(ca_name);
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let a = tls_mock("node-a", &leaf, &[]).await;
+    let b = tls_mock("node-b", &leaf, &[]).await;
+    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
+    let gw = Gateway::start(&config(
+        FAST_HEALTH,
+        &nodes,
+        &tls_line(&ca, ""),
+        route_extra,
+    ))
+    .await;
+    (ca, a, b, gw)
+}
+
 /// Issue 14: gRPC unary and server-streaming calls from a tonic client (h2c to the gateway) reach
 /// a TLS mock through a `protocol = "h2"` cluster (HTTP/2 over TLS, ALPN h2), whose h2 probes pass.
 #[tokio::test]
@@ -105,12 +124,7 @@ async fn grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
 /// test CA for the node's IP), the node sees the request as sent, and both nodes serve.
 #[tokio::test]
 async fn http1_requests_over_tls_to_tls_nodes() {
-    let ca = Ca::new("h1 CA");
-    let leaf = ca.leaf(&["127.0.0.1"]);
-    let a = tls_mock("node-a", &leaf, &[]).await;
-    let b = tls_mock("node-b", &leaf, &[]).await;
-    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
-    let gw = Gateway::start(&config(FAST_HEALTH, &nodes, &tls_line(&ca, ""), "")).await;
+    let (_ca, a, b, gw) = two_tls_nodes("h1 CA", "").await;
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..4 {
         let r = get(&gw.url("/data"), &[]).await.expect("request");
@@ -137,12 +151,7 @@ async fn http1_requests_over_tls_to_tls_nodes() {
 /// 503 over TLS) is ejected while the other keeps serving.
 #[tokio::test]
 async fn http_probes_over_tls_see_health_and_eject() {
-    let ca = Ca::new("probe CA");
-    let leaf = ca.leaf(&["127.0.0.1"]);
-    let a = tls_mock("node-a", &leaf, &[]).await;
-    let b = tls_mock("node-b", &leaf, &[]).await;
-    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
-    let gw = Gateway::start(&config(FAST_HEALTH, &nodes, &tls_line(&ca, ""), "")).await;
+    let (ca, a, _b, gw) = two_tls_nodes("probe CA", "").await;
     for id in ["node-a", "node-b"] {
         gw.wait_node_state(id, "healthy", Duration::from_secs(10))
             .await;
@@ -164,18 +173,7 @@ async fn http_probes_over_tls_see_health_and_eject() {
 /// other node when its node is killed; the client's socket stays open.
 #[tokio::test]
 async fn websocket_dials_and_hops_between_tls_nodes() {
-    let ca = Ca::new("ws CA");
-    let leaf = ca.leaf(&["127.0.0.1"]);
-    let mut a = tls_mock("node-a", &leaf, &[]).await;
-    let mut b = tls_mock("node-b", &leaf, &[]).await;
-    let nodes = [("node-a", a.addr()), ("node-b", b.addr())];
-    let toml = config(
-        FAST_HEALTH,
-        &nodes,
-        &tls_line(&ca, ""),
-        "websocket = \"hop\"",
-    );
-    let gw = Gateway::start(&toml).await;
+    let (_ca, mut a, mut b, gw) = two_tls_nodes("ws CA", "websocket = \"hop\"").await;
     let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
         format!("ws://127.0.0.1:{}/ws", gw.port),
     )

@@ -3,19 +3,17 @@
 //! `limits.websocket_max_message` closes the sender's socket with 1009; a hop in the middle of
 //! a fragmented client message delivers the message whole to the new node.
 
+use integration_tests::check::Ws;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::{cluster_toml, Gateway, Mock, FAST_HEALTH};
-use tokio::net::TcpStream;
 use tokio::time::timeout;
+use tokio_tungstenite::connect_async_with_config;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
-use tokio_tungstenite::{connect_async_with_config, MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 fn config(nodes: &[&Mock], limits: &str) -> String {
     let list: Vec<(&str, String)> = nodes.iter().map(|m| (m.id.as_str(), m.addr())).collect();

@@ -130,10 +130,8 @@ where
     }
 }
 
-/// `POST` to admin path `path` (with query) of `gw`, no body; returns the answer whatever its
-/// status (SPEC section 8). Panics if the request itself fails.
+/// `POST` to admin path `path` (with query) of `gw`, no body ([`Gateway::admin_post`]); returns
+/// the answer whatever its status (SPEC section 8). Panics if the request itself fails.
 pub async fn admin_post(gw: &Gateway, path: &str) -> Resp {
-    request("POST", &gw.admin(path), &[], Vec::new())
-        .await
-        .expect("admin call")
+    gw.admin_post(path).await
 }

@@ -215,16 +215,10 @@ impl Gateway {
         self.spawn().await;
     }
 
-    /// Resident set size in KiB (from /proc).
+    /// Resident set size in KiB ([`crate::load::rss_kib_of`], from /proc); panics when the
+    /// gateway is not running or /proc is unreadable.
     pub fn rss_kib(&self) -> u64 {
-        let pid = self.pid().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("VmRSS")
+        crate::load::rss_kib_of(self.pid().expect("running"))
     }
 }
 

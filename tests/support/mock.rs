@@ -73,6 +73,12 @@ impl Mock {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// `host:port` of the node's gRPC port (SPEC section 9); panics unless it was started with
+    /// `--grpc`.
+    pub fn grpc_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.grpc_port.expect("started with --grpc"))
+    }
+
     /// Base URL.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)

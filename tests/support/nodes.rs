@@ -3,7 +3,10 @@
 
 use std::future::Future;
 
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::read_head;
 use tokio::task::JoinHandle;
@@ -24,6 +27,22 @@ where
         }
     });
     (addr, task)
+}
+
+/// [`hand_node`] whose `serve` also gets a sender for reports (a channel of `capacity`): returns
+/// the `host:port`, the receiving end and the accept loop's task. Panics if the bind fails.
+pub async fn reporting_node<T, F, Fut>(
+    capacity: usize,
+    serve: F,
+) -> (String, mpsc::Receiver<T>, JoinHandle<()>)
+where
+    T: Send + 'static,
+    F: Fn(TcpStream, mpsc::Sender<T>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(capacity);
+    let (addr, task) = hand_node(move |s| serve(s, tx.clone())).await;
+    (addr, rx, task)
 }
 
 /// The Content-Length of a request head `head` given in lower case (as `content-length: N`
@@ -55,4 +74,22 @@ pub async fn request_head(s: &mut TcpStream) -> Option<ReqHead> {
         early: buf.len() - head_end,
         head,
     })
+}
+
+/// Reads body bytes off `s` after a head until `got` (bytes so far, e.g. [`ReqHead::early`])
+/// reaches `want` (`usize::MAX`: until the peer closes) or the read ends or fails. Returns the
+/// bytes received in all and when the first of this call's reads returned data (None if none did).
+pub async fn read_body(s: &mut TcpStream, mut got: usize, want: usize) -> (usize, Option<Instant>) {
+    let mut first = None;
+    while got < want {
+        let mut chunk = [0u8; 65536];
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                first.get_or_insert_with(Instant::now);
+                got += n;
+            }
+        }
+    }
+    (got, first)
 }

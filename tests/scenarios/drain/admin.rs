@@ -2,11 +2,7 @@
 //! finishes, and bound ids hopping off it.
 
 use super::*;
-
-fn node_of(r: &integration_tests::Resp) -> String {
-    r.header("x-node-id")
-        .unwrap_or_else(|| panic!("no x-node-id on {} {}", r.status, r.text()))
-}
+use integration_tests::check::node_of;
 
 /// A drained node takes no new work while its in-flight request finishes, and undrain gives it traffic again.
 #[tokio::test]

@@ -44,11 +44,7 @@ async fn two_nodes(cluster_extra: &str, top: &str) -> (Mock, Mock, Gateway) {
 async fn two_grpc_nodes(top: &str) -> (Mock, Mock, Gateway) {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let b = Mock::start_with("node-b", &["--grpc"]).await;
-    let nodes = [("node-a", grpc_addr(&a)), ("node-b", grpc_addr(&b))];
+    let nodes = [("node-a", a.grpc_addr()), ("node-b", b.grpc_addr())];
     let gw = Gateway::start(&config(&nodes, "protocol = \"h2c\"", top)).await;
     (a, b, gw)
-}
-
-fn grpc_addr(m: &Mock) -> String {
-    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
 }

@@ -56,7 +56,7 @@ async fn sigterm_finishes_in_flight_work_and_exits_zero() {
 async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
     let mut gw = Gateway::start(&config(
-        &[("node-a", grpc_addr(&a))],
+        &[("node-a", a.grpc_addr())],
         "protocol = \"h2c\"",
         "[server]\nshutdown_timeout = \"2s\"\n",
     ))

@@ -16,6 +16,7 @@
 mod churn;
 
 use futures_util::{stream, SinkExt, StreamExt};
+use integration_tests::check::Ws;
 use integration_tests::redis_cluster::RedisCluster;
 use integration_tests::{cluster_toml, get, request, wait_until, Gateway, Mock};
 use serde_json::Value;
@@ -23,16 +24,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const SOCKETS: usize = 1000;
 

@@ -73,15 +73,7 @@ async fn h2c_downstream_derives_host_from_authority_and_rejects_conflicting_host
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn grpc_trailers_only_answers_reach_the_client_unchanged() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        FAST_HEALTH,
-        &[("node-a", grpc_addr(&a))],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
-    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let (_a, gw, mut c) = grpc_node(FAST_HEALTH, "").await;
     let body = encode_frame(&proto::WhoRequest {});
 
     // A: one HEADERS frame with :status 200, grpc-status 5 and END_STREAM.
@@ -171,7 +163,7 @@ async fn te_trailers_survives_and_other_te_values_are_dropped() {
     let toml = format!(
         "{TCP_HEALTH}\n{}\n{}\n[[routes]]\nid = \"grpc\"\ncluster = \"g\"\nmatch = {{ path_prefix = \"/hopping.test.v1.Echo/\" }}\n\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
         cluster_toml("c", &[("node-a", a.addr())], "protocol = \"h2c\""),
-        cluster_toml("g", &[("node-a-grpc", grpc_addr(&a))], "protocol = \"h2c\""),
+        cluster_toml("g", &[("node-a-grpc", a.grpc_addr())], "protocol = \"h2c\""),
     );
     let gw = Gateway::start(&toml).await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;

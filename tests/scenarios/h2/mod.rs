@@ -9,6 +9,7 @@ mod streaming;
 
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
+use integration_tests::check::echo_header;
 use integration_tests::h2c::{self, grpc_headers, grpc_messages, Stream};
 use integration_tests::{cluster_toml, get, wait_until, Gateway, Mock, FAST_HEALTH};
 use integration_tests::{Cluster, Config, Health, Route};
@@ -21,10 +22,6 @@ use tokio::time::Instant;
 /// Health that never touches the nodes' HTTP counters (TCP connect every 200 ms).
 const TCP_HEALTH: &str =
     "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
-
-fn grpc_addr(m: &Mock) -> String {
-    format!("127.0.0.1:{}", m.grpc_port.expect("started with --grpc"))
-}
 
 /// One cluster `c` (with `cluster_extra` lines) and one route `api` for `/` with `route` lines.
 fn config(health: &str, nodes: &[(&str, String)], cluster_extra: &str, route: &str) -> String {
@@ -56,14 +53,20 @@ async fn one_h2c_node(health: &str, a: &Mock) -> Gateway {
     .await
 }
 
-fn echo_header(echo: &serde_json::Value, name: &str) -> Vec<String> {
-    echo["headers"]
-        .as_array()
-        .expect("headers array")
-        .iter()
-        .filter(|p| p[0] == name)
-        .map(|p| p[1].as_str().expect("value").to_string())
-        .collect()
+/// Starts node-a with `--grpc` and a gateway (`health`) over its gRPC port as a `protocol =
+/// "h2c"` cluster with `route` lines ([`config`]); returns both and an h2c connection to the
+/// gateway.
+async fn grpc_node(health: &str, route: &str) -> (Mock, Gateway, h2c::H2Conn) {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let gw = Gateway::start(&config(
+        health,
+        &[("node-a", a.grpc_addr())],
+        "protocol = \"h2c\"",
+        route,
+    ))
+    .await;
+    let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    (a, gw, c)
 }
 
 /// Node ids currently in flight on the gateway, by node.

@@ -132,15 +132,7 @@ async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_close
 /// resets the upstream stream within 1 s.
 #[tokio::test]
 async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        FAST_HEALTH,
-        &[("node-a", grpc_addr(&a))],
-        "protocol = \"h2c\"",
-        "timeout = \"1s\"",
-    ))
-    .await;
-    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let (_a, gw, mut c) = grpc_node(FAST_HEALTH, "timeout = \"1s\"").await;
 
     // A bounded stream: three ticks, then status 0 trailers.
     let req = c.ticks(3);
@@ -207,15 +199,7 @@ async fn grpc_server_stream_flows_promptly_and_cancel_resets_upstream() {
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn grpc_deadline_replaces_route_timeout_and_gateway_errors_are_grpc_statuses() {
-    let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        TCP_HEALTH,
-        &[("node-a", grpc_addr(&a))],
-        "protocol = \"h2c\"",
-        "timeout = \"1s\"",
-    ))
-    .await;
-    let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let (a, gw, mut c) = grpc_node(TCP_HEALTH, "timeout = \"1s\"").await;
     let who = encode_frame(&proto::WhoRequest {});
     a.delay(1500).await;
 

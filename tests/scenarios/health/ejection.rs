@@ -71,7 +71,7 @@ async fn timeout_storm_keeps_the_last_node() {
     let a = Mock::start("a").await;
     let b = Mock::start("b").await;
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\npassive_consecutive_errors = 0\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
     // Both nodes stop answering (probes included): every probe of the cluster times out.
     a.hang().await;
     b.hang().await;

@@ -54,7 +54,7 @@ async fn degraded_node_gets_degraded_percent_of_its_share() {
     let b = Mock::start("b").await;
     // A huge eject_after keeps the node degraded while traffic is measured.
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\ndegraded_percent = 20\neject_after = 100000\npassive_consecutive_errors = 0\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
     let even = spread(&gw, 200, 8).await;
     assert_eq!(
         (even.get("a"), even.get("b")),
@@ -97,7 +97,7 @@ recover_after = 2
 slow_start = "3s"
 passive_consecutive_errors = 0
 "#;
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
 
     // 1. Down, up, down, up... on every probe: never `degrade_after` failures in a row, so the
     //    node never moves and its traffic never changes: equal weights alternate exactly.
@@ -221,7 +221,7 @@ async fn recovered_node_traffic_share_rises_over_slow_start() {
     let a = Mock::start("a").await;
     let b = Mock::start("b").await;
     let health = "interval = \"200ms\"\ntimeout = \"1s\"\ndegrade_after = 2\ndegraded_percent = 20\neject_after = 3\nrecover_after = 2\nslow_start = \"4s\"\npassive_consecutive_errors = 0\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
     a.set_down().await;
     gw.wait_node_state("a", "ejected", Duration::from_secs(5))
         .await;

@@ -27,6 +27,12 @@ fn config(
         .toml()
 }
 
+/// Starts a gateway over mocks `a` and `b` (node ids `a`, `b`) with `[health]` lines `health` and
+/// no extra cluster or route lines ([`config`]).
+async fn gateway_ab(health: &str, a: &Mock, b: &Mock) -> Gateway {
+    Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await
+}
+
 /// `gateway_health_transitions_total` of node `node` in cluster `c` into state `to`.
 async fn transitions_to(gw: &Gateway, node: &str, to: &str) -> f64 {
     gw.metric(&format!(

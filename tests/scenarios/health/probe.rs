@@ -126,7 +126,7 @@ async fn business_down_node_gets_no_request_within_two_probe_intervals() {
     // share within eject_after probe intervals" = two intervals here.
     let interval = Duration::from_millis(250);
     let health = "path = \"/actuator/health/business\"\nexpect_status = [200, 599]\nexpect_json = { pointer = \"/business\", equals = \"UP\" }\ninterval = \"250ms\"\ntimeout = \"1s\"\ndegrade_after = 2\neject_after = 2\nrecover_after = 2\nslow_start = \"0s\"\npassive_consecutive_errors = 0\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
     let warm = spread(&gw, 20, 2).await;
     assert_eq!(warm.len(), 2, "both nodes serve: {warm:?}");
 
@@ -193,7 +193,7 @@ async fn timing_promise_degrade_and_eject_within_intervals() {
     let a = Mock::start("a").await;
     let b = Mock::start("b").await;
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\n";
-    let gw = Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await;
+    let gw = gateway_ab(health, &a, &b).await;
     // The probe schedule's phase relative to set_down is random: the bounds hold for any phase.
     let interval = Duration::from_millis(200);
     let slack = Duration::from_millis(300);

@@ -131,7 +131,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
 #[tokio::test]
 async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let grpc_addr = format!("127.0.0.1:{}", a.grpc_port.expect("grpc port"));
+    let grpc_addr = a.grpc_addr();
     let front = Front::start(
         "grpc test CA",
         &[("node-a", grpc_addr)],

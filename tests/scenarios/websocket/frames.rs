@@ -150,15 +150,7 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     );
     // The node's compressed frame arrives with RSV1 and payload untouched.
     let mut raw = buf.clone();
-    while raw.len() < 2 + deflated.len() {
-        let mut chunk = [0u8; 64];
-        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
-            .await
-            .expect("frame in time")
-            .expect("read");
-        assert!(n > 0);
-        raw.extend_from_slice(&chunk[..n]);
-    }
+    fill_to(&mut tcp, &mut raw, 2 + deflated.len(), "frame in time").await;
     assert_eq!(raw[0], 0xc1, "FIN + RSV1 + text");
     assert_eq!(&raw[2..2 + deflated.len()], deflated);
     buf = raw[2 + deflated.len()..].to_vec();
@@ -168,15 +160,7 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     f.extend_from_slice(&key);
     f.extend(deflated.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
     tcp.write_all(&f).await.expect("write");
-    while buf.len() < 2 + deflated.len() {
-        let mut chunk = [0u8; 64];
-        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
-            .await
-            .expect("echo in time")
-            .expect("read");
-        assert!(n > 0);
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    fill_to(&mut tcp, &mut buf, 2 + deflated.len(), "echo in time").await;
     assert_eq!(buf[0], 0xc2, "the node saw FIN + RSV1 + binary");
     assert_eq!(&buf[2..2 + deflated.len()], deflated);
     buf.drain(..2 + deflated.len());
@@ -192,4 +176,18 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
     let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
     assert_eq!(hint["reconnect"], true);
+}
+
+/// Reads from `tcp` onto `buf` until it holds at least `len` bytes, each read within 2 s; panics
+/// with `in_time` on a timeout, and on a read error or the end of the stream first.
+async fn fill_to(tcp: &mut TcpStream, buf: &mut Vec<u8>, len: usize, in_time: &str) {
+    while buf.len() < len {
+        let mut chunk = [0u8; 64];
+        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
+            .await
+            .expect(in_time)
+            .expect("read");
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }

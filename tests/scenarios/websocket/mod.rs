@@ -8,6 +8,7 @@ mod handshake;
 mod hop;
 
 use futures_util::{SinkExt, StreamExt};
+use integration_tests::check::Ws;
 use integration_tests::ws::next_text;
 use integration_tests::{cluster_toml, wait_until, Gateway, Mock, FAST_HEALTH};
 use integration_tests::{Cluster, Config, Health, Route};
@@ -16,12 +17,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const GAUGE: &str = "gateway_active_connections{protocol=\"websocket\"}";
 

@@ -10,21 +10,19 @@ mod drain;
 mod kill;
 
 use futures_util::{stream, SinkExt, StreamExt};
+use integration_tests::check::Ws;
 use integration_tests::{get, wait_until, Gateway, Mock};
 use integration_tests::{Config, Health, Route};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Clients per scenario (issue 7).
 const CLIENTS: usize = 200;

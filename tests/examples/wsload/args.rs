@@ -1,0 +1,85 @@
+//! The command line (flags in the crate docs of `main.rs`).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::conn::Target;
+
+/// The parsed flags, with their defaults.
+pub(crate) struct Args {
+    pub(crate) url: String,
+    pub(crate) ca: Option<String>,
+    /// Built from `url` and `ca` once the flags are read.
+    pub(crate) target: Target,
+    pub(crate) steps: Vec<usize>,
+    pub(crate) pids: Vec<u32>,
+    pub(crate) concurrency: usize,
+    pub(crate) echo_secs: f64,
+    pub(crate) echo_rate: f64,
+    pub(crate) settle: Duration,
+    /// Hop mode: the PID of the node process to kill.
+    pub(crate) hop_kill: Option<u32>,
+    /// Hop mode: the id of the node that PID runs (its hello's `node`).
+    pub(crate) hop_node: String,
+    /// Hop mode: how long after the kill to wait for every hop.
+    pub(crate) hop_wait: Duration,
+}
+
+/// Reads the flags from `std::env::args`. Errors: a flag without a value, an unknown flag, a
+/// value that does not parse, no `--url`, decreasing `--steps`, or a bad `--ca` for `wss://`.
+pub(crate) fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        url: String::new(),
+        ca: None,
+        target: Target {
+            url: String::new(),
+            tls: None,
+        },
+        steps: vec![2000, 10000],
+        pids: Vec::new(),
+        concurrency: 256,
+        echo_secs: 3.0,
+        echo_rate: 1000.0,
+        settle: Duration::from_millis(1000),
+        hop_kill: None,
+        hop_node: "node-1".to_owned(),
+        hop_wait: Duration::from_secs(60),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--url" => a.url = value,
+            "--ca" => a.ca = Some(value),
+            "--steps" => {
+                a.steps = value
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .context("--steps")?;
+            }
+            "--pid" => a.pids.push(value.parse().context("--pid")?),
+            "--concurrency" => a.concurrency = value.parse().context("--concurrency")?,
+            "--echo-secs" => a.echo_secs = value.parse().context("--echo-secs")?,
+            "--echo-rate" => a.echo_rate = value.parse().context("--echo-rate")?,
+            "--settle-ms" => {
+                a.settle = Duration::from_millis(value.parse().context("--settle-ms")?)
+            }
+            "--hop-kill" => a.hop_kill = Some(value.parse().context("--hop-kill")?),
+            "--hop-node" => a.hop_node = value,
+            "--hop-wait-secs" => {
+                a.hop_wait = Duration::from_secs_f64(value.parse().context("--hop-wait-secs")?)
+            }
+            other => bail!("unknown flag {other}"),
+        }
+    }
+    if a.url.is_empty() {
+        bail!("--url is required");
+    }
+    a.target = Target::new(&a.url, a.ca.as_deref())?;
+    if a.steps.windows(2).any(|w| w[1] < w[0]) {
+        bail!("--steps must not decrease");
+    }
+    Ok(a)
+}

@@ -1,0 +1,58 @@
+//! `wsload`: the WebSocket load client of `make bench` (bench/run.sh). Built only there, with
+//! `cargo build --release -p integration-tests --features bench --example wsload`.
+//!
+//! It opens idle WebSockets in steps (e.g. 2,000 then 10,000), reads the node's hello on each
+//! (mock-backend `/ws` sends one, then echoes), and after each step reads the resident memory of
+//! the proxy process(es) given by `--pid` (VmRSS from /proc/<pid>/status, summed) so the script can
+//! report KiB per idle connection. Then it measures echo round trips at a fixed aggregate rate,
+//! spread over all open connections, and prints one JSON object on stdout:
+//!
+//! `{"url":..,"base_rss_kib":N,"steps":[{"conns":N,"failed":N,"rss_kib":N,"kib_per_conn":F,
+//!   "echo":{"count":N,"errors":N,"p50_ms":F,"p99_ms":F,"p999_ms":F}}]}`
+//!
+//! Flags: `--url ws://HOST:PORT/ws` or `wss://HOST:PORT/ws` (required), `--ca FILE` (PEM roots
+//! for `wss://`, required with it; TLS via rustls with the ring provider, ALPN `http/1.1`, server
+//! name = the URL's host), `--steps 2000,10000`, `--pid PID` (repeatable),
+//! `--concurrency 256` (handshakes in flight), `--echo-secs 3`, `--echo-rate 1000` (messages/s in total),
+//! `--settle-ms 1000` (wait after a step before reading RSS).
+//!
+//! Hop mode (`bench/ws-hop.sh`, issue 7: "the time to hop all of them after a kill"), selected by
+//! `--hop-kill PID`: opens the last `--steps` count of idle sockets through a gateway route in
+//! `websocket = "hop"` mode, counts those whose hello came from `--hop-node ID` (default `node-1`,
+//! the node whose process is PID), waits `--settle-ms`, sends SIGKILL to PID (`kill -9`; the clock
+//! starts when `kill` returns), and then waits up to `--hop-wait-secs` (default 60) for the next
+//! hello on each of those sockets whose `hopped_from` is that node (the new node's hello, SPEC
+//! section 9). Every socket, on the killed node or not, is watched for a close. Prints one JSON
+//! object:
+//!
+//! `{"url":..,"target":N,"conns":N,"failed":N,"first_error":..,"hop_node":..,"on_hop_node":N,
+//!   "hopped":N,"closed":N,"first_close":..,"waiting":N,"unexpected_messages":N,"hopped_to":{ID:N},
+//!   "hop_ms":{"first":F,"p50":F,"p99":F,"max":F},"all_hopped_ms":F|null,"wait_secs":F,
+//!   "pids":[PID],"cpu_ms_during_hops":[N|null]}`
+//!
+//! `hop_ms` is the time from the kill to each hop's hello as the client read it; `all_hopped_ms`
+//! is the last of them when every socket of the node hopped (null otherwise); `closed` counts
+//! sockets (on any node) that saw a Close or the end of the stream, and should be 0; `waiting`
+//! counts sockets of the node still without a hop at the deadline. With `--pid PID` (repeatable),
+//! `cpu_ms_during_hops` gives each process's CPU time (user + system) from the kill until the
+//! last hop or the deadline, in the order of `pids`.
+//!
+//! Modules: `args` (the flags), `conn` (dialing `ws://`/`wss://` and the hello), `idle` (idle +
+//! echo mode), `hop` (hop mode), `stats` (/proc reads and quantiles).
+
+mod args;
+mod conn;
+mod hop;
+mod idle;
+mod stats;
+
+use anyhow::Result;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = args::parse_args()?;
+    match args.hop_kill {
+        Some(pid) => hop::run(&args, pid).await,
+        None => idle::run(&args).await,
+    }
+}
