@@ -1,5 +1,5 @@
 //! Ending a socket from the gateway's side: the reconnect hint (close 1012 after moving the
-//! binding), Close frames to either leg, and the bounded wait for the client's reply before TCP
+//! binding), Close frames to either side, and the bounded wait for the client's reply before TCP
 //! closes (SPEC section 5: never 1005/1006 on the wire). Spawns nothing.
 
 use crate::proxy::respond::{render, Dialect, ProxyError};
@@ -62,13 +62,13 @@ impl Relay {
         Ok(())
     }
 
-    /// Sends the node a Close (if its leg is alive and none was sent) and drops the leg.
+    /// Sends the node a Close (if its side is alive and none was sent) and drops the side.
     pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
-        if let Some(mut leg) = self.up.take() {
-            if !leg.close_sent && !leg.io.peer_gone() {
+        if let Some(mut side) = self.up.take() {
+            if !side.close_sent && !side.io.peer_gone() {
                 let _ = tokio::time::timeout(
                     CLOSE_REPLY_WAIT,
-                    leg.io.write(&frame::close(code, reason)),
+                    side.io.write(&frame::close(code, reason)),
                 )
                 .await;
             }

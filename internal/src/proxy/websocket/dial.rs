@@ -27,7 +27,7 @@ use crate::selection;
 /// Header naming the node a re-dialled socket came from (SPEC section 5).
 const HOPPED_FROM: HeaderName = HeaderName::from_static("x-hopped-from");
 
-/// What the gateway needs to open, and later re-open, the upstream leg.
+/// What the gateway needs to open, and later re-open, the node side.
 #[derive(Debug, Clone)]
 pub(super) struct Handshake {
     pub(super) method: Method,
@@ -63,7 +63,7 @@ impl Negotiated {
     }
 }
 
-/// Why opening an upstream leg failed.
+/// Why opening an node side failed.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DialError {
     /// TCP connect (or the TLS handshake) failed or timed out: nothing was sent.

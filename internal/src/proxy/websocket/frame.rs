@@ -4,7 +4,7 @@
 //!
 //! tungstenite's `WebSocket` cannot be used for this: it answers pings and closes by itself and
 //! rejects frames with RSV bits set. Its frame layer ([`FrameHeader::parse`], [`Frame::format`]) is
-//! used instead. Masking follows the leg: frames to a node are masked with a fresh key, frames to the
+//! used instead. Masking follows the side: frames to a node are masked with a fresh key, frames to the
 //! client are not (section 5.3). Holds one bounded read buffer, released whenever it is empty; spawns nothing.
 
 use std::io::Cursor;
@@ -28,10 +28,10 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const PEEK_READS: usize = 4;
 /// Bytes one read takes off the socket when the buffer has no room prepared for a large frame.
 /// They are read into a scratch array on the stack (never kept across an await) and copied into
-/// the buffer, so an idle leg holds no read buffer at all (issue 7: memory per idle WebSocket).
+/// the buffer, so an idle side holds no read buffer at all (issue 7: memory per idle WebSocket).
 const READ_CHUNK: usize = 8 * 1024;
 
-/// Which leg a [`FrameIo`] talks to; decides masking (RFC 6455 section 5.3).
+/// Which side a [`FrameIo`] talks to; decides masking (RFC 6455 section 5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Peer {
     /// The downstream client: its frames arrive masked, ours go out unmasked.
@@ -60,7 +60,7 @@ pub(super) enum FrameError {
     WriteTimeout,
 }
 
-/// One WebSocket leg: the upgraded byte stream plus its read buffer.
+/// One WebSocket side: the upgraded byte stream plus its read buffer.
 #[derive(Debug)]
 pub(super) struct FrameIo<S> {
     io: S,
@@ -309,7 +309,7 @@ mod tests {
         FrameIo<tokio::io::DuplexStream>,
     ) {
         let (a, b) = tokio::io::duplex(64 * 1024);
-        // `a` is the gateway's node leg (writes masked), `b` plays the gateway's client leg (reads masked).
+        // `a` is the gateway's node side (writes masked), `b` plays the gateway's client side (reads masked).
         (FrameIo::new(a, Peer::Node), FrameIo::new(b, Peer::Client))
     }
 

@@ -1,4 +1,4 @@
-//! Live re-dial for `websocket = "hop"` (SPEC section 5): the node leg is replaced while the
+//! Live re-dial for `websocket = "hop"` (SPEC section 5): the node side is replaced while the
 //! client's socket stays open.
 //!
 //! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::dial::{pick_other, redial_node, DialError, Handshake, Negotiated};
 use super::frame::{self, Kind};
-use super::relay::{Flow, Leg, Relay};
+use super::relay::{Flow, NodeSide, Relay};
 use super::Stream;
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
@@ -26,7 +26,7 @@ use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
 
 impl Relay {
-    /// Moves the socket from `old` to another node. The old leg is already dropped.
+    /// Moves the socket from `old` to another node. The old side is already dropped.
     pub(super) async fn hop(
         &mut self,
         old: Arc<Node>,
@@ -136,19 +136,19 @@ impl Relay {
         self.s.log.hops += 1;
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
-        let mut leg = Leg::new(node, io, inflight);
-        leg.io.set_max_payload(self.max_message);
+        let mut side = NodeSide::new(node, io, inflight);
+        side.io.set_max_payload(self.max_message);
         let held = self.held.take();
         let count = held.len();
         for f in held {
-            // A failure here surfaces as the new leg's next read failing, which hops again.
-            if leg.io.write(&f).await.is_err() {
+            // A failure here surfaces as the new side's next read failing, which hops again.
+            if side.io.write(&f).await.is_err() {
                 break;
             }
             self.partial.sent(&f);
         }
-        tracing::debug!(from = %old.id, to = %leg.node.id, reason = reason.label(), held = count, "websocket re-dialled");
-        self.up = Some(leg);
+        tracing::debug!(from = %old.id, to = %side.node.id, reason = reason.label(), held = count, "websocket re-dialled");
+        self.up = Some(side);
         // Only a counted hop owes a latency observation (issue 13).
         self.failure_seen = counted.then_some(failure_seen);
         self.touch();

@@ -95,12 +95,12 @@ impl Partial {
     }
 }
 
-/// Client messages held while the node leg is being replaced (SPEC section 5: bounded).
+/// Client messages held while the node side is being replaced (SPEC section 5: bounded).
 const MAX_HELD_FRAMES: usize = 1024;
-/// Payload bytes held while the node leg is being replaced.
+/// Payload bytes held while the node side is being replaced.
 const MAX_HELD_BYTES: usize = 1 << 20;
 
-/// Client frames held while the node leg is replaced, bounded by count and bytes.
+/// Client frames held while the node side is replaced, bounded by count and bytes.
 #[derive(Debug, Default)]
 pub(super) struct Held {
     pub(super) frames: VecDeque<Frame>,

@@ -37,7 +37,7 @@ use super::headers::is_extended_connect;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::Node;
 
-/// The upgraded stream of either leg.
+/// The upgraded stream of either side.
 type Stream = TokioIo<Upgraded>;
 
 /// Proxies a WebSocket handshake to `node` (or another node if it refuses the connection) and, on
@@ -116,7 +116,7 @@ pub(crate) async fn proxy(
         session
             .relay(
                 TokioIo::new(down),
-                relay::Leg::new(node, TokioIo::new(up), inflight),
+                relay::NodeSide::new(node, TokioIo::new(up), inflight),
             )
             .await;
     });
@@ -145,7 +145,7 @@ fn client_head(p: &Proxy, ctx: &RequestCtx, head: &mut HeaderMap, upgraded: bool
     }
     if upgraded && ctx.h2 {
         // RFC 8441 section 5: the HTTP/1.1 upgrade fields and the accept key (which answers the
-        // gateway's key, not the client's) stay on the node leg.
+        // gateway's key, not the client's) stay on the node side.
         for name in [header::CONNECTION, header::UPGRADE, SEC_WEBSOCKET_ACCEPT] {
             head.remove(name);
         }

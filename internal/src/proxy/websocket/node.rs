@@ -1,5 +1,5 @@
-//! The relay's node events: the node leg lost, the node's signal (ejected, draining, drain
-//! deadline), and a leg that must go — hop, hint or close by the route's `websocket` mode
+//! The relay's node events: the node side lost, the node's signal (ejected, draining, drain
+//! deadline), and a side that must go — hop, hint or close by the route's `websocket` mode
 //! (SPEC section 5). Part of [`super::relay::Relay`].
 
 use crate::proxy::respond::ProxyError;
@@ -11,10 +11,10 @@ use super::frame::{self, Kind};
 use crate::config::WsMode;
 use crate::hopper::HopReason;
 
-use super::relay::{Flow, Leg, Relay, CLOSE_REPLY_WAIT};
+use super::relay::{Flow, NodeSide, Relay, CLOSE_REPLY_WAIT};
 
 impl Relay {
-    /// The node leg failed or closed TCP without a Close frame.
+    /// The node side failed or closed TCP without a Close frame.
     pub(super) async fn node_lost(&mut self, detail: &str) -> Flow {
         if let Some(close) = self.client_close.clone() {
             // Closing anyway: complete the client's handshake with its own code.
@@ -26,22 +26,22 @@ impl Relay {
             self.up = None;
             return Flow::Continue;
         }
-        if let Some(leg) = &self.up {
-            leg.node.runtime.record_passive_error(
-                &leg.node.settings.health,
+        if let Some(side) = &self.up {
+            side.node.runtime.record_passive_error(
+                &side.node.settings.health,
                 &format!("websocket: {detail}"),
                 Instant::now(),
             );
-            tracing::info!(node = %leg.node.id, detail, "websocket node connection lost");
+            tracing::info!(node = %side.node.id, detail, "websocket node connection lost");
         }
         Box::pin(self.node_gone(HopReason::NodeLost, false)).await
     }
 
     pub(super) async fn on_signal(&mut self) -> Flow {
-        let Some(leg) = self.up.as_mut() else {
+        let Some(side) = self.up.as_mut() else {
             return Flow::Continue;
         };
-        let signal = *leg.signal.borrow_and_update();
+        let signal = *side.signal.borrow_and_update();
         if self.client_close.is_some() || self.node_closed {
             return Flow::Continue;
         }
@@ -72,23 +72,23 @@ impl Relay {
         }
     }
 
-    /// Ends a leg whose node still works (drain, ejection) before the socket moves on: sends the
+    /// Ends a side whose node still works (drain, ejection) before the socket moves on: sends the
     /// node Close 1001 and relays the data frames it still sends until its Close reply, so the
     /// answers to messages it already received reach the client instead of being dropped with the
-    /// leg. Bounded by [`CLOSE_REPLY_WAIT`]; the node's pings, pongs and Close stay on the old leg
+    /// side. Bounded by [`CLOSE_REPLY_WAIT`]; the node's pings, pongs and Close stay on the old side
     /// (the client's next peer is another node). Client frames wait in the client socket meanwhile.
-    pub(super) async fn retire(&mut self, leg: &mut Leg) {
+    pub(super) async fn retire(&mut self, side: &mut NodeSide) {
         let sent = tokio::time::timeout(
             CLOSE_REPLY_WAIT,
-            leg.io.write(&frame::close(1001, "going away")),
+            side.io.write(&frame::close(1001, "going away")),
         )
         .await;
         if !matches!(sent, Ok(Ok(_))) {
             return;
         }
-        leg.close_sent = true;
+        side.close_sent = true;
         let deadline = Instant::now() + CLOSE_REPLY_WAIT;
-        while let Ok(Ok(Some((f, _)))) = tokio::time::timeout_at(deadline, leg.io.read()).await {
+        while let Ok(Ok(Some((f, _)))) = tokio::time::timeout_at(deadline, side.io.read()).await {
             match frame::kind(&f) {
                 Kind::Close => return,
                 Kind::Ping | Kind::Pong => {}
@@ -102,29 +102,29 @@ impl Relay {
         }
     }
 
-    /// The node leg must be replaced: hop, hint or close per the route's mode. `alive` says whether
-    /// the old leg still works (it then gets a Close 1001 first).
+    /// The node side must be replaced: hop, hint or close per the route's mode. `alive` says whether
+    /// the old side still works (it then gets a Close 1001 first).
     pub(super) async fn node_gone(&mut self, reason: HopReason, alive: bool) -> Flow {
-        // The failure is seen now; retiring a live leg below takes up to CLOSE_REPLY_WAIT.
+        // The failure is seen now; retiring a live side below takes up to CLOSE_REPLY_WAIT.
         let seen = Instant::now();
         self.drain_act_at = None;
         self.drain_deadline = None;
-        let Some(mut leg) = self.up.take() else {
+        let Some(mut side) = self.up.take() else {
             return self.end(ProxyError::NodeGone).await;
         };
-        if alive && !leg.close_sent {
+        if alive && !side.close_sent {
             if self.mode == WsMode::Close {
                 let _ = tokio::time::timeout(
                     CLOSE_REPLY_WAIT,
-                    leg.io.write(&frame::close(1001, "going away")),
+                    side.io.write(&frame::close(1001, "going away")),
                 )
                 .await;
             } else {
-                self.retire(&mut leg).await;
+                self.retire(&mut side).await;
             }
         }
-        let old = leg.node.clone();
-        drop(leg);
+        let old = side.node.clone();
+        drop(side);
         match self.mode {
             WsMode::Close => self.end(ProxyError::NodeGone).await,
             WsMode::Hint => self.hint(&old, reason, seen).await,

@@ -83,9 +83,9 @@ impl Relay {
         if k == Kind::Close {
             if self.node_closed {
                 // The client's reply to the node's Close: pass it on, the session is over.
-                if let Some(leg) = self.up.as_mut() {
-                    if leg.io.write(&frame).await.is_ok() {
-                        leg.close_sent = true;
+                if let Some(side) = self.up.as_mut() {
+                    if side.io.write(&frame).await.is_ok() {
+                        side.close_sent = true;
                     }
                 }
                 return Flow::End;
@@ -93,26 +93,26 @@ impl Relay {
             self.client_close = Some(frame.clone());
             self.closing_until = Some(Instant::now() + CLOSE_GRACE);
         }
-        let Some(leg) = self.up.as_mut() else {
+        let Some(side) = self.up.as_mut() else {
             return Flow::Continue;
         };
-        if leg.io.peer_gone() {
+        if side.io.peer_gone() {
             // The node is already gone: keep the frame for the next node instead of losing it.
             if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
-                tracing::debug!("held frame bound reached while the node leg is closing");
+                tracing::debug!("held frame bound reached while the node side is closing");
             }
             return Flow::Continue;
         }
-        match leg.io.write(&frame).await {
+        match side.io.write(&frame).await {
             Ok(_) => {
-                leg.close_sent |= k == Kind::Close;
+                side.close_sent |= k == Kind::Close;
                 self.partial.sent(&frame);
                 Flow::Continue
             }
             Err(e) => {
                 // A write that failed did not reach a live node: keep the frame for the next node.
                 if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
-                    tracing::debug!("held frame bound reached while the node leg failed");
+                    tracing::debug!("held frame bound reached while the node side failed");
                 }
                 Box::pin(self.node_lost(&e.to_string())).await
             }
@@ -159,9 +159,9 @@ impl Relay {
                     && matches!(frame::close_code(&frame), Some(1001 | 1012)) =>
             {
                 // The node is going away (shutdown, drain, restart): move the socket, do not end it.
-                if let Some(leg) = self.up.as_mut() {
-                    if leg.io.write(&frame).await.is_ok() {
-                        leg.close_sent = true;
+                if let Some(side) = self.up.as_mut() {
+                    if side.io.write(&frame).await.is_ok() {
+                        side.close_sent = true;
                     }
                 }
                 return Box::pin(self.node_gone(HopReason::GoingAway, false)).await;

@@ -1,4 +1,4 @@
-//! The per-socket relay task: frames both ways, one `select!` over the client leg, the node leg,
+//! The per-socket relay task: frames both ways, one `select!` over the client side, the node side,
 //! the node's signal (ejected, draining), gateway shutdown and the timers (idle, drain jitter, drain
 //! deadline, close grace).
 //!
@@ -49,24 +49,24 @@ pub(super) struct Session {
     pub(super) log: LogCtx,
 }
 
-/// The node leg: its frames, the node and its signal, and the in-flight count held on it.
+/// The node side: its frames, the node and its signal, and the in-flight count held on it.
 #[derive(Debug)]
-pub(super) struct Leg {
+pub(super) struct NodeSide {
     pub(super) io: FrameIo<Stream>,
     pub(super) node: Arc<Node>,
     pub(super) signal: watch::Receiver<NodeSignal>,
     pub(super) _inflight: InflightGuard,
-    /// True once a Close went to the node on this leg.
+    /// True once a Close went to the node on this side.
     pub(super) close_sent: bool,
 }
 
-impl Leg {
-    /// A leg to `node` over the upgraded stream `io`.
+impl NodeSide {
+    /// A side to `node` over the upgraded stream `io`.
     pub(super) fn new(node: Arc<Node>, io: Stream, inflight: InflightGuard) -> Self {
         let mut signal = node.runtime.subscribe();
         // Look at the current state once: the node may have drained before the 101 went out.
         signal.mark_changed();
-        Leg {
+        NodeSide {
             io: FrameIo::new(io, Peer::Node),
             node,
             signal,
@@ -121,11 +121,11 @@ pub(super) struct Relay {
     pub(super) s: Session,
     pub(super) mode: WsMode,
     pub(super) down: FrameIo<Stream>,
-    pub(super) up: Option<Leg>,
+    pub(super) up: Option<NodeSide>,
     pub(super) shutdown: drain::Watch,
     pub(super) bytes_in: u64,
     pub(super) bytes_out: u64,
-    /// Client frames that arrived after the node leg was seen gone, for the next node.
+    /// Client frames that arrived after the node side was seen gone, for the next node.
     pub(super) held: Held,
     /// The client's Close, relayed to the node; its reply is awaited.
     pub(super) client_close: Option<Frame>,
@@ -151,7 +151,7 @@ pub(super) struct Relay {
 }
 
 impl Session {
-    /// Takes both upgraded legs and returns the relay task's future, which relays until the socket
+    /// Takes both upgraded sides and returns the relay task's future, which relays until the socket
     /// ends, then writes the access-log line (status 101, byte counts).
     ///
     /// The relay state lives in one heap block built here, and the future holds only that block,
@@ -161,7 +161,7 @@ impl Session {
     pub(super) fn relay(
         self: Box<Self>,
         down: Stream,
-        mut leg: Leg,
+        mut side: NodeSide,
     ) -> impl std::future::Future<Output = ()> + Send {
         let span = tracing::info_span!(
             "websocket",
@@ -171,11 +171,11 @@ impl Session {
         );
         let mode = self.ctx.route.config.websocket;
         if mode == WsMode::Hop && self.negotiated.extensions {
-            span.in_scope(|| tracing::info!(node = %leg.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead"));
+            span.in_scope(|| tracing::info!(node = %side.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead"));
         }
         let idle = self.p.settings.limits.websocket_idle_timeout;
         let max_message = self.p.settings.limits.websocket_max_message;
-        leg.io.set_max_payload(max_message);
+        side.io.set_max_payload(max_message);
         let mut down = FrameIo::new(down, Peer::Client);
         down.set_max_payload(max_message);
         let shutdown = self.p.shutdown.clone();
@@ -183,7 +183,7 @@ impl Session {
             s: *self,
             mode,
             down,
-            up: Some(leg),
+            up: Some(side),
             shutdown,
             bytes_in: 0,
             bytes_out: 0,
@@ -233,7 +233,7 @@ async fn read_opt(io: Option<&mut FrameIo<Stream>>) -> Read {
 }
 
 async fn changed_opt(rx: Option<&mut watch::Receiver<NodeSignal>>) {
-    // The sender lives in the node's runtime, which the leg holds: Err cannot happen while it is alive.
+    // The sender lives in the node's runtime, which the side holds: Err cannot happen while it is alive.
     if let Some(rx) = rx {
         if rx.changed().await.is_ok() {
             return;
@@ -268,7 +268,7 @@ impl Relay {
     async fn next_event(&mut self) -> Event {
         let timer = self.next_timer();
         let (up_io, up_signal) = match self.up.as_mut() {
-            Some(leg) => (Some(&mut leg.io), Some(&mut leg.signal)),
+            Some(side) => (Some(&mut side.io), Some(&mut side.signal)),
             None => (None, None),
         };
         tokio::select! {
