@@ -192,7 +192,6 @@ async fn missing_in_redis(
 /// takes over) and a manual `CLUSTER FAILOVER` cost no request, and every binding ends up in Redis.
 /// Long on purpose: migration, kill and manual failover under one continuous load.
 #[tokio::test]
-#[ignore = "intermittent (2 of 3 full runs on 2026-12-01): after kill -9 of the slot's master some bindings acknowledged just before the kill are not in Redis within 10 s (asynchronous replication loses them and nothing re-writes them); no request fails; the store issue owes a re-assert of served bindings before this can be a CI check"]
 async fn cluster_slot_migration_and_failover_fail_no_request() {
     let (mut cluster, _mocks, [gw, _gw_b]) = two_gateways().await;
     let gw = Arc::new(gw);

@@ -126,8 +126,7 @@ impl RedisStore {
         let follow = target.resolves_master();
         let (refresh_tx, refresh_rx) = mpsc::channel(REFRESH_QUEUE);
         let cap = settings.max_entries.max(1);
-        let journal = (!matches!(target, RedisTarget::Cluster { .. }))
-            .then(|| Mutex::new(std::collections::VecDeque::new()));
+        let journal = Mutex::new(std::collections::VecDeque::new());
         let shared = Arc::new(Shared {
             target,
             conn: ArcSwapOption::empty(),

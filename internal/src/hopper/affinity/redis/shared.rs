@@ -123,9 +123,10 @@ pub(super) struct Shared {
     pub(super) master: Mutex<Option<String>>,
     /// Tells the subscriber to drop its subscription and open one on the current master.
     pub(super) resubscribe: Notify,
-    /// Writes of the last [`JOURNAL_AGE`] (single server and Sentinel only): replayed on the new
-    /// master after a failover, since the old master may have taken them after the promotion.
-    pub(super) journal: Option<Mutex<Journal>>,
+    /// Acknowledged writes of the last [`JOURNAL_AGE`]: replayed on the new master after a
+    /// failover (Sentinel: the old master may have taken them after the promotion; Cluster: the
+    /// promoted replica may not have them yet).
+    pub(super) journal: Mutex<Journal>,
 }
 
 /// Reuses `mine` when Redis answered with the same node, to keep one allocation per node id.
@@ -185,10 +186,31 @@ impl Shared {
     }
 
     /// Counts and (rate-limited) logs an error, and marks Redis down so requests stop waiting on it.
+    /// In Redis Cluster a failing master is replaced by its replica, which may miss the last
+    /// writes the master acknowledged (replication is asynchronous): the journal of recent writes
+    /// then goes to the write-back set, so the maintainer re-asserts them once the cluster answers
+    /// (bind semantics: a binding another replica wrote since wins).
     pub(super) fn fail(&self, op: &'static str, error: &dyn fmt::Display) {
         self.log.report(&self.metrics, op, error);
         if !self.down.swap(true, Ordering::AcqRel) {
+            if matches!(self.target, RedisTarget::Cluster { .. }) {
+                self.replay_journal();
+            }
             self.wake.notify_one();
+        }
+    }
+
+    /// Moves every journaled write into the write-back set (see [`Shared::journal`]).
+    fn replay_journal(&self) {
+        let recent: Vec<(Box<str>, Pending)> = {
+            let mut j = self
+                .journal
+                .lock()
+                .expect("journal mutex is never poisoned");
+            j.drain(..).map(|(_, id, change)| (id, change)).collect()
+        };
+        for (id, change) in recent {
+            self.remember(&id, change);
         }
     }
 
@@ -202,24 +224,18 @@ impl Shared {
             tracing::warn!(reason = %why, "redis master changed or turned replica; reconnecting");
         }
         self.down.store(true, Ordering::Release);
-        if let Some(j) = &self.journal {
-            let recent: Vec<(Box<str>, Pending)> = {
-                let mut j = j.lock().expect("journal mutex is never poisoned");
-                j.drain(..).map(|(_, id, change)| (id, change)).collect()
-            };
-            for (id, change) in recent {
-                self.remember(&id, change);
-            }
-        }
+        self.replay_journal();
         self.resubscribe.notify_one();
         self.wake.notify_one();
     }
 
     /// Records a write Redis acknowledged, for replay after a failover (bounded by count and age).
     pub(super) fn journal(&self, conn: &str, change: Pending) {
-        let Some(j) = &self.journal else { return };
         let now = Instant::now();
-        let mut j = j.lock().expect("journal mutex is never poisoned");
+        let mut j = self
+            .journal
+            .lock()
+            .expect("journal mutex is never poisoned");
         while j
             .front()
             .is_some_and(|(t, ..)| j.len() >= JOURNAL_CAP || now.duration_since(*t) > JOURNAL_AGE)
