@@ -32,7 +32,7 @@ taskset -c "$LCPU" h2load -n 500 -c 1 -m 1 "http://127.0.0.1:$GW_PORT/data" >/de
 echo "idle:    $(measure idle)"
 
 # Flooders: each opens a connection, floods until the gateway's GOAWAY closes it, and reconnects.
-taskset -c "$LCPU" python3 - "$GW_PORT" >"$W/flood.log" 2>&1 <<'PY' &
+nice -n 19 taskset -c "$LCPU" python3 - "$GW_PORT" >"$W/flood.log" 2>&1 <<'PY' &
 import socket, struct, sys, threading, time
 port = int(sys.argv[1])
 def fr(t, f, s, p=b""): return struct.pack(">I", len(p))[1:] + bytes([t, f]) + struct.pack(">I", s) + p
