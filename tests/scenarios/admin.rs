@@ -154,10 +154,7 @@ fn promtool_accepts(text: &str) {
 /// its own content type and `# EOF`. Checked after traffic and a hop, so labelled series exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool_and_types_match_bodies() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw =
-        Gateway::start(&Config::single(Health::http_fast(), &[&a, &b], Route::api()).toml()).await;
+    let (_a, _b, gw) = Gateway::two_nodes(Health::http_fast()).await;
     let r = get(&gw.url("/data"), &[("X-Conn-Id", "m-1")])
         .await
         .expect("bind");

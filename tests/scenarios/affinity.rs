@@ -15,10 +15,7 @@ use tokio::time::timeout;
 /// leave the binding alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conn_id_pins_one_node_and_plain_requests_spread() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw =
-        Gateway::start(&Config::single(Health::http_fast(), &[&a, &b], Route::api()).toml()).await;
+    let (a, b, gw) = Gateway::two_nodes(Health::http_fast()).await;
 
     let mut seen: HashMap<String, u32> = HashMap::new();
     for _ in 0..50 {
@@ -67,8 +64,7 @@ async fn conn_id_pins_one_node_and_plain_requests_spread() {
 /// 400 that reaches no node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_conn_ids_get_400_json_and_128_bytes_pass() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::http_fast(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::http_fast()).await;
 
     let ok = "k".repeat(128);
     let r = get(&gw.url("/data"), &[(HDR, &ok)]).await.expect("get");

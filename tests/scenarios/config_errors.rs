@@ -24,6 +24,16 @@ fn check_config(name: &str, toml: &str) -> (i32, String, String, String) {
     )
 }
 
+/// Asserts `--check-config` on `toml` (written as `name`) exits 2 with exactly one error line,
+/// which starts with `{path}:{want}`.
+fn assert_one_error(name: &str, toml: &str, want: &str) {
+    let (code, _, err, path) = check_config(name, toml);
+    assert_eq!(code, 2);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with(&format!("{path}:{want}")), "{err}");
+}
+
 /// `--check-config` exits 0 on a valid file and 2 otherwise, one `file:line:column: key: message`
 /// line per error, in file order.
 #[test]
@@ -34,27 +44,17 @@ fn check_config_reports_file_line_column_key() {
     assert_eq!(err, "");
 
     let unknown = "[server]\nzone = \"hz\"\n  bogus_key = 1\n";
-    let (code, _, err, path) = check_config("unknown.toml", unknown);
-    assert_eq!(code, 2);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    assert!(
-        lines[0].starts_with(&format!(
-            "{path}:3:3: server.bogus_key: unknown field `bogus_key`"
-        )),
-        "{err}"
+    assert_one_error(
+        "unknown.toml",
+        unknown,
+        "3:3: server.bogus_key: unknown field `bogus_key`",
     );
 
     let duration = format!("{valid}timeout = \"3 parsecs\"\n");
-    let (code, _, err, path) = check_config("duration.toml", &duration);
-    assert_eq!(code, 2);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    assert!(
-        lines[0].starts_with(&format!(
-            "{path}:10:1: routes[0].timeout: invalid duration \"3 parsecs\""
-        )),
-        "{err}"
+    assert_one_error(
+        "duration.toml",
+        &duration,
+        "10:1: routes[0].timeout: invalid duration \"3 parsecs\"",
     );
 
     // Every error is reported, one a line, in file order.
@@ -81,20 +81,10 @@ fn check_config_reports_file_line_column_key() {
 /// A file with a bad duration on line 8, a wrongly typed value on line 14 and an unknown key on
 /// line 20 (and nothing else wrong).
 fn three_errors_file() -> String {
-    let mut lines = vec![String::new(); 22];
-    lines[0] = "[[clusters]]".into();
-    lines[1] = "name = \"c\"".into();
-    lines[2] = "  [[clusters.nodes]]".into();
-    lines[3] = "  id = \"a\"".into();
-    lines[4] = "  addr = \"127.0.0.1:1\"".into();
-    lines[6] = "[health]".into();
-    lines[7] = "interval = \"2 parsecs\"".into();
-    lines[13] = "eject_after = \"three\"".into();
-    lines[15] = "[[routes]]".into();
-    lines[16] = "id = \"r\"".into();
-    lines[17] = "cluster = \"c\"".into();
-    lines[19] = "bogus_key = 1".into();
-    lines.join("\n")
+    "[[clusters]]\nname = \"c\"\n  [[clusters.nodes]]\n  id = \"a\"\n  addr = \"127.0.0.1:1\"\n\n\
+        [health]\ninterval = \"2 parsecs\"\n\n\n\n\n\neject_after = \"three\"\n\n\
+        [[routes]]\nid = \"r\"\ncluster = \"c\"\n\nbogus_key = 1\n\n"
+        .to_string()
 }
 
 /// The (line, column, key, message start) of each error [`three_errors_file`] must report, in

@@ -12,10 +12,7 @@ use tokio::time::Instant;
 /// move, and it returns after recovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_node_is_ejected_gets_nothing_and_returns() {
-    let a = Mock::start("node-a").await;
-    let b = Mock::start("node-b").await;
-    let gw =
-        Gateway::start(&Config::single(Health::http_fast(), &[&a, &b], Route::api()).toml()).await;
+    let (_a, b, gw) = Gateway::two_nodes(Health::http_fast()).await;
     gw.wait_node_state("node-b", "healthy", Duration::from_secs(5))
         .await;
 

@@ -8,7 +8,7 @@ use integration_tests::check::echo_header;
 use integration_tests::load::{pattern, sha_hex};
 use integration_tests::nodes::{read_body, reporting_node, request_head};
 use integration_tests::raw::Raw;
-use integration_tests::{Config, Gateway, Health, Mock, Route};
+use integration_tests::{Config, Gateway, Health, Route};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -19,8 +19,7 @@ use tokio::time::{timeout, Instant};
 /// the body is never pulled upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case15_early_401_reaches_the_client_without_100_and_no_body_moves() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::tcp_fast()).await;
     let mut took_max = Duration::ZERO;
     for status in [401u16, 413] {
         let mut c = Raw::connect(gw.port).await;
@@ -63,8 +62,7 @@ async fn interim_100(port: u16, path: &str, len: usize) -> (Raw, Duration) {
 /// CASE-15: a node's own 100 Continue is relayed once, promptly, then its final status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case15_node_100_is_relayed_once_then_the_final_status() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    let (_a, gw) = Gateway::one_node(Health::tcp_fast()).await;
     let body = pattern(4 * 1024 * 1024, 15);
     let (mut c, took) = interim_100(gw.port, "/echo/bucket/big.bin", body.len()).await;
     // Well before the gateway's own 1 s: this 100 is the node's, relayed.

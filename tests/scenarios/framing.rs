@@ -11,14 +11,13 @@ use std::time::Duration;
 use integration_tests::check::{echo_header, json_error};
 use integration_tests::load::sha_hex;
 use integration_tests::raw::{refused, Raw};
-use integration_tests::{Config, Gateway, Health, Mock, Route};
+use integration_tests::{Gateway, Health};
 
 /// CASE-13: Content-Length with Transfer-Encoding and every framing variant is a JSON 400, nothing
 /// forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case13_cl_with_te_is_400_and_nothing_forwarded() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::tcp_fast()).await;
     let smuggle = "0\r\n\r\nGET /admin HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaa\r\n\r\n";
     // (wire, status, gateway's JSON body expected)
     let cases: Vec<(String, u16, bool)> = vec![
@@ -66,8 +65,7 @@ async fn case13_cl_with_te_is_400_and_nothing_forwarded() {
 /// the request is plainly chunked. It is forwarded with framing the gateway computed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case13_tab_after_chunked_is_plain_chunked_and_reframed() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::tcp_fast()).await;
     let mut c = Raw::connect(gw.port).await;
     c.send(b"POST /echo/submit HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\t\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /echo/second HTTP/1.1\r\nHost: x\r\n\r\n").await;
     let (h, body) = c.response(Duration::from_secs(5)).await;
@@ -88,8 +86,7 @@ async fn case13_tab_after_chunked_is_plain_chunked_and_reframed() {
 /// CASE-14: obs-fold and colon-less field lines are a JSON 400, nothing forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case14_obs_fold_and_colonless_lines_are_400_and_nothing_forwarded() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::tcp_fast()).await;
     let cases = [
         "POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n 6\r\n\r\nhello!",
         "POST /echo/upload HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 6\r\n\r\nhello!",
@@ -112,16 +109,28 @@ async fn case14_obs_fold_and_colonless_lines_are_400_and_nothing_forwarded() {
 /// answer with its exact message, the connection closes, and nothing reaches the node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_heads_get_json_answers_and_reach_no_node() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_200ms(), &[&a], Route::api()).toml()).await;
+    let (a, gw) = Gateway::one_node(Health::tcp_200ms()).await;
     let long = format!(
         "GET /echo?q={} HTTP/1.1\r\nHost: x\r\n\r\n",
         "a".repeat(70_000)
     );
-    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
-        (b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Conn-Id: a\x01b\r\n\r\n".to_vec(), 400, "bad request: control character in a field value"),
-        (b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Conn-Id: a\x7fb\r\n\r\n".to_vec(), 400, "bad request: control character in a field value"),
-        (b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Note: a\rb\r\n\r\n".to_vec(), 400, "bad request: control character in a field value"),
+    // Three control characters in field values, all with one message; then one case a line.
+    let control: [&[u8]; 3] = [
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Conn-Id: a\x01b\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Conn-Id: a\x7fb\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Note: a\rb\r\n\r\n",
+    ];
+    let mut cases: Vec<(Vec<u8>, u16, &str)> = control
+        .iter()
+        .map(|w| {
+            (
+                w.to_vec(),
+                400,
+                "bad request: control character in a field value",
+            )
+        })
+        .collect();
+    cases.extend([
         (b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Note: a\r\n b\r\n\r\n".to_vec(), 400, "bad request: obs-fold: a field line starts with whitespace"),
         (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_vec(), 400, "bad request: invalid Content-Length"),
         (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_vec(), 400, "bad request: conflicting Content-Length values"),
@@ -132,7 +141,7 @@ async fn malformed_heads_get_json_answers_and_reach_no_node() {
         (b"GET /echo HTTP/1.7\r\nHost: x\r\n\r\n".to_vec(), 400, "bad request: unsupported HTTP version in the request line"),
         (b"G@T /echo HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), 400, "bad request: invalid method in the request line"),
         (long.into_bytes(), 414, "request line longer than 16384 bytes"),
-    ];
+    ]);
     for (wire, status, message) in &cases {
         let mut c = Raw::connect(gw.port).await;
         c.send(wire).await;

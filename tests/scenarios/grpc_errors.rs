@@ -52,6 +52,11 @@ fn assert_trailers_only(r: &H2Resp, code: u32) {
     assert!(r.trailers.is_none(), "no separate trailers frame");
 }
 
+/// A `WhoService` call (`WHO_PATH`, empty request) with the `extra` request headers.
+async fn who(gw: &Gateway, extra: &[(&str, &str)]) -> H2Resp {
+    call(gw, WHO_PATH, extra, who_body()).await
+}
+
 async fn call(gw: &Gateway, path: &str, extra: &[(&str, &str)], body: Bytes) -> H2Resp {
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let req = c.request("POST", path, &grpc_headers(extra), body);
@@ -76,12 +81,12 @@ async fn gateway_failures_are_trailers_only_with_grpc_status() {
     assert_trailers_only(&r, 8);
     // b: node-a refuses connections (killed), before the probes notice.
     a.kill().await;
-    let r = call(&gw, WHO_PATH, &[("grpc-timeout", "2S")], who_body()).await;
+    let r = who(&gw, &[("grpc-timeout", "2S")]).await;
     assert_trailers_only(&r, 14);
     // a: no ready node at all.
     gw.wait_node_state("node-a", "ejected", Duration::from_secs(10))
         .await;
-    let r = call(&gw, WHO_PATH, &[], who_body()).await;
+    let r = who(&gw, &[]).await;
     assert_trailers_only(&r, 14);
     // h: plain HTTP keeps the HTTP mapping and JSON bodies.
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
@@ -105,11 +110,9 @@ async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
     let gw = Gateway::start(&toml).await;
     for _ in 0..3 {
         let started = Instant::now();
-        let r = call(
+        let r = who(
             &gw,
-            WHO_PATH,
             &[("grpc-timeout", "200m"), ("x-mock-grpc-delay-ms", "2000")],
-            who_body(),
         )
         .await;
         let took = started.elapsed();
@@ -125,13 +128,7 @@ async fn deadline_is_the_clients_and_ends_with_deadline_exceeded() {
         "client deadlines are not node faults"
     );
     let started = Instant::now();
-    let r = call(
-        &gw,
-        WHO_PATH,
-        &[("x-mock-grpc-delay-ms", "5000")],
-        who_body(),
-    )
-    .await;
+    let r = who(&gw, &[("x-mock-grpc-delay-ms", "5000")]).await;
     assert_trailers_only(&r, 4);
     let took = started.elapsed();
     assert!(
@@ -161,28 +158,26 @@ async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
             .parse()
             .expect("number")
     };
-    let r = call(&gw, WHO_PATH, &[("grpc-timeout", "100S")], who_body()).await;
+    let r = who(&gw, &[("grpc-timeout", "100S")]).await;
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
     let got = ms(&r);
     assert!(
         (2000..=3000).contains(&got),
         "node received {got}m, want at most the 3 s cap"
     );
-    let r = call(&gw, WHO_PATH, &[("grpc-timeout", "1500m")], who_body()).await;
+    let r = who(&gw, &[("grpc-timeout", "1500m")]).await;
     let got = ms(&r);
     assert!(
         (1000..=1500).contains(&got),
         "node received {got}m of 1500m"
     );
     // No client deadline: the cap alone.
-    let r = call(&gw, WHO_PATH, &[], who_body()).await;
+    let r = who(&gw, &[]).await;
     assert!((2000..=3000).contains(&ms(&r)));
     let started = Instant::now();
-    let r = call(
+    let r = who(
         &gw,
-        WHO_PATH,
         &[("grpc-timeout", "100S"), ("x-mock-grpc-delay-ms", "6000")],
-        who_body(),
     )
     .await;
     assert_trailers_only(&r, 4);
@@ -194,7 +189,7 @@ async fn grpc_timeout_is_capped_and_passed_on_with_the_remaining_budget() {
 
     let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "")).await;
     for bad in ["1x", "123456789m"] {
-        let r = call(&gw, WHO_PATH, &[("grpc-timeout", bad)], who_body()).await;
+        let r = who(&gw, &[("grpc-timeout", bad)]).await;
         assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "{bad}");
         assert_eq!(r.header("x-mock-grpc-timeout").as_deref(), Some(bad));
     }
@@ -217,18 +212,9 @@ async fn refused_stream_is_retried_on_another_node() {
             calls < 32,
             "no first attempt reached node-a in {calls} calls"
         );
-        let r = call(
-            &gw,
-            WHO_PATH,
-            &[("x-mock-grpc-refuse", "node-a")],
-            who_body(),
-        )
-        .await;
-        assert_eq!(
-            r.trailer("grpc-status").as_deref(),
-            Some("0"),
-            "call {calls}: {r:?}"
-        );
+        let r = who(&gw, &[("x-mock-grpc-refuse", "node-a")]).await;
+        let status = r.trailer("grpc-status");
+        assert_eq!(status.as_deref(), Some("0"), "call {calls}: {r:?}");
         let who: Vec<proto::WhoReply> = grpc_messages(&r.body);
         assert_eq!(who[0].node, "node-b", "call {calls}");
         calls += 1;
@@ -240,7 +226,7 @@ async fn refused_stream_is_retried_on_another_node() {
     );
     a.reset_stats().await;
     b.reset_stats().await;
-    let r = call(&gw, WHO_PATH, &[("x-mock-grpc-refuse", "1")], who_body()).await;
+    let r = who(&gw, &[("x-mock-grpc-refuse", "1")]).await;
     assert_trailers_only(&r, 14);
     assert_eq!(
         a.requests().await + b.requests().await,

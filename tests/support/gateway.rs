@@ -234,3 +234,24 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// Scenario set-ups: mocks plus a gateway routing everything to them.
+impl Gateway {
+    /// Starts mock `node-a` and a gateway with it as cluster `c` behind [`crate::Route::api`],
+    /// probed per `health` (SPEC section 3); returns (node-a, gateway) once `/readyz` answers.
+    pub async fn one_node(health: crate::Health) -> (crate::Mock, Gateway) {
+        let a = crate::Mock::start("node-a").await;
+        let toml = crate::Config::single(health, &[&a], crate::Route::api()).toml();
+        (a, Gateway::start(&toml).await)
+    }
+
+    /// Starts mocks `node-a` and `node-b` and a gateway with both as cluster `c` behind
+    /// [`crate::Route::api`], probed per `health` (SPEC section 3); returns (node-a, node-b,
+    /// gateway) once `/readyz` answers.
+    pub async fn two_nodes(health: crate::Health) -> (crate::Mock, crate::Mock, Gateway) {
+        let a = crate::Mock::start("node-a").await;
+        let b = crate::Mock::start("node-b").await;
+        let toml = crate::Config::single(health, &[&a, &b], crate::Route::api()).toml();
+        (a, b, Gateway::start(&toml).await)
+    }
+}

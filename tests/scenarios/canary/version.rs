@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// `gateway_canary_fallback_total` of cluster `svc`: requests whose version had no node.
+async fn fallbacks(gw: &Gateway) -> f64 {
+    gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
+        .await
+}
+
 /// A version header or query parameter sends requests to v2 nodes only.
 #[tokio::test]
 async fn version_header_and_query_reach_only_v2_nodes() {
@@ -18,11 +24,7 @@ async fn version_header_and_query_reach_only_v2_nodes() {
         assert_eq!(c.len(), 2, "both v2 nodes share the traffic: {c:?}");
         assert!(c.values().all(|n| (400..=600).contains(n)), "{path}: {c:?}");
     }
-    assert_eq!(
-        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
-            .await,
-        0.0
-    );
+    assert_eq!(fallbacks(&gw).await, 0.0);
 }
 
 /// Requests without a version are spread by node weight.
@@ -45,13 +47,8 @@ async fn unknown_version_falls_back_with_warn_and_counter() {
     let ids = fan_out(&gw, "/data", &[("x-version", "v3")], 40).await;
     let c = count(&ids);
     assert_eq!(c.len(), 4, "served by all candidates: {c:?}");
-    let line = gw
-        .logs
-        .wait_for(
-            &["requested_version", "candidates", "matched", "cluster"],
-            Duration::from_secs(2),
-        )
-        .await;
+    let keys = ["requested_version", "candidates", "matched", "cluster"];
+    let line = gw.logs.wait_for(&keys, Duration::from_secs(2)).await;
     for part in [
         "WARN",
         "cluster=svc",
@@ -75,11 +72,7 @@ async fn unknown_version_falls_back_with_warn_and_counter() {
         40,
         "one WARN per occurrence"
     );
-    assert_eq!(
-        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
-            .await,
-        40.0
-    );
+    assert_eq!(fallbacks(&gw).await, 40.0);
 }
 
 /// An unknown version is rejected when the route says so.
@@ -102,19 +95,9 @@ async fn unknown_version_is_rejected_when_configured() {
         .expect("request");
     assert_eq!(ok.status, 200);
     assert_eq!(version_of(&ok.header("x-node-id").expect("node")), "v2");
-    assert_eq!(
-        get(&gw.url("/strict/data"), &[])
-            .await
-            .expect("request")
-            .status,
-        200
-    );
-    assert_eq!(
-        gw.metric(r#"gateway_canary_fallback_total{cluster="svc"}"#)
-            .await,
-        0.0,
-        "a reject is not a fallback"
-    );
+    let plain = get(&gw.url("/strict/data"), &[]).await.expect("request");
+    assert_eq!(plain.status, 200);
+    assert_eq!(fallbacks(&gw).await, 0.0, "a reject is not a fallback");
 }
 
 /// An id bound on one version is re-bound when its requests ask for another version.
