@@ -12,15 +12,8 @@ use integration_tests::{get, request, Config, Gateway, Health, Mock, Route};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_route_is_404_json_and_admin_conns_lifecycle() {
     let a = Mock::start("node-a").await;
-    let gw = Gateway::start(
-        &Config::single(
-            Health::http_fast(),
-            &[&a],
-            Route::prefix("api", "/api", "c"),
-        )
-        .toml(),
-    )
-    .await;
+    let api = Route::prefix("api", "/api", "c");
+    let gw = Gateway::start(&Config::single(Health::http_fast(), &[&a], api).toml()).await;
 
     let r = get(&gw.url("/other"), &[]).await.expect("get");
     assert_eq!(r.status, 404);
@@ -81,12 +74,8 @@ async fn no_route_is_404_json_and_admin_conns_lifecycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_token_is_required_when_set() {
     let a = Mock::start("node-a").await;
-    let gw = Gateway::start(
-        &Config::single(Health::http_fast(), &[&a], Route::api())
-            .table("server", "admin_token = \"s3cret\"")
-            .toml(),
-    )
-    .await;
+    let config = Config::single(Health::http_fast(), &[&a], Route::api());
+    let gw = Gateway::start(&config.table("server", "admin_token = \"s3cret\"").toml()).await;
     for path in ["/admin/nodes", "/admin/routes", "/metrics"] {
         let r = get(&gw.admin(path), &[]).await.expect("admin");
         assert_eq!(r.status, 401, "{path} without a token");
@@ -137,11 +126,7 @@ fn promtool_accepts(text: &str) {
         .write_all(text.as_bytes())
         .expect("write to promtool");
     let out = child.wait_with_output().expect("promtool ran");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = integration_tests::check::output_text(&out);
     assert!(
         out.status.success(),
         "promtool check metrics failed: {said}"

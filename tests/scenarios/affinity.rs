@@ -11,6 +11,21 @@ use integration_tests::raw::{exchange, refused};
 use integration_tests::{get, Config, Gateway, Health, Mock, Route};
 use tokio::time::timeout;
 
+/// Asserts `gw` answers a request carrying conn id `id` with 400 and the signature error, and
+/// holds no binding for it (`/admin/conns/{id}` is 404); `what` names the case in messages.
+async fn assert_refused(gw: &Gateway, id: &str, what: &str) {
+    let r = get(&gw.url("/echo/s"), &[(HDR, id)]).await.expect("get");
+    assert_eq!(r.status, 400, "{what}");
+    assert_eq!(
+        json_error(&r.body),
+        "invalid x-conn-id header: conn id signature does not verify"
+    );
+    let r = get(&gw.admin(&format!("/admin/conns/{id}")), &[])
+        .await
+        .expect("admin");
+    assert_eq!(r.status, 404, "{what}: {}", r.text());
+}
+
 /// One conn id stays on one node for 50 requests; 200 plain requests spread over both nodes and
 /// leave the binding alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,16 +179,7 @@ async fn signed_ids_are_issued_on_upgrade_and_forged_ones_get_400_touching_no_bi
     a.reset_stats().await;
     b.reset_stats().await;
     for f in &forged {
-        let r = get(&gw.url("/echo/s"), &[(HDR, f)]).await.expect("get");
-        assert_eq!(r.status, 400, "{f}");
-        assert_eq!(
-            json_error(&r.body),
-            "invalid x-conn-id header: conn id signature does not verify"
-        );
-        let r = get(&gw.admin(&format!("/admin/conns/{f}")), &[])
-            .await
-            .expect("admin");
-        assert_eq!(r.status, 404, "{f}: {}", r.text());
+        assert_refused(&gw, f, f).await;
     }
     // A forged id on an upgrade: 400, never 101.
     let (h, body) = refused(gw.port, format!("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Conn-Id: {}\r\n\r\n", forged[0]).as_bytes()).await;
@@ -251,16 +257,7 @@ async fn signed_ids_from_a_rotated_key_pass_only_while_the_key_is_listed() {
     // Only the current key: the old id no longer verifies; the new one does.
     let gw = Gateway::start_with_env(&toml, &[], &[("HOPGW_SECRET", "rotate-key-2")]).await;
     a.reset_stats().await;
-    let r = get(&gw.url("/echo/s"), &[(HDR, &old)]).await.expect("get");
-    assert_eq!(r.status, 400);
-    assert_eq!(
-        json_error(&r.body),
-        "invalid x-conn-id header: conn id signature does not verify"
-    );
-    let r = get(&gw.admin(&format!("/admin/conns/{old}")), &[])
-        .await
-        .expect("admin");
-    assert_eq!(r.status, 404, "no binding for a refused id");
+    assert_refused(&gw, &old, "old id; no binding for a refused id").await;
     assert_eq!(a.requests().await, 0, "nothing forwarded");
     let r = get(&gw.url("/echo/s"), &[(HDR, &new)]).await.expect("get");
     assert_eq!((r.status, node_of(&r)), (200, "node-a".to_string()));

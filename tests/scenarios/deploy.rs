@@ -134,11 +134,7 @@ fn systemd_unit_verifies() {
         .arg(&path)
         .output()
         .expect("systemd-analyze (Debian package systemd) runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = integration_tests::check::output_text(&out);
     assert!(
         out.status.success(),
         "systemd-analyze verify failed: {text}"

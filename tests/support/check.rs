@@ -135,3 +135,13 @@ where
 pub async fn admin_post(gw: &Gateway, path: &str) -> Resp {
     gw.admin_post(path).await
 }
+
+/// A finished command's stdout then stderr as one (lossy UTF-8) text, for assertions and their
+/// messages about what a tool said.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

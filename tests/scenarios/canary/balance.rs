@@ -8,35 +8,20 @@ async fn zone_affinity_prefers_local_nodes_and_falls_back() {
     let hz = Mock::start_with("hz-a", &["--zone", "hz"]).await;
     let sh = Mock::start_with("sh-a", &["--zone", "sh"]).await;
     let none = Mock::start("nozone").await;
-    let toml = format!(
-        r#"[server]
-zone = "hz"
-
-{FAST_HEALTH}
-[[clusters]]
-name = "z"
-  [[clusters.nodes]]
-  id = "hz-a"
-  addr = "{}"
-  metadata = {{ zone = "hz" }}
-  [[clusters.nodes]]
-  id = "sh-a"
-  addr = "{}"
-  metadata = {{ zone = "sh" }}
-  [[clusters.nodes]]
-  id = "nozone"
-  addr = "{}"
-
-[[routes]]
-id = "api"
-match = {{ path_prefix = "/" }}
-cluster = "z"
-"#,
-        hz.addr(),
-        sh.addr(),
-        none.addr()
-    );
+    let zone = |z: &str| format!("metadata = {{ zone = \"{z}\" }}");
+    let nodes = Cluster::new("z")
+        .node_with("hz-a", &hz.addr(), &zone("hz"))
+        .node_with("sh-a", &sh.addr(), &zone("sh"))
+        .node("nozone", &none.addr());
+    let toml = Config::new()
+        .table("server", "zone = \"hz\"")
+        .raw_top(FAST_HEALTH)
+        .with_cluster(nodes)
+        .route(Route::prefix("api", "/", "z"))
+        .toml();
     let gw = Gateway::start(&toml).await;
+    let hz_a_becomes =
+        |state: &'static str| gw.wait_node_state("hz-a", state, Duration::from_secs(3));
     let ids = fan_out(&gw, "/data", &[], 80).await;
     assert!(
         ids.iter().all(|id| id == "hz-a"),
@@ -45,8 +30,7 @@ cluster = "z"
     );
 
     hz.set_down().await;
-    gw.wait_node_state("hz-a", "ejected", Duration::from_secs(3))
-        .await;
+    hz_a_becomes("ejected").await;
     let ids = fan_out(&gw, "/data", &[], 80).await;
     let c = count(&ids);
     assert!(!c.contains_key("hz-a"), "{c:?}");
@@ -57,8 +41,7 @@ cluster = "z"
     );
 
     hz.set_up().await;
-    gw.wait_node_state("hz-a", "healthy", Duration::from_secs(3))
-        .await;
+    hz_a_becomes("healthy").await;
     let ids = fan_out(&gw, "/data", &[], 80).await;
     assert!(
         ids.iter().all(|id| id == "hz-a"),

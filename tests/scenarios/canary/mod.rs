@@ -37,33 +37,16 @@ async fn canary_setup() -> (Vec<Mock>, Gateway) {
         toml.push_str(&format!("  [[clusters.nodes]]\n  id = \"{id}\"\n  addr = \"{}\"\n  weight = {weight}\n  metadata = {{ version = \"{version}\" }}\n", m.addr()));
         mocks.push(m);
     }
-    toml.push_str(
-        r#"
-[[routes]]
-id = "strict"
-match = { path_prefix = "/strict" }
-cluster = "svc"
-strip_prefix = "/strict"
-  [routes.canary]
-  no_match = "reject"
-
-[[routes]]
-id = "split"
-match = { path_prefix = "/split" }
-cluster = "svc"
-strip_prefix = "/split"
-  [routes.canary]
-  split = [{ by = "header:x-user-id", percent = 30, version = "v2" }]
-
-[[routes]]
-id = "api"
-match = { path_prefix = "/" }
-cluster = "svc"
-  [routes.canary]
-  version_header = "x-version"
-  version_query = "version"
-"#,
-    );
+    // `/strict` and `/split` strip their prefix; each has its own `[routes.canary]` lines.
+    let split = r#"split = [{ by = "header:x-user-id", percent = 30, version = "v2" }]"#;
+    for (id, canary) in [("strict", r#"no_match = "reject""#), ("split", split)] {
+        let prefix = format!("/{id}");
+        let lines = format!("strip_prefix = \"{prefix}\"\n  [routes.canary]\n  {canary}");
+        toml.push_str(&Route::prefix(id, &prefix, "svc").line(&lines).toml());
+    }
+    let plain =
+        "  [routes.canary]\n  version_header = \"x-version\"\n  version_query = \"version\"";
+    toml.push_str(&Route::prefix("api", "/", "svc").line(plain).toml());
     let gw = Gateway::start(&toml).await;
     (mocks, gw)
 }
