@@ -18,7 +18,7 @@ async fn lying_node() -> (String, Arc<AtomicU64>, Arc<AtomicBool>) {
     let conns = Arc::new(AtomicU64::new(0));
     let reused = Arc::new(AtomicBool::new(false));
     let (counter, flag) = (conns.clone(), reused.clone());
-    let (addr, _accepting) = hand_node(move |mut s| {
+    let serve = move |mut s: tokio::net::TcpStream| {
         let (counter, flag) = (counter.clone(), flag.clone());
         async move {
             let mut buf = Vec::new();
@@ -53,8 +53,8 @@ async fn lying_node() -> (String, Arc<AtomicU64>, Arc<AtomicBool>) {
                 }
             }
         }
-    })
-    .await;
+    };
+    let (addr, _accepting) = hand_node(serve).await;
     (addr, conns, reused)
 }
 

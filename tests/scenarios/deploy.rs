@@ -34,10 +34,11 @@ async fn systemd_notify_ready_reloading_stopping() {
     let sock = std::sync::Arc::new(UnixDatagram::bind(&sock_path).expect("bind notify socket"));
     let (port, admin) = (free_port(), free_port());
     let cfg = dir.path().join("gateway.toml");
-    std::fs::write(&cfg, format!(
+    let toml = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n[[clusters]]\nname = \"c\"\n  [[clusters.nodes]]\n  id = \"node-a\"\n  addr = \"{}\"\n[[routes]]\nid = \"r\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\n",
         a.addr()
-    )).expect("write");
+    );
+    std::fs::write(&cfg, toml).expect("write");
     let logs = Logs::default();
     let mut child = tokio::process::Command::new(bin("hopping-gateway"))
         .arg("--config")

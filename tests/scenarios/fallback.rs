@@ -26,12 +26,10 @@ async fn all_down(gw: &Gateway, a: &Mock, b: &Mock) {
 async fn all_nodes_down_answers_the_route_fallback() {
     let a = Mock::start("node-a").await;
     let b = Mock::start("node-b").await;
-    let toml = Config::new()
-        .health(Health::http_fast())
-        .cluster("c", &[&a, &b])
-        .route(Route::prefix("custom", "/custom", "c").line(
-            r#"fallback = { status = 502, content_type = "text/plain", body = "maintenance, back soon" }"#,
-        ))
+    let custom = Route::prefix("custom", "/custom", "c").line(
+        r#"fallback = { status = 502, content_type = "text/plain", body = "maintenance, back soon" }"#,
+    );
+    let toml = Config::single(Health::http_fast(), &[&a, &b], custom)
         .route(Route::api())
         .toml();
     let gw = Gateway::start(&toml).await;

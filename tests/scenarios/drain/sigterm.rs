@@ -3,16 +3,18 @@
 
 use super::*;
 
+/// Starts a gateway over `node-a` at `addr` (cluster lines `cluster_extra`, see [`config`]) whose
+/// `server.shutdown_timeout` is `timeout` (a TOML duration such as `"5s"`, SPEC section 5).
+async fn shutting_down_in(timeout: &str, addr: String, cluster_extra: &str) -> Gateway {
+    let top = format!("[server]\nshutdown_timeout = \"{timeout}\"\n");
+    Gateway::start(&config(&[("node-a", addr)], cluster_extra, &top)).await
+}
+
 /// SIGTERM lets in-flight requests finish and the gateway exits with code 0.
 #[tokio::test]
 async fn sigterm_finishes_in_flight_work_and_exits_zero() {
     let a = Mock::start("node-a").await;
-    let mut gw = Gateway::start(&config(
-        &[("node-a", a.addr())],
-        "",
-        "[server]\nshutdown_timeout = \"5s\"\n",
-    ))
-    .await;
+    let mut gw = shutting_down_in("5s", a.addr(), "").await;
     let mut idle_h2 = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     assert_eq!(
         idle_h2.get("/data", &[]).await.expect("h2 request").status,
@@ -44,23 +46,15 @@ async fn sigterm_finishes_in_flight_work_and_exits_zero() {
     assert_eq!(r.text(), format!("Data from Node node-a (Port {})", a.port));
     let code = gw.wait_exit(Duration::from_secs(5)).await;
     assert_eq!(code, Some(0));
-    assert!(
-        term_at.elapsed() < Duration::from_secs(5),
-        "shutdown took {:?}",
-        term_at.elapsed()
-    );
+    let took = term_at.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
 }
 
 /// SIGTERM closes an endless gRPC stream with `grpc-status: 14` and the gateway exits with code 0.
 #[tokio::test]
 async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero() {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let mut gw = Gateway::start(&config(
-        &[("node-a", a.grpc_addr())],
-        "protocol = \"h2c\"",
-        "[server]\nshutdown_timeout = \"2s\"\n",
-    ))
-    .await;
+    let mut gw = shutting_down_in("2s", a.grpc_addr(), "protocol = \"h2c\"").await;
     let mut c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     let req = c.ticks(0);
     let mut s = Stream::new(c.send(req).await.expect("Ticks head"));

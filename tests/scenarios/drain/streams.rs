@@ -73,11 +73,10 @@ async fn h2_client_gets_goaway_when_its_node_drains() {
     gw.logs
         .wait_for(&["sending GOAWAY"], Duration::from_secs(2))
         .await;
-    wait_until(
-        Duration::from_secs(2),
-        "the client connection to refuse new streams",
-        || async { c.send.is_closed() },
-    )
+    let what = "the client connection to refuse new streams";
+    wait_until(Duration::from_secs(2), what, || async {
+        c.send.is_closed()
+    })
     .await;
     let refused = c.get("/echo", &[]).await;
     assert!(

@@ -146,13 +146,13 @@ async fn open(port: u16, id: &str) -> (Ws, String) {
         .expect("request");
     req.headers_mut()
         .insert("x-conn-id", HeaderValue::from_str(id).expect("value"));
-    let (mut ws, _) = timeout(Duration::from_secs(20), connect_async(req))
-        .await
+    let handshake = timeout(Duration::from_secs(20), connect_async(req)).await;
+    let (mut ws, _) = handshake
         .unwrap_or_else(|_| panic!("{id}: handshake in time"))
         .unwrap_or_else(|e| panic!("{id}: upgrade: {e}"));
     loop {
-        let m = timeout(Duration::from_secs(20), ws.next())
-            .await
+        let next = timeout(Duration::from_secs(20), ws.next()).await;
+        let m = next
             .unwrap_or_else(|_| panic!("{id}: hello in time"))
             .unwrap_or_else(|| panic!("{id}: open"))
             .unwrap_or_else(|e| panic!("{id}: {e}"));
