@@ -35,6 +35,31 @@ fn open_body() -> (Chunks, StreamBody<BodyStream>) {
     (tx, StreamBody::new(futures_util::stream::poll_fn(next)))
 }
 
+/// A `WhoService` POST head to `http://{addr}` with gRPC headers plus `extra`.
+fn who_request(addr: &str, extra: &[(&str, &str)]) -> hyper::http::request::Builder {
+    grpc_headers(extra).into_iter().fold(
+        Request::post(format!("http://{addr}{WHO_PATH}")),
+        |req, (k, v)| req.header(k, v),
+    )
+}
+
+/// Sends `req` with `body` on `send` and returns the answer's head, waiting at most 5 s; panics
+/// with `what` when the stream fails instead (e.g. a reset).
+async fn answer(
+    send: &mut hyper::client::conn::http2::SendRequest<StreamBody<BodyStream>>,
+    req: hyper::http::request::Builder,
+    body: StreamBody<BodyStream>,
+    what: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        send.send_request(req.body(body).expect("request")),
+    )
+    .await
+    .expect("answered in time")
+    .expect(what)
+}
+
 /// A gRPC call whose node answers Trailers-Only (`grpc-status: 5`) while the client is still
 /// uploading: the node's END_STREAM + RST_STREAM(NO_ERROR) reaches the client as that answer
 /// (status 5, not a reset or 14), node-a stays healthy with no passive error, and the next call
@@ -53,21 +78,15 @@ async fn answer_then_rst_stream_no_error_is_a_success() {
             .await
             .expect("h2 handshake");
     let conn = tokio::spawn(conn);
-    let mut req = Request::post(format!("http://{addr}{WHO_PATH}"));
-    for (k, v) in grpc_headers(&[("x-mock-grpc-status", "5"), ("x-mock-grpc-message", "gone")]) {
-        req = req.header(k, v);
-    }
+    let req = who_request(
+        &addr,
+        &[("x-mock-grpc-status", "5"), ("x-mock-grpc-message", "gone")],
+    );
     let (tx, body) = open_body();
     tx.send(Ok(Frame::data(who_body())))
         .await
         .expect("first message queued");
-    let resp = tokio::time::timeout(
-        Duration::from_secs(5),
-        send.send_request(req.body(body).expect("request")),
-    )
-    .await
-    .expect("answered in time")
-    .expect("the node's answer, not a reset");
+    let resp = answer(&mut send, req, body, "the node's answer, not a reset").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
         resp.headers()
@@ -89,20 +108,11 @@ async fn answer_then_rst_stream_no_error_is_a_success() {
     assert_eq!(n["state"], "healthy", "{n}");
     assert_eq!(n["consecutive_failures"], 0, "{n}");
     // The same client connection serves the next call, from node-a.
-    let mut req = Request::post(format!("http://{addr}{WHO_PATH}"));
-    for (k, v) in grpc_headers(&[]) {
-        req = req.header(k, v);
-    }
+    let req = who_request(&addr, &[]);
     let (tx, body) = open_body();
     tx.send(Ok(Frame::data(who_body()))).await.expect("queued");
     drop(tx);
-    let resp = tokio::time::timeout(
-        Duration::from_secs(5),
-        send.send_request(req.body(body).expect("request")),
-    )
-    .await
-    .expect("answered in time")
-    .expect("answer");
+    let resp = answer(&mut send, req, body, "answer").await;
     let r = h2c::read_all(resp).await.expect("read whole");
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "{r:?}");
     let who: Vec<proto::WhoReply> = grpc_messages(&r.body);
