@@ -137,13 +137,14 @@ async fn dns_records_added_become_probed_nodes_and_removed_ones_drain_with_ws_ho
             r
         })
         .expect("request");
-    let (mut ws, _) = timeout(
+    let handshake = timeout(
         Duration::from_secs(5),
         tokio_tungstenite::connect_async(req),
-    )
-    .await
-    .expect("handshake in time")
-    .expect("upgrade accepted");
+    );
+    let (mut ws, _) = handshake
+        .await
+        .expect("handshake in time")
+        .expect("upgrade accepted");
     let first = next_json(&mut ws, Duration::from_secs(3)).await;
     let from = first["node"].as_str().expect("node").to_string();
     let (gone, stays) = if from == m2.id() {
@@ -169,8 +170,8 @@ async fn dns_records_added_become_probed_nodes_and_removed_ones_drain_with_ws_ho
         json!({"node": stays, "conn_id": "dns-ws-1", "hopped_from": from})
     );
     ws.send(Message::text("after-the-hop")).await.expect("send");
-    let echo = timeout(Duration::from_secs(3), ws.next())
-        .await
+    let next = timeout(Duration::from_secs(3), ws.next()).await;
+    let echo = next
         .expect("echo in time")
         .expect("open")
         .expect("no error");

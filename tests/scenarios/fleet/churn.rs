@@ -114,25 +114,22 @@ async fn fleet_survives_rolling_restarts_redis_master_kill_and_replica_restart()
     redis.kill(master).await;
     let mut rc = redis.client().await;
     let served_before = stats.ok.load(Ordering::Relaxed);
-    wait_until(
-        Duration::from_secs(30),
-        "every HTTP id bound in Redis after the failover",
-        || {
-            let mut rc = rc.clone();
-            async move {
-                for i in 0..IDS {
-                    let got: Result<Option<String>, _> = redis::cmd("GET")
-                        .arg(format!("hopgw:conn:http-{i}"))
-                        .query_async(&mut rc)
-                        .await;
-                    if !matches!(got, Ok(Some(_))) {
-                        return false;
-                    }
+    let all_bound = "every HTTP id bound in Redis after the failover";
+    wait_until(Duration::from_secs(30), all_bound, || {
+        let mut rc = rc.clone();
+        async move {
+            for i in 0..IDS {
+                let got: Result<Option<String>, _> = redis::cmd("GET")
+                    .arg(format!("hopgw:conn:http-{i}"))
+                    .query_async(&mut rc)
+                    .await;
+                if !matches!(got, Ok(Some(_))) {
+                    return false;
                 }
-                true
             }
-        },
-    )
+            true
+        }
+    })
     .await;
     assert!(
         stats.ok.load(Ordering::Relaxed) > served_before,
