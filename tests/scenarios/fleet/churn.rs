@@ -58,12 +58,8 @@ async fn fleet_survives_rolling_restarts_redis_master_kill_and_replica_restart()
             ..WsLog::default()
         }));
         let first = t0 + MESSAGE_PERIOD.mul_f64(i as f64 / SOCKETS as f64);
-        ws_tasks.push(tokio::spawn(ws_client(
-            ws,
-            log.clone(),
-            sending_rx.clone(),
-            first,
-        )));
+        let client = ws_client(ws, log.clone(), sending_rx.clone(), first);
+        ws_tasks.push(tokio::spawn(client));
         logs.push(log);
     }
     let on = |node: &str| {
