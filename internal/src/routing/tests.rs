@@ -84,7 +84,15 @@ fn most_specific_route_wins_regardless_of_file_order() {
     let reg = registry();
     let t = table(&routes, None, &reg);
     const APP: Option<&str> = Some("app.example.test");
-    let cases: [(&str, Option<&str>, &str, &[(&str, &str)], &str); 10] = [
+    /// Method, host, path and headers of a request, then the id of the route it must match.
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static str,
+    );
+    let cases: [Case; 10] = [
         ("GET", None, "/x", &[], "all"),
         ("GET", None, "/api/x", &[], "api"),
         ("GET", None, "/api/v2/x", &[], "api-v2"),
