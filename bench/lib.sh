@@ -1,6 +1,7 @@
 # Sourced by the bench scripts (run.sh, tls.sh, and through ws-common.sh the WebSocket and h2
 # ones): log lines, a process started pinned to one core, CPU ticks of pids, free loopback ports and
-# the readiness wait. Expects `set -euo pipefail`, W (the work directory, for logs) and PIDS (an
+# the readiness wait, and config text (the bench gateway's, its nodes and catch-all route, the top of
+# an nginx.conf; profile.sh and store-costs.sh source it for these). Expects `set -euo pipefail`, W (the work directory, for logs) and PIDS (an
 # array of started pids) from the caller; BENCH_TAG names the log lines (default "bench").
 
 log() { printf '[%s %s] %s\n' "${BENCH_TAG:-bench}" "$(date +%T)" "$*" >&2; }
@@ -62,9 +63,41 @@ timeout = "2s"
 [[clusters]]
 name = "bench"
 CONF
-    for n in $2; do
-      printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
-    done
-    printf '[[routes]]\nid = "all"\nmatch = { path_prefix = "/" }\ncluster = "bench"\n%s\n' "${3:-}"
+    toml_nodes "$2"
+    toml_catch_all all bench
+    printf '%s\n' "${3:-}"
   } >"$1"
+}
+
+# toml_nodes NODES: prints one [[clusters.nodes]] table per "id=port" word in NODES (address
+# 127.0.0.1:port), indented under the [[clusters]] table printed before.
+toml_nodes() {
+  local n
+  for n in $1; do
+    printf '  [[clusters.nodes]]\n  id = "%s"\n  addr = "127.0.0.1:%s"\n' "${n%%=*}" "${n#*=}"
+  done
+}
+
+# toml_catch_all ROUTE CLUSTER: prints the [[routes]] table ROUTE sending every path to CLUSTER.
+toml_catch_all() {
+  printf '[[routes]]\nid = "%s"\nmatch = { path_prefix = "/" }\ncluster = "%s"\n' "$1" "$2"
+}
+
+# nginx_head DIR CONNECTIONS [MAIN]: prints the top of an nginx.conf keeping its pid, error log and
+# body temp files in DIR: "user root;" when run as root (else an empty line), one worker, the
+# main-context line MAIN if given, foreground, CONNECTIONS connections per worker, then the opening
+# of the http block with the access log off. The caller prints the rest of the http block.
+nginx_head() {
+  if [ "$(id -u)" -eq 0 ]; then echo "user root;"; else echo; fi
+  echo "worker_processes 1;"
+  if [ -n "${3:-}" ]; then echo "$3"; fi
+  cat <<EOF
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections $2; }
+http {
+  access_log off;
+  client_body_temp_path $1/body;
+EOF
 }

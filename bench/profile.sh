@@ -11,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 TOOL=${1:-callgrind}
 MODE=${2:-plain}
 N=${PROFILE_REQUESTS:-20000}
@@ -38,39 +40,23 @@ s=[socket.socket() for _ in range(3)]
 print(" ".join(str(x.getsockname()[1]) for x in s))')"
 
 mkdir -p "$W/backend"
-cat >"$W/backend/nginx.conf" <<EOF
-$([ "$(id -u)" -eq 0 ] && echo "user root;")
-worker_processes 1;
-daemon off;
-pid $W/backend/nginx.pid;
-error_log $W/backend/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $W/backend/body;
+{
+  nginx_head "$W/backend" 1024
+  cat <<EOF
   keepalive_requests 100000000;
   server { listen 127.0.0.1:$BP; location / { default_type text/plain; return 200 "hello from the bench backend\n"; } }
 }
 EOF
+} >"$W/backend/nginx.conf"
 nginx -p "$W/backend" -e "$W/backend/error.log" -c "$W/backend/nginx.conf" &
 PIDS+=($!)
 
 mkdir -p "$W/conf"  # not next to gw.log: the gateway watches its config directory
-cat >"$W/conf/gw.toml" <<EOF
-[server]
-shutdown_timeout = "1s"
-[health]
-interval = "30s"
-[[clusters]]
-name = "bench"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$BP"
-[[routes]]
-id = "all"
-match = { path_prefix = "/" }
-cluster = "bench"
-EOF
+{
+  printf '[server]\nshutdown_timeout = "1s"\n[health]\ninterval = "30s"\n[[clusters]]\nname = "bench"\n'
+  toml_nodes "node-1=$BP"
+  toml_catch_all all bench
+} >"$W/conf/gw.toml"
 
 access=off
 hdr=()

@@ -124,19 +124,11 @@ WS_STEPS=$(echo "$WS_STEPS" | tr ',' '\n' | awk -v cap="$WS_CAP" '{print ($1 > c
 read -r BACKEND_PORT GW_PORT GW_ADMIN GWLOG_PORT GWLOG_ADMIN GWR_PORT GWR_ADMIN NGINX_PORT HAPROXY_PORT REDIS_PORT <<<"$(free_ports 10)"
 
 # ---------------------------------------------------------------- configs
-NGINX_USER=; [ "$(id -u)" -eq 0 ] && NGINX_USER="user root;"
 backend_conf() {
   mkdir -p "$W/backend"
-  cat >"$W/backend/nginx.conf" <<EOF
-$NGINX_USER
-worker_processes 1;
-daemon off;
-pid $W/backend/nginx.pid;
-error_log $W/backend/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $W/backend/body;
+  {
+    nginx_head "$W/backend" 16384
+    cat <<EOF
   keepalive_requests 100000000;
   keepalive_timeout 600s;
   server {
@@ -146,6 +138,7 @@ http {
   }
 }
 EOF
+  } >"$W/backend/nginx.conf"
 }
 
 nginx_conf() { # UPSTREAM_PORT WS(0|1)
@@ -157,17 +150,9 @@ nginx_conf() { # UPSTREAM_PORT WS(0|1)
   [ "$ws" = 1 ] && conns=65536
   [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
   [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
-  cat >"$dir/nginx.conf" <<EOF
-$NGINX_USER
-worker_processes 1;
-worker_rlimit_nofile $NOFILE;
-daemon off;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections $conns; }
-http {
-  access_log off;
-  client_body_temp_path $dir/body;
+  {
+    nginx_head "$dir" "$conns" "worker_rlimit_nofile $NOFILE;"
+    cat <<EOF
   proxy_temp_path $dir/proxy;
   keepalive_requests 100000000;
   keepalive_timeout 600s;
@@ -186,6 +171,7 @@ http {
   }
 }
 EOF
+  } >"$dir/nginx.conf"
 }
 
 haproxy_conf() { # UPSTREAM_PORT

@@ -6,6 +6,8 @@
 # Prints one markdown table row per figure. Usage: bench/store-costs.sh [N ids, default 2000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 N=${1:-2000}
 P=${P:-32}
 BIN=target/release
@@ -19,24 +21,18 @@ redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 
 for _ in $(seq 100); do redis-cli -p "$RP" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 $BIN/mock-backend "$M1" node-1 >/dev/null 2>&1 & pids+=($!)
 $BIN/mock-backend "$M2" node-2 >/dev/null 2>&1 & pids+=($!)
-cat >"$dir/g.toml" <<EOF
+{
+  cat <<EOF
 [affinity]
 store = "redis"
 redis_url = "redis://127.0.0.1:$RP/0"
 ttl = "8s"
 [[clusters]]
 name = "c"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "127.0.0.1:$M1"
-  [[clusters.nodes]]
-  id = "node-2"
-  addr = "127.0.0.1:$M2"
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "c"
 EOF
+  toml_nodes "node-1=$M1 node-2=$M2"
+  toml_catch_all r c
+} >"$dir/g.toml"
 RUST_LOG=warn $BIN/hopping-gateway --config "$dir/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >/tmp/store-costs-gw.log 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -sf "127.0.0.1:$AP/readyz" >/dev/null && break; sleep 0.1; done
 rc() { redis-cli -p "$RP" "$@"; }

@@ -52,17 +52,11 @@ CERT=$W/certs/gateway.pem KEY=$W/certs/gateway.key CA=$W/certs/ca.pem
 cat "$CERT" "$KEY" >"$W/certs/combined.pem"
 
 start backend "$LCPU" "$MOCK" "$BACKEND" bench-node
-cat >"$W/gw.toml" <<TOML
-[[clusters]]
-name = "c"
-health = { kind = "tcp" }
-  [[clusters.nodes]]
-  id = "n1"
-  addr = "127.0.0.1:$BACKEND"
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "c"
+{
+  printf '[[clusters]]\nname = "c"\nhealth = { kind = "tcp" }\n'
+  toml_nodes "n1=$BACKEND"
+  toml_catch_all r c
+  cat <<TOML
 [server.tls]
 listen = "127.0.0.1:$GW_TLS"
   [[server.tls.certs]]
@@ -70,18 +64,11 @@ listen = "127.0.0.1:$GW_TLS"
   key = "$KEY"
   server_names = ["localhost"]
 TOML
-NGINX_USER=; [ "$(id -u)" -eq 0 ] && NGINX_USER="user root;"
+} >"$W/gw.toml"
 mkdir -p "$W/nginx"
-cat >"$W/nginx/nginx.conf" <<CONF
-$NGINX_USER
-worker_processes 1;
-daemon off;
-pid $W/nginx/nginx.pid;
-error_log $W/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $W/nginx/body;
+{
+  nginx_head "$W/nginx" 4096
+  cat <<CONF
   proxy_temp_path $W/nginx/proxy;
   keepalive_requests 100000000;
   upstream be { server 127.0.0.1:$BACKEND; keepalive 64; }
@@ -96,6 +83,7 @@ http {
   }
 }
 CONF
+} >"$W/nginx/nginx.conf"
 cat >"$W/haproxy.cfg" <<CONF
 global
   nbthread 1

@@ -112,7 +112,7 @@ pub(crate) fn handle(
         Action::StatusAll => set_status_all(state, query),
         Action::GrpcReadDelay => {
             let Some(ms) = parse_u64(query, "ms") else {
-                return error_response(state, StatusCode::BAD_REQUEST, "ms=N is required");
+                return bad_request(state, "ms=N is required");
             };
             state.grpc_read_delay_ms.store(ms, Ordering::Relaxed);
             json_response(
@@ -136,11 +136,7 @@ fn set_health(state: &State, query: Option<&str>) -> Response<RespBody> {
             };
             let (Some(down), Some(up)) = (count("down"), count("up")) else {
                 drop(flap);
-                return error_response(
-                    state,
-                    StatusCode::BAD_REQUEST,
-                    "down=N and up=M (health answers) must be numbers",
-                );
+                return bad_request(state, "down=N and up=M (health answers) must be numbers");
             };
             *flap = Some(Flap { down, up, seen: 0 });
             drop(flap);
@@ -149,11 +145,7 @@ fn set_health(state: &State, query: Option<&str>) -> Response<RespBody> {
         }
         _ => {
             drop(flap);
-            return error_response(
-                state,
-                StatusCode::BAD_REQUEST,
-                "state=down|up|flap is required",
-            );
+            return bad_request(state, "state=down|up|flap is required");
         }
     };
     *flap = None;
@@ -169,7 +161,7 @@ fn set_grpc_health(state: &State, query: Option<&str>) -> Response<RespBody> {
     let down = match query_param(query, "state").as_deref() {
         Some("down") => true,
         Some("up") => false,
-        _ => return error_response(state, StatusCode::BAD_REQUEST, "state=down|up is required"),
+        _ => return bad_request(state, "state=down|up is required"),
     };
     state.grpc_down.store(down, Ordering::Relaxed);
     let label = if down { "down" } else { "up" };
@@ -181,11 +173,7 @@ fn set_grpc_health(state: &State, query: Option<&str>) -> Response<RespBody> {
 
 fn set_delay(state: &State, query: Option<&str>) -> Response<RespBody> {
     let Some(ms) = parse_u64(query, "ms") else {
-        return error_response(
-            state,
-            StatusCode::BAD_REQUEST,
-            "ms=N (milliseconds) is required",
-        );
+        return bad_request(state, "ms=N (milliseconds) is required");
     };
     state.delay_ms.store(ms, Ordering::Relaxed);
     json_response(StatusCode::OK, &json!({"node": state.id, "delay_ms": ms}))
@@ -193,11 +181,7 @@ fn set_delay(state: &State, query: Option<&str>) -> Response<RespBody> {
 
 fn set_keepalive(state: &State, query: Option<&str>) -> Response<RespBody> {
     let Some(ms) = parse_u64(query, "idle_ms") else {
-        return error_response(
-            state,
-            StatusCode::BAD_REQUEST,
-            "idle_ms=N (milliseconds) is required",
-        );
+        return bad_request(state, "idle_ms=N (milliseconds) is required");
     };
     let advertise = matches!(
         query_param(query, "advertise").as_deref(),
@@ -215,11 +199,7 @@ fn set_keepalive(state: &State, query: Option<&str>) -> Response<RespBody> {
 
 fn set_goaway(state: &State, query: Option<&str>) -> Response<RespBody> {
     let Some(after) = parse_u64(query, "after") else {
-        return error_response(
-            state,
-            StatusCode::BAD_REQUEST,
-            "after=N (streams) is required",
-        );
+        return bad_request(state, "after=N (streams) is required");
     };
     state.goaway_after.store(after, Ordering::Relaxed);
     json_response(
@@ -242,13 +222,7 @@ fn set_abort_all(state: &State, query: Option<&str>) -> Response<RespBody> {
     let after = match query_param(query, "after_bytes") {
         Some(raw) => match raw.parse::<u64>() {
             Ok(n) => n,
-            Err(_) => {
-                return error_response(
-                    state,
-                    StatusCode::BAD_REQUEST,
-                    "after_bytes=N (bytes) must be a number",
-                )
-            }
+            Err(_) => return bad_request(state, "after_bytes=N (bytes) must be a number"),
         },
         None => u64::MAX,
     };
@@ -272,12 +246,13 @@ fn set_status_all(state: &State, query: Option<&str>) -> Response<RespBody> {
                 &json!({"node": state.id, "status_all": code}),
             )
         }
-        _ => error_response(
-            state,
-            StatusCode::BAD_REQUEST,
-            "status-all takes code=N (200..=599, or 0 = off)",
-        ),
+        _ => bad_request(state, "status-all takes code=N (200..=599, or 0 = off)"),
     }
+}
+
+/// A 400 answer naming what the control request lacks (`message`, SPEC section 9).
+fn bad_request(state: &State, message: &str) -> Response<RespBody> {
+    error_response(state, StatusCode::BAD_REQUEST, message)
 }
 
 fn parse_u64(query: Option<&str>, key: &str) -> Option<u64> {

@@ -66,28 +66,16 @@ pub(crate) fn upgrade(
         return error_response(state, StatusCode::BAD_REQUEST, error);
     }
     if !has_token(headers, &CONNECTION, "upgrade") || !has_token(headers, &UPGRADE, "websocket") {
-        let mut resp = error_response(
-            state,
-            StatusCode::UPGRADE_REQUIRED,
-            "expected a WebSocket upgrade",
-        );
-        resp.headers_mut()
-            .insert(UPGRADE, HeaderValue::from_static("websocket"));
-        return resp;
+        let error = "expected a WebSocket upgrade";
+        return upgrade_required(state, error, UPGRADE, "websocket");
     }
     if headers
         .get(SEC_WEBSOCKET_VERSION)
         .map(HeaderValue::as_bytes)
         != Some(b"13")
     {
-        let mut resp = error_response(
-            state,
-            StatusCode::UPGRADE_REQUIRED,
-            "Sec-WebSocket-Version must be 13",
-        );
-        resp.headers_mut()
-            .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
-        return resp;
+        let error = "Sec-WebSocket-Version must be 13";
+        return upgrade_required(state, error, SEC_WEBSOCKET_VERSION, "13");
     }
     let Some(key) = headers.get(SEC_WEBSOCKET_KEY) else {
         return error_response(
@@ -161,6 +149,20 @@ pub(crate) fn upgrade(
 }
 
 /// True when any comma-separated token of any `name` header equals `token`, ignoring case.
+/// A 426 Upgrade Required answer with `error`, carrying the header `name: value` the client must
+/// send instead (RFC 6455 section 4.2.2, RFC 9110 section 15.5.22).
+fn upgrade_required(
+    state: &State,
+    error: &str,
+    name: HeaderName,
+    value: &'static str,
+) -> Response<RespBody> {
+    let mut resp = error_response(state, StatusCode::UPGRADE_REQUIRED, error);
+    resp.headers_mut()
+        .insert(name, HeaderValue::from_static(value));
+    resp
+}
+
 fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
     headers
         .get_all(name)

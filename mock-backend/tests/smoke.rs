@@ -52,6 +52,13 @@ async fn call(
     (parts.status, parts.headers, body)
 }
 
+/// `GET {base}/control/stats` through `client`, its body parsed as JSON.
+async fn get_stats(client: &TestClient, base: &str) -> serde_json::Value {
+    let url = format!("{base}/control/stats");
+    let (_, _, body) = call(client, Method::GET, url, Bytes::new()).await;
+    serde_json::from_slice(&body).expect("JSON")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_endpoints_answer_as_specified() {
     let mock = start("node-t").await;
@@ -137,26 +144,12 @@ async fn basic_endpoints_answer_as_specified() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // stats count everything but /control/*
-    let (_, _, body) = call(
-        &client,
-        Method::GET,
-        format!("{base}/control/stats"),
-        Bytes::new(),
-    )
-    .await;
-    let stats: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let stats = get_stats(&client, &base).await;
     assert_eq!(stats["requests"], 10, "{stats}");
     assert_eq!(stats["paths"][0], "/health");
     let url = format!("{base}/control/reset-stats");
     call(&client, Method::POST, url, Bytes::new()).await;
-    let (_, _, body) = call(
-        &client,
-        Method::GET,
-        format!("{base}/control/stats"),
-        Bytes::new(),
-    )
-    .await;
-    let stats: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let stats = get_stats(&client, &base).await;
     assert_eq!(stats["requests"], 0);
 
     mock.stop.send(()).expect("mock still running");

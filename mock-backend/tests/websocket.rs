@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::net::SocketAddr;
+
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
@@ -12,9 +14,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::WebSocketStream;
 
 use common::{read_to_end, start, WAIT};
+
+/// Opens the WebSocket `req` over a new TCP connection to `addr`: the socket and the 101 answer.
+async fn handshake(
+    addr: SocketAddr,
+    req: Request,
+) -> (
+    WebSocketStream<TcpStream>,
+    tungstenite::handshake::client::Response,
+) {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("handshake")
+}
 
 #[tokio::test]
 async fn websocket_hello_echo_ping_and_close_knob() {
@@ -27,10 +45,7 @@ async fn websocket_hello_echo_ping_and_close_knob() {
         "sec-websocket-protocol",
         "v10.stomp, v11.stomp".parse().expect("value"),
     );
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
-        .await
-        .expect("handshake");
+    let (mut ws, resp) = handshake(addr, req).await;
     assert_eq!(resp.headers()["sec-websocket-protocol"], "v10.stomp");
     let hello = ws.next().await.expect("hello").expect("hello ok");
     let hello: serde_json::Value =
@@ -71,10 +86,7 @@ async fn websocket_ticks_and_protocol_override() {
         .expect("req");
     req.headers_mut()
         .insert("sec-websocket-protocol", "a, b".parse().expect("value"));
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
-        .await
-        .expect("handshake");
+    let (mut ws, resp) = handshake(addr, req).await;
     assert_eq!(resp.headers()["sec-websocket-protocol"], "b");
     let _hello = ws.next().await.expect("hello").expect("ok");
     assert_eq!(

@@ -16,6 +16,8 @@ pub mod server_tls;
 pub mod size;
 mod spans;
 #[cfg(test)]
+pub(crate) mod test_fixtures;
+#[cfg(test)]
 mod tls_tests;
 mod validate;
 

@@ -32,6 +32,23 @@ impl Check {
         self.issues.push((key.into(), msg.into()));
     }
 
+    /// A name or id that must be given and unique (SPEC section 3): reports `key` as "required"
+    /// when `value` is empty, with the message `duplicate` makes when `seen` already holds it;
+    /// otherwise adds `value` to `seen`.
+    fn required_unique(
+        &mut self,
+        key: String,
+        value: &str,
+        seen: &mut HashSet<String>,
+        duplicate: impl FnOnce() -> String,
+    ) {
+        if value.is_empty() {
+            self.err(key, "required");
+        } else if !seen.insert(value.to_string()) {
+            self.err(key, duplicate());
+        }
+    }
+
     pub(super) fn duration(
         &mut self,
         key: &str,

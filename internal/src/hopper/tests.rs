@@ -5,30 +5,13 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::load_str;
+use crate::config::test_fixtures::two_versions;
 use crate::registry::Registry;
-
-const CONFIG: &str = r#"
-[[clusters]]
-name = "c"
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-  metadata = { version = "v1" }
-  [[clusters.nodes]]
-  id = "b"
-  addr = "127.0.0.1:2"
-  metadata = { version = "v2" }
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "c"
-"#;
 
 fn setup() -> (Hopper, Arc<RouteTable>, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     let registry = Registry::new(metrics.clone());
-    let cfg = Arc::new(load_str(CONFIG, "t.toml").expect("valid"));
+    let cfg = Arc::new(load_str(&two_versions("version"), "t.toml").expect("valid"));
     let table = Arc::new(RouteTable::build(cfg, &registry, 1, None));
     let store = AffinityStore::Memory(affinity::MemoryStore::new(100, Duration::from_secs(60)));
     (Hopper::new(store, metrics.clone()), table, metrics)

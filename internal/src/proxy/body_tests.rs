@@ -13,6 +13,11 @@ fn client_body() -> (mpsc::Sender<Bytes>, ProxyBody) {
     (tx, http_body_util::StreamBody::new(stream).boxed_unsync())
 }
 
+/// Sends `chunk` as the client's next body chunk; panics if the body was dropped.
+async fn send(tx: &mpsc::Sender<Bytes>, chunk: Bytes) {
+    tx.send(chunk).await.expect("the body is still read");
+}
+
 fn tokio_stream_of(mut rx: mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
@@ -37,18 +42,14 @@ async fn replay_resumes_a_partly_read_body_and_cuts_off_the_old_attempt() {
     let (tx, inner) = client_body();
     let (first, tap) = RequestBody::new(inner, IDLE, None);
     let mut first = Box::pin(first);
-    tx.send(Bytes::from_static(b"one"))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from_static(b"one")).await;
     assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"one"[..]));
     let mut second = replayed(&tap);
     assert!(
         first.frame().await.expect("a frame").is_err(),
         "old attempt cut off"
     );
-    tx.send(Bytes::from_static(b"two"))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from_static(b"two")).await;
     drop(tx);
     assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"one"[..]));
     assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"two"[..]));
@@ -71,9 +72,7 @@ async fn replay_of_a_never_polled_body_reads_it_all() {
     let (tx, inner) = client_body();
     let (first, tap) = RequestBody::new(inner, IDLE, None);
     drop(first);
-    tx.send(Bytes::from_static(b"all"))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from_static(b"all")).await;
     drop(tx);
     let mut again = replayed(&tap);
     assert_eq!(next_data(&mut again).await.as_deref(), Some(&b"all"[..]));
@@ -87,9 +86,7 @@ async fn past_the_limit_is_lost_and_no_body_replays_empty() {
     let (tx, inner) = client_body();
     let (first, tap) = RequestBody::new(inner, IDLE, None);
     let mut first = Box::pin(first);
-    tx.send(Bytes::from(vec![0u8; REPLAY_LIMIT + 1]))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from(vec![0u8; REPLAY_LIMIT + 1])).await;
     assert_eq!(
         next_data(&mut first).await.map(|b| b.len()),
         Some(REPLAY_LIMIT + 1)
@@ -106,15 +103,11 @@ async fn max_body_holds_across_a_replay() {
     let (tx, inner) = client_body();
     let (first, tap) = RequestBody::new(inner, IDLE, Some(5));
     let mut first = Box::pin(first);
-    tx.send(Bytes::from_static(b"abc"))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from_static(b"abc")).await;
     assert_eq!(next_data(&mut first).await.as_deref(), Some(&b"abc"[..]));
     let mut second = replayed(&tap);
     assert_eq!(next_data(&mut second).await.as_deref(), Some(&b"abc"[..]));
-    tx.send(Bytes::from_static(b"def"))
-        .await
-        .expect("the body is still read");
+    send(&tx, Bytes::from_static(b"def")).await;
     let err = second
         .frame()
         .await

@@ -12,6 +12,17 @@ pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8>
     v
 }
 
+/// The scanner's view of an RST_STREAM frame (RFC 9113 section 6.4) on `stream` with error `code`.
+fn rst(stream: u32, code: u32) -> Frame {
+    Frame {
+        len: 4,
+        kind: RST_STREAM,
+        flags: 0,
+        stream,
+        word: Some(code),
+    }
+}
+
 #[test]
 fn scanner_finds_frames_fed_byte_by_byte() {
     let mut bytes = frame(HEADERS, END_HEADERS, 1, &[0x82; 21]);
@@ -40,23 +51,20 @@ fn scanner_finds_frames_fed_byte_by_byte() {
 fn resets_are_a_rate_with_bursts() {
     let t0 = Instant::now();
     let mut m = Meter::new(200, Duration::from_secs(10), t0);
-    let rst = |s| Frame {
-        len: 4,
-        kind: RST_STREAM,
-        flags: 0,
-        stream: s,
-        word: Some(CANCEL),
-    };
     // A burst of 200 passes, the 201st in the same instant does not.
     for i in 0..200 {
-        assert_eq!(m.client_frame(rst(2 * i + 1), t0), Ok(()));
+        assert_eq!(m.client_frame(rst(2 * i + 1, CANCEL), t0), Ok(()));
     }
-    assert_eq!(m.client_frame(rst(401), t0), Err(Abuse::Resets));
+    assert_eq!(m.client_frame(rst(401, CANCEL), t0), Err(Abuse::Resets));
     // An honest canceller at 150/s for 10 s is never cut.
     let mut m = Meter::new(200, Duration::from_secs(10), t0);
     for i in 0..1500u32 {
         let now = t0 + Duration::from_millis(u64::from(i) * 1000 / 150);
-        assert_eq!(m.client_frame(rst(2 * i + 1), now), Ok(()), "reset {i}");
+        assert_eq!(
+            m.client_frame(rst(2 * i + 1, CANCEL), now),
+            Ok(()),
+            "reset {i}"
+        );
     }
 }
 
@@ -64,30 +72,10 @@ fn resets_are_a_rate_with_bursts() {
 fn one_charge_per_stream_and_gateway_resets_by_code() {
     let t0 = Instant::now();
     let mut m = Meter::new(1, Duration::from_secs(10), t0);
-    let rst = |code| Frame {
-        len: 4,
-        kind: RST_STREAM,
-        flags: 0,
-        stream: 5,
-        word: Some(code),
-    };
-    assert_eq!(m.client_frame(rst(CANCEL), t0), Ok(()));
-    assert_eq!(m.gateway_frame(rst(0x5), t0), Ok(()), "same stream");
-    let other = Frame {
-        stream: 7,
-        ..rst(0x1)
-    };
-    assert_eq!(
-        m.gateway_frame(
-            Frame {
-                word: Some(NO_ERROR),
-                ..other
-            },
-            t0
-        ),
-        Ok(())
-    );
-    assert_eq!(m.gateway_frame(other, t0), Err(Abuse::Resets));
+    assert_eq!(m.client_frame(rst(5, CANCEL), t0), Ok(()));
+    assert_eq!(m.gateway_frame(rst(5, 0x5), t0), Ok(()), "same stream");
+    assert_eq!(m.gateway_frame(rst(7, NO_ERROR), t0), Ok(()));
+    assert_eq!(m.gateway_frame(rst(7, 0x1), t0), Err(Abuse::Resets));
 }
 
 #[test]

@@ -83,58 +83,37 @@ fn most_specific_route_wins_regardless_of_file_order() {
     .concat();
     let reg = registry();
     let t = table(&routes, None, &reg);
-    assert_eq!(matched(&t, "GET", None, "/x", &[], 0.0), "all");
-    assert_eq!(matched(&t, "GET", None, "/api/x", &[], 0.0), "api");
-    assert_eq!(matched(&t, "GET", None, "/api/v2/x", &[], 0.0), "api-v2");
-    // Exact path beats the longer prefix and every host/header route.
-    assert_eq!(
-        matched(
-            &t,
-            "GET",
-            Some("app.example.test"),
-            "/api/ping",
-            &[("x-version", "v2")],
-            0.0
-        ),
-        "ping"
+    const APP: Option<&str> = Some("app.example.test");
+    /// Method, host, path and headers of a request, then the id of the route it must match.
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static str,
     );
-    assert_eq!(
-        matched(&t, "GET", Some("app.example.test"), "/api/x", &[], 0.0),
-        "api-host"
-    );
-    assert_eq!(
-        matched(
-            &t,
-            "GET",
-            Some("app.example.test"),
-            "/api/x",
-            &[("x-version", "v2")],
-            0.0
-        ),
-        "api-hdr"
-    );
-    assert_eq!(
-        matched(
-            &t,
-            "GET",
-            Some("app.example.test"),
-            "/api/x",
-            &[("x-version", "v1")],
-            0.0
-        ),
-        "api-host"
-    );
-    assert_eq!(matched(&t, "POST", None, "/api/x", &[], 0.0), "api-post");
-    // A host-only route is as specific as prefix "/" plus a host: it beats the catch-all.
-    assert_eq!(
-        matched(&t, "GET", Some("other.test"), "/x", &[], 0.0),
-        "host-only"
-    );
-    // Longer prefix beats host.
-    assert_eq!(
-        matched(&t, "GET", Some("app.example.test"), "/api/v2/x", &[], 0.0),
-        "api-v2"
-    );
+    let cases: [Case; 10] = [
+        ("GET", None, "/x", &[], "all"),
+        ("GET", None, "/api/x", &[], "api"),
+        ("GET", None, "/api/v2/x", &[], "api-v2"),
+        // Exact path beats the longer prefix and every host/header route.
+        ("GET", APP, "/api/ping", &[("x-version", "v2")], "ping"),
+        ("GET", APP, "/api/x", &[], "api-host"),
+        ("GET", APP, "/api/x", &[("x-version", "v2")], "api-hdr"),
+        ("GET", APP, "/api/x", &[("x-version", "v1")], "api-host"),
+        ("POST", None, "/api/x", &[], "api-post"),
+        // A host-only route is as specific as prefix "/" plus a host: it beats the catch-all.
+        ("GET", Some("other.test"), "/x", &[], "host-only"),
+        // Longer prefix beats host.
+        ("GET", APP, "/api/v2/x", &[], "api-v2"),
+    ];
+    for (method, host, path, headers, want) in cases {
+        assert_eq!(
+            matched(&t, method, host, path, headers, 0.0),
+            want,
+            "{method} {host:?} {path} {headers:?}"
+        );
+    }
 }
 
 #[test]

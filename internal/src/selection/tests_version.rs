@@ -199,26 +199,9 @@ fn two_splits_take_disjoint_buckets() {
 
 #[test]
 fn metadata_key_case_mismatch_is_found() {
-    let text = r#"
-[[clusters]]
-name = "c"
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-  metadata = { Version = "v1" }
-  [[clusters.nodes]]
-  id = "b"
-  addr = "127.0.0.1:2"
-  metadata = { version = "v2" }
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "c"
-  [routes.canary]
-  metadata_key = "version"
-"#;
-    let cfg = crate::config::load_str(text, "t.toml").expect("valid");
+    let text = crate::config::test_fixtures::two_versions("Version")
+        + "  [routes.canary]\n  metadata_key = \"version\"\n";
+    let cfg = crate::config::load_str(&text, "t.toml").expect("valid");
     let found = version::metadata_key_case_mismatches(&cfg);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(

@@ -159,14 +159,9 @@ pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
     let mut out = Vec::new();
     for (i, cl) in f.clusters.iter().enumerate() {
         let key = format!("clusters[{i}]");
-        if cl.name.is_empty() {
-            c.err(format!("{key}.name"), "required");
-        } else if !names.insert(cl.name.clone()) {
-            c.err(
-                format!("{key}.name"),
-                format!("duplicate cluster name {:?}", cl.name),
-            );
-        }
+        c.required_unique(format!("{key}.name"), &cl.name, &mut names, || {
+            format!("duplicate cluster name {:?}", cl.name)
+        });
         let protocol = c.one_of(
             &format!("{key}.protocol"),
             cl.protocol.as_ref(),
@@ -217,17 +212,12 @@ pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         let mut nodes = Vec::new();
         for (j, n) in cl.nodes.iter().enumerate() {
             let nkey = format!("{key}.nodes[{j}]");
-            if n.id.is_empty() {
-                c.err(format!("{nkey}.id"), "required");
-            } else if !node_ids.insert(n.id.clone()) {
-                c.err(
-                    format!("{nkey}.id"),
-                    format!(
-                        "duplicate node id {:?} (node ids are unique across clusters)",
-                        n.id
-                    ),
-                );
-            }
+            c.required_unique(format!("{nkey}.id"), &n.id, &mut node_ids, || {
+                format!(
+                    "duplicate node id {:?} (node ids are unique across clusters)",
+                    n.id
+                )
+            });
             match n.addr.rsplit_once(':') {
                 Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
                 _ => c.err(

@@ -18,14 +18,9 @@ pub(super) fn routes(
     let mut out = Vec::new();
     for (i, r) in f.routes.iter().enumerate() {
         let key = format!("routes[{i}]");
-        if r.id.is_empty() {
-            c.err(format!("{key}.id"), "required");
-        } else if !ids.insert(r.id.clone()) {
-            c.err(
-                format!("{key}.id"),
-                format!("duplicate route id {:?}", r.id),
-            );
-        }
+        c.required_unique(format!("{key}.id"), &r.id, &mut ids, || {
+            format!("duplicate route id {:?}", r.id)
+        });
         if r.cluster.is_empty() {
             c.err(format!("{key}.cluster"), "required");
         } else if !clusters.iter().any(|cl| cl.name == r.cluster) {

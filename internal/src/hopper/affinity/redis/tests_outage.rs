@@ -9,6 +9,16 @@ use tokio::time::Instant;
 use super::tests::{node, pttl, redis_get, store_errors, wait_until, TestRedis};
 use super::*;
 
+/// Waits up to 5 s for `store` to be up again (not believed down); panics naming `what` then.
+async fn wait_up(store: &RedisStore, what: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        what,
+        || async move { !store.is_down() },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn redis_outage_serves_locally_and_writes_back() {
     let mut r = TestRedis::start().await;
@@ -61,12 +71,7 @@ async fn redis_outage_serves_locally_and_writes_back() {
         },
     )
     .await;
-    wait_until(
-        Duration::from_secs(5),
-        "the store to be up again",
-        || async move { !store.is_down() },
-    )
-    .await;
+    wait_up(store, "the store to be up again").await;
     assert!(
         pttl(&mut c, "hopgw:conn:new").await > 50_000,
         "written back with the TTL"
@@ -99,12 +104,7 @@ async fn write_back_does_not_overwrite_a_newer_binding() {
         .expect("SET");
     store.shared.wake.notify_one();
     let store = &store;
-    wait_until(
-        Duration::from_secs(5),
-        "the write-back to finish",
-        || async move { !store.is_down() },
-    )
-    .await;
+    wait_up(store, "the write-back to finish").await;
     assert_eq!(
         redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
         Some("node-z"),
