@@ -167,6 +167,30 @@ pub async fn node_client(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap_or_else(|e| panic!("connect to redis on {port}: {e}"))
 }
 
+/// `INFO replication` on `c` as text; empty if the call fails (callers poll until it matches).
+pub async fn info_replication(c: &mut redis::aio::MultiplexedConnection) -> String {
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(c)
+        .await
+        .unwrap_or_default()
+}
+
+/// `SENTINEL <what> <master>` on a sentinel (`what`: "REPLICAS", "SENTINELS"): one entry per
+/// known peer; empty if the call fails.
+pub async fn sentinel_list(
+    c: &mut redis::aio::MultiplexedConnection,
+    what: &str,
+    master: &str,
+) -> Vec<redis::Value> {
+    redis::cmd("SENTINEL")
+        .arg(what)
+        .arg(master)
+        .query_async(c)
+        .await
+        .unwrap_or_default()
+}
+
 /// `ROLE`'s first element on `port` ("master", "slave", "sentinel"); `None` if it does not answer.
 pub async fn role(port: u16) -> Option<String> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;

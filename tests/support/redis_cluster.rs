@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 pub use crate::redis::{free_cluster_port, key_slot, node_client, role, spawn_redis};
-use crate::redis::{server_args, try_client};
+use crate::redis::{info_replication, server_args, try_client};
 use crate::wait_until;
 
 /// One cluster node: its port, config file and process.
@@ -271,11 +271,7 @@ impl RedisCluster {
                 let Some(mut c) = try_client(replica).await else {
                     return false;
                 };
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or_default();
+                let info = info_replication(&mut c).await;
                 info.contains("role:slave") && info.contains("master_link_status:up")
             },
         )

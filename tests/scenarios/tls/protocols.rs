@@ -78,27 +78,13 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         .expect("h1 GET");
     assert_eq!((status, version), (200, http::Version::HTTP_11));
     let echo: Value = serde_json::from_str(&body).expect("JSON");
-    assert!(
-        echo["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .any(|p| p[0] == "x-forwarded-proto" && p[1] == "https"),
-        "{echo}"
-    );
+    assert!(forwarded_proto(&echo, "https"), "{echo}");
     // The cleartext port still says http.
     let plain = integration_tests::get(&gw.url("/echo"), &[])
         .await
         .expect("cleartext")
         .json();
-    assert!(
-        plain["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .any(|p| p[0] == "x-forwarded-proto" && p[1] == "http"),
-        "{plain}"
-    );
+    assert!(forwarded_proto(&plain, "http"), "{plain}");
 
     let ca_file = &front.ca.cert;
     let out = tokio::process::Command::new("curl")
@@ -119,11 +105,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        gw.metric("gateway_tls_handshakes_total{result=\"ok\"}")
-            .await
-            >= 3.0
-    );
+    assert!(handshakes(&gw, "ok").await >= 3.0);
 }
 
 /// Issue 14 "gRPC over TLS" (downstream half): unary `Who` and server-streaming `Ticks` over an
@@ -211,4 +193,13 @@ async fn tls_rfc8441_websocket_over_h2_exchanges_messages_and_hops() {
             .await,
         1.0
     );
+}
+
+/// Whether the echoed request `echo` carried `x-forwarded-proto: <proto>`.
+fn forwarded_proto(echo: &Value, proto: &str) -> bool {
+    echo["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .any(|p| p[0] == "x-forwarded-proto" && p[1] == proto)
 }

@@ -57,17 +57,22 @@ fn bucket_quantile(before: &[(f64, f64)], after: &[(f64, f64)], p: f64) -> f64 {
         .map_or(f64::INFINITY, |(le, _)| *le)
 }
 
-/// 200 hop-mode clients hop off a killed node with every socket open and every message delivered in order.
-/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
-#[tokio::test]
-async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
-    let (mut n1, _n2, gw, fleet) =
-        fleet_on_node_1("hop", "kill-hop", Duration::from_millis(50)).await;
+/// [`fleet_on_node_1`] in `mode` (messages every 50 ms), once every client has 5 echoes from node-1.
+async fn fleet_echoing(mode: &str, prefix: &str) -> (Mock, Mock, Gateway, Fleet) {
+    let (n1, n2, gw, fleet) = fleet_on_node_1(mode, prefix, Duration::from_millis(50)).await;
     fleet
         .wait_all(Duration::from_secs(10), "5 echoes from node-1", |l| {
             l.echoes().count() >= 5
         })
         .await;
+    (n1, n2, gw, fleet)
+}
+
+/// 200 hop-mode clients hop off a killed node with every socket open and every message delivered in order.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+#[tokio::test]
+async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
+    let (mut n1, _n2, gw, fleet) = fleet_echoing("hop", "kill-hop").await;
     let (hops_before, _) = hop_counts(&gw).await;
     let buckets_before = hop_latency_buckets(&gw).await;
     let count_before = gw.metric("hopping_latency_seconds_count").await;
@@ -154,13 +159,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
 /// 200 hint-mode clients get 1012 hints when their node is killed, and every reconnect lands on node-2.
 #[tokio::test]
 async fn ws_fleet_of_200_gets_1012_hints_on_a_kill_and_reconnects_land_on_node_2() {
-    let (mut n1, _n2, gw, fleet) =
-        fleet_on_node_1("hint", "kill-hint", Duration::from_millis(50)).await;
-    fleet
-        .wait_all(Duration::from_secs(10), "5 echoes from node-1", |l| {
-            l.echoes().count() >= 5
-        })
-        .await;
+    let (mut n1, _n2, gw, fleet) = fleet_echoing("hint", "kill-hint").await;
     n1.kill().await;
     fleet
         .wait_all(Duration::from_secs(10), "a Close", |l| l.ended())
@@ -168,13 +167,7 @@ async fn ws_fleet_of_200_gets_1012_hints_on_a_kill_and_reconnects_land_on_node_2
     let logs = fleet.finish().await;
     let mut retry = Vec::new();
     for (id, log) in &logs {
-        missing(id, log);
-        let (code, reason, _) = log
-            .close()
-            .unwrap_or_else(|| panic!("{id}: the socket ended without a Close: {:?}", log.events));
-        assert_eq!(code, 1012, "{id}: {reason}");
-        let hint: Value = serde_json::from_str(&reason)
-            .unwrap_or_else(|e| panic!("{id}: the reason is JSON ({e}): {reason}"));
+        let (hint, reason, _) = hint_close(id, log);
         let obj = hint.as_object().expect("a JSON object");
         assert_eq!(
             obj.len(),

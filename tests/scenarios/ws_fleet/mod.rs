@@ -350,6 +350,19 @@ fn missing(id: &str, log: &Log) -> Vec<u64> {
         .collect()
 }
 
+/// `id`'s socket ended in a 1012 Close whose reason is JSON, its echoes in order ([`missing`]):
+/// (the parsed hint, the reason text, when the Close came). Panics otherwise.
+fn hint_close(id: &str, log: &Log) -> (Value, String, Instant) {
+    missing(id, log);
+    let (code, reason, when) = log
+        .close()
+        .unwrap_or_else(|| panic!("{id}: the socket ended without a Close: {:?}", log.events));
+    assert_eq!(code, 1012, "{id}: {reason}");
+    let hint: Value = serde_json::from_str(&reason)
+        .unwrap_or_else(|e| panic!("{id}: the reason is JSON ({e}): {reason}"));
+    (hint, reason, when)
+}
+
 /// Starts node-1, node-2 and a gateway in `mode`, and connects the fleet with every socket on
 /// node-1 (node-2 drained while the fleet connects, then undrained).
 async fn fleet_on_node_1(
