@@ -133,7 +133,7 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
         let (url, gw) = (gw.url("/api/x/status/500"), &gw);
         async move {
             let _ = get(&url, &[]).await.expect("request");
-            reloads(&gw, "rolled_back").await >= 1.0
+            reloads(gw, "rolled_back").await >= 1.0
         }
     })
     .await;

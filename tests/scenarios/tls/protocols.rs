@@ -105,7 +105,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(handshakes(&gw, "ok").await >= 3.0);
+    assert!(handshakes(gw, "ok").await >= 3.0);
 }
 
 /// Issue 14 "gRPC over TLS" (downstream half): unary `Who` and server-streaming `Ticks` over an
