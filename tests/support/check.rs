@@ -135,3 +135,15 @@ where
 pub async fn admin_post(gw: &Gateway, path: &str) -> Resp {
     gw.admin_post(path).await
 }
+
+/// Kills `node` (`"node-a"` is `a`, any other id is `b`) and returns the id of the one left
+/// running (`"node-b"` or `"node-a"`).
+pub async fn kill_one_of(node: &str, a: &mut Mock, b: &mut Mock) -> &'static str {
+    if node == "node-a" {
+        a.kill().await;
+        "node-b"
+    } else {
+        b.kill().await;
+        "node-a"
+    }
+}
