@@ -103,6 +103,12 @@ async fn hello(ws: &mut Ws, t: Duration) -> Value {
     v
 }
 
+/// Sends text `text` on `ws` and expects it echoed back within 2 s ([`next_text`]).
+async fn echo_back(ws: &mut Ws, text: &str) {
+    ws.send(Message::text(text)).await.expect("client send");
+    assert_eq!(next_text(ws, Duration::from_secs(2)).await, text);
+}
+
 /// Reads until a Close arrives within `t`; returns its code and reason.
 async fn close_of(ws: &mut Ws, t: Duration) -> (u16, String) {
     let deadline = Instant::now() + t;
