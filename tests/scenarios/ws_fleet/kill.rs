@@ -1,6 +1,7 @@
 //! WebSocket fleets through a `kill -9` of their node: hop mode keeps every socket and message, hint
 //! mode closes with 1012 and reconnects land on node-2.
 
+use super::drain::moved_to_node_2;
 use super::*;
 
 /// The `p` quantile (0..=1) of `v` (sorted here), nearest rank.
@@ -81,16 +82,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
     n1.kill().await;
     // The process is reaped: its sockets are closed. A message sent from now on must not be lost.
     let killed = Instant::now();
-    fleet
-        .wait_all(
-            Duration::from_secs(15),
-            "node-2's hello and 5 echoes after it",
-            |l| {
-                assert!(!l.ended(), "a client socket ended: {:?}", not_echoes(l));
-                l.echoes_after_hello(1) >= 5
-            },
-        )
-        .await;
+    moved_to_node_2(&fleet, Duration::from_secs(15), 5).await;
     let logs = fleet.finish().await;
 
     let mut lost = 0;
@@ -111,10 +103,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
         );
         assert_eq!(
             log.hellos(),
-            [
-                &json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
-                &json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
-            ],
+            hopped_once(id).each_ref(),
             "{id}; gateway log: {:#?}; node states: {:#?}",
             gw.logs.matching(&[id.as_str()]),
             gw.logs.matching(&["node state changed"]),

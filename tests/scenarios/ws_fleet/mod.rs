@@ -350,6 +350,14 @@ fn missing(id: &str, log: &Log) -> Vec<u64> {
         .collect()
 }
 
+/// The two hellos of client `id` hopped once from node-1 to node-2.
+fn hopped_once(id: &str) -> [Value; 2] {
+    [
+        json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
+        json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
+    ]
+}
+
 /// `id`'s socket ended in a 1012 Close whose reason is JSON, its echoes in order ([`missing`]):
 /// (the parsed hint, the reason text, when the Close came). Panics otherwise.
 fn hint_close(id: &str, log: &Log) -> (Value, String, Instant) {
