@@ -146,10 +146,7 @@ async fn ws_messages(m: &Mock) -> u64 {
 
 /// (sum of `hopping_count_total` over every reason, `hopping_latency_seconds_count`).
 async fn hop_figures(gw: &Gateway) -> (f64, f64) {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     let hops = text
         .lines()
         .filter(|l| l.starts_with("hopping_count_total{"))

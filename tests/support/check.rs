@@ -43,10 +43,7 @@ pub fn json_error(body: &[u8]) -> String {
 
 /// Sum of every `hopping_count_total{...}` series on `gw`'s `/metrics` (SPEC section 8).
 pub async fn hops_total(gw: &Gateway) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter(|l| l.starts_with("hopping_count_total{"))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))

@@ -144,22 +144,24 @@ impl Gateway {
         .await;
     }
 
-    /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
-    pub async fn metric(&self, series: &str) -> f64 {
-        let text = get(&self.admin("/metrics"), &[])
+    /// The admin `/metrics` text of this gateway (SPEC section 8). Panics if the request fails.
+    pub async fn metrics_text(&self) -> String {
+        get(&self.admin("/metrics"), &[])
             .await
             .expect("metrics")
-            .text();
+            .text()
+    }
+
+    /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics_text().await;
         metric_value(&text, series)
     }
 
     /// The metric lines whose series starts with `prefix` (e.g. `hopping_count_total{`), and the sum
     /// of their values (0 when there is none).
     pub async fn metric_series(&self, prefix: &str) -> (f64, Vec<String>) {
-        let text = get(&self.admin("/metrics"), &[])
-            .await
-            .expect("metrics")
-            .text();
+        let text = self.metrics_text().await;
         let series: Vec<String> = text
             .lines()
             .filter(|l| l.starts_with(prefix))

@@ -19,10 +19,7 @@ async fn hop_counts(gw: &Gateway) -> (f64, String) {
 
 /// `hopping_latency_seconds` bucket counts (`le` → cumulative count) from the metrics text.
 async fn hop_latency_buckets(gw: &Gateway) -> Vec<(f64, f64)> {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter_map(|l| l.strip_prefix("hopping_latency_seconds_bucket{le=\""))
         .filter_map(|rest| {

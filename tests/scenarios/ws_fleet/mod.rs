@@ -11,7 +11,7 @@ mod kill;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use integration_tests::check::Ws;
-use integration_tests::{get, wait_until, Gateway, Mock};
+use integration_tests::{wait_until, Gateway, Mock};
 use integration_tests::{Config, Health, Route};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
