@@ -1,7 +1,6 @@
 //! A running `hopping-gateway` process: its ports, config file, admin API, metrics and signals.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -67,13 +66,8 @@ impl Gateway {
             .env(
                 "RUST_LOG",
                 std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn hopping-gateway");
-        self.logs.capture(&mut child);
-        self.child = Some(child);
+            );
+        self.child = Some(self.logs.spawn(&mut cmd, "spawn hopping-gateway"));
         let url = self.admin("/readyz");
         let logs = self.logs.clone();
         wait_until(Duration::from_secs(15), "gateway /readyz", || {

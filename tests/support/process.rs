@@ -118,6 +118,19 @@ pub async fn wait_port(port: u16, timeout: Duration) {
 pub struct Logs(Arc<Mutex<Vec<String>>>);
 
 impl Logs {
+    /// Spawns `cmd` with stdout and stderr piped into these logs ([`Logs::capture`]), killed on
+    /// drop; returns the child. Panics with `what` and the error if it cannot start.
+    pub fn spawn(&self, cmd: &mut tokio::process::Command, what: &str) -> Child {
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        self.capture(&mut child);
+        child
+    }
+
     /// Collects the stdout and stderr lines of `child`.
     pub fn capture(&self, child: &mut Child) {
         for stream in [
