@@ -85,15 +85,7 @@ pub async fn bind_to(gw: &Gateway, id: &str, node: &str) -> String {
         if node_of(&r) == node {
             return id;
         }
-        let r = request(
-            "DELETE",
-            &gw.admin(&format!("/admin/conns/{id}")),
-            &[],
-            Vec::new(),
-        )
-        .await
-        .expect("delete");
-        assert_eq!(r.status, 204);
+        assert_eq!(unbind(gw, &id).await, 204);
     }
     panic!("could not bind {id} to {node}");
 }
@@ -143,4 +135,18 @@ pub async fn kill_one_of(node: &str, a: &mut Mock, b: &mut Mock) -> &'static str
         b.kill().await;
         "node-a"
     }
+}
+
+/// `DELETE /admin/conns/<id>` on `gw` (SPEC section 8): the status (204 when it was bound).
+/// Panics if the request itself fails.
+pub async fn unbind(gw: &Gateway, id: &str) -> u16 {
+    request(
+        "DELETE",
+        &gw.admin(&format!("/admin/conns/{id}")),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("delete")
+    .status
 }
