@@ -105,17 +105,7 @@ impl Dnsmasq {
     /// Replaces the records and makes dnsmasq re-read them (SIGHUP re-reads `--addn-hosts`).
     pub fn set_records(&self, records: &[(&str, &str)]) {
         self.write(records);
-        let pid = self
-            .child
-            .as_ref()
-            .and_then(Child::id)
-            .expect("dnsmasq running");
-        let ok = std::process::Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "kill -HUP dnsmasq");
+        crate::process::signal_child(self.child.as_ref(), "-HUP", "dnsmasq");
     }
 
     /// `127.0.0.1:<port>`, for `[server] resolver`.

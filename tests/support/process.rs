@@ -113,6 +113,20 @@ pub async fn wait_port(port: u16, timeout: Duration) {
     .await;
 }
 
+/// Sends `sig` (e.g. `-HUP`, `-STOP`) to the running `child` with `kill`; `name` names the
+/// process if it is not running. Panics if there is no such process or `kill` fails.
+pub fn signal_child(child: Option<&Child>, sig: &str, name: &str) {
+    let pid = child
+        .and_then(Child::id)
+        .unwrap_or_else(|| panic!("{name} running"));
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig} {name} ({pid})");
+}
+
 /// Captured output lines of a child.
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<String>>>);

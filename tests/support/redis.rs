@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+use crate::process::signal_child;
 use crate::{free_port, wait_port};
 
 /// Lowest port tried by [`free_cluster_port`]; the bus port P+10000 must stay below the kernel's
@@ -63,17 +64,7 @@ impl Redis {
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self
-            .child
-            .as_ref()
-            .and_then(Child::id)
-            .expect("redis-server running");
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "kill {sig} {pid}");
+        signal_child(self.child.as_ref(), sig, "redis-server");
     }
 
     /// Starts again on the same port (empty: no persistence).
