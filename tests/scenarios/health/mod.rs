@@ -6,7 +6,7 @@ mod ejection;
 mod ladder;
 mod probe;
 
-use integration_tests::{get, request, Gateway, Mock};
+use integration_tests::{get, Gateway, Mock};
 use integration_tests::{Cluster, Config, Health, Route};
 use std::collections::HashMap;
 use std::time::Duration;

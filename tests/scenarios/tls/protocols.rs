@@ -2,22 +2,12 @@
 //! 8441 WebSockets that hop.
 
 use super::*;
+use integration_tests::check::kill_one_of;
 use integration_tests::ws::next_text;
 
 async fn hello<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Value {
     let text = next_text(ws, Duration::from_secs(3)).await;
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("hello is JSON ({e}): {text}"))
-}
-
-/// Kills whichever of `a`, `b` is `id`; returns the other's id.
-async fn kill_node(a: &mut Mock, b: &mut Mock, id: &str) -> &'static str {
-    if id == "node-a" {
-        a.kill().await;
-        "node-b"
-    } else {
-        b.kill().await;
-        "node-a"
-    }
 }
 
 /// Sends and reads back messages, then kills the socket's node and checks the same socket is
@@ -32,7 +22,7 @@ where
         ws.send(Message::text(format!("m{i}"))).await.expect("send");
         assert_eq!(next_text(ws, Duration::from_secs(3)).await, format!("m{i}"));
     }
-    let other = kill_node(a, b, &node).await;
+    let other = kill_one_of(&node, a, b).await;
     ws.send(Message::text("during-hop")).await.expect("send");
     let h = hello(ws).await;
     assert_eq!(h["node"], other, "{h}");
