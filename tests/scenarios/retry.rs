@@ -122,17 +122,9 @@ async fn case20_retries_respect_methods_and_bodies() {
 /// for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
-    let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
     // Slow probes: the killed node stays "healthy", so requests are still sent to it.
-    let gw = Gateway::start(
-        &Config::single(
-            Health::http_never(),
-            &[&mocks[0], &mocks[1]],
-            Route::api().retries(2),
-        )
-        .toml(),
-    )
-    .await;
+    let (mut mocks, gw) =
+        Gateway::over_node_a_and_b(Health::http_never(), Route::api().retries(2)).await;
     let first = get(&gw.url("/data"), &[(HDR, "post-1")])
         .await
         .expect("get");

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 use crate::{bin, free_port, get, request, wait_until, Logs, Resp};
+use crate::{Config, Health, Mock, Route};
 
 /// A running `hopping-gateway`.
 pub struct Gateway {
@@ -88,6 +89,14 @@ impl Gateway {
             }
         })
         .await;
+    }
+
+    /// Starts mocks `node-a` and `node-b` and a gateway on [`Config::single`] over both with
+    /// `health` and `route`: (the two mocks, the gateway). Panics as [`Gateway::start`] does.
+    pub async fn over_node_a_and_b(health: Health, route: Route) -> ([Mock; 2], Gateway) {
+        let mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
+        let toml = Config::single(health, &[&mocks[0], &mocks[1]], route).toml();
+        (mocks, Gateway::start(&toml).await)
     }
 
     /// Data-plane URL for `path`.
