@@ -171,17 +171,13 @@ async fn replicaof(c: &mut redis::aio::MultiplexedConnection, host: &str, port: 
 
 /// Waits up to 10 s until the server behind `c` is a replica with its master link up.
 async fn wait_synced(c: &redis::aio::MultiplexedConnection) {
-    wait_until(
-        Duration::from_secs(10),
-        "the server to be a synced replica",
-        || {
-            let mut c = c.clone();
-            async move {
-                info_replication(&mut c)
-                    .await
-                    .contains("master_link_status:up")
-            }
-        },
-    )
+    let what = "the server to be a synced replica";
+    wait_until(Duration::from_secs(10), what, || {
+        let mut c = c.clone();
+        async move {
+            let info = info_replication(&mut c).await;
+            info.contains("master_link_status:up")
+        }
+    })
     .await;
 }
