@@ -91,16 +91,7 @@ impl Raw {
             return None;
         }
         assert_eq!(b[1] & 0x80, 0, "frames to the client are unmasked");
-        let (len, at) = match b[1] & 0x7f {
-            126 if b.len() >= 4 => (usize::from(u16::from_be_bytes([b[2], b[3]])), 4),
-            127 if b.len() >= 10 => (
-                usize::try_from(u64::from_be_bytes(b[2..10].try_into().expect("8 bytes")))
-                    .expect("length fits"),
-                10,
-            ),
-            n @ 0..=125 => (usize::from(n), 2),
-            _ => return None,
-        };
+        let (len, at) = integration_tests::ws::frame_len(b)?;
         if b.len() < at + len {
             return None;
         }

@@ -238,16 +238,7 @@ fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str
 async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
     loop {
         if buf.len() >= 2 {
-            let (len, at) = match buf[1] & 0x7f {
-                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
-                127 if buf.len() >= 10 => (
-                    usize::try_from(u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")))
-                        .expect("fits"),
-                    10,
-                ),
-                n @ 0..=125 => (usize::from(n), 2),
-                _ => (usize::MAX, 0),
-            };
+            let (len, at) = integration_tests::ws::frame_len(buf).unwrap_or((usize::MAX, 0));
             assert_eq!(buf[1] & 0x80, 0, "frames to the client are unmasked");
             if len != usize::MAX && buf.len() >= at + len {
                 let op = buf[0] & 0x0f;
