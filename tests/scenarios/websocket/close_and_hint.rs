@@ -68,13 +68,12 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let (_a, _b, gw) = two_nodes("close").await;
     let baseline = gw.metric(GAUGE).await;
 
-    let mut ws = connect(
+    let (mut ws, _) = open_on(
         &gw,
         "/ws?tick_ms=100&close_after_ms=300&close_code=1001&close_reason=going%20away",
-        &[("X-Conn-Id", "c-2002")],
+        "c-2002",
     )
     .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(gw.metric(GAUGE).await, baseline + 1.0);
     let t0 = Instant::now();
     assert_eq!(

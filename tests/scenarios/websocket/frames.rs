@@ -13,13 +13,7 @@ const IDLE_1S: &str = "[limits]\nwebsocket_idle_timeout = \"1s\"\n";
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("hop", &[&a], "")).await;
-    let mut ws = connect(
-        &gw,
-        "/ws?report_pings=1&tick_ms=4000",
-        &[("X-Conn-Id", "c-ping")],
-    )
-    .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
+    let (mut ws, _) = open_on(&gw, "/ws?report_pings=1&tick_ms=4000", "c-ping").await;
     ws.send(Message::Ping(Bytes::from_static(b"hb-1")))
         .await
         .expect("ping");
