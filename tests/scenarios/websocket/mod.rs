@@ -234,6 +234,18 @@ fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str
         .collect()
 }
 
+/// Appends what one read of `tcp` gives within `t` to `buf`; panics if none comes in time, the
+/// read fails or the connection closes before `what` (e.g. "a whole frame") arrived.
+async fn read_some(tcp: &mut TcpStream, buf: &mut Vec<u8>, t: Duration, what: &str) {
+    let mut chunk = [0u8; 4096];
+    let n = timeout(t, tcp.read(&mut chunk))
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+        .expect("read");
+    assert!(n > 0, "closed before {what}");
+    buf.extend_from_slice(&chunk[..n]);
+}
+
 /// Reads one unmasked frame from the gateway; returns opcode and payload.
 async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
     loop {
@@ -247,13 +259,7 @@ async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
                 return (op, payload);
             }
         }
-        let mut chunk = [0u8; 4096];
-        let n = timeout(Duration::from_secs(3), tcp.read(&mut chunk))
-            .await
-            .expect("frame in time")
-            .expect("read");
-        assert!(n > 0, "closed before a whole frame");
-        buf.extend_from_slice(&chunk[..n]);
+        read_some(tcp, buf, Duration::from_secs(3), "a whole frame").await;
     }
 }
 
