@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 use crate::process::signal_child;
-use crate::{free_port, wait_port};
+use crate::{free_port, wait_port, wait_until};
 
 /// Lowest port tried by [`free_cluster_port`]; the bus port P+10000 must stay below the kernel's
 /// ephemeral range.
@@ -113,6 +113,25 @@ pub async fn try_client(port: u16) -> Option<redis::aio::MultiplexedConnection> 
         .get_multiplexed_async_connection()
         .await
         .ok()
+}
+
+/// Polls the server on `port` for up to 30 s until `check`, given a fresh connection, holds; a
+/// failed connection counts as not yet. Panics naming `what` if it never holds.
+pub async fn wait_on_node<F, Fut>(port: u16, what: &str, check: F)
+where
+    F: Fn(redis::aio::MultiplexedConnection) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_until(Duration::from_secs(30), what, || {
+        let check = &check;
+        async move {
+            match try_client(port).await {
+                Some(c) => check(c).await,
+                None => false,
+            }
+        }
+    })
+    .await;
 }
 
 /// A port P such that P and P+10000 are both free (bus port of a cluster node), below the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::process::Child;
 
 use crate::redis::{
-    info_replication, node_client, role, sentinel_list, server_args, spawn_redis, try_client,
+    info_replication, node_client, role, sentinel_list, server_args, spawn_redis, wait_on_node,
 };
 use crate::{free_port, wait_until};
 
@@ -84,18 +84,12 @@ impl RedisSentinel {
             ));
         }
         for port in sentinel_ports {
-            wait_until(
-                Duration::from_secs(30),
-                &format!("sentinel {port} to know the replica and its peers"),
-                || async move {
-                    let Some(mut c) = try_client(port).await else {
-                        return false;
-                    };
-                    let replicas = sentinel_list(&mut c, "REPLICAS", MASTER_NAME).await;
-                    let peers = sentinel_list(&mut c, "SENTINELS", MASTER_NAME).await;
-                    replicas.len() == 1 && peers.len() == 2
-                },
-            )
+            let what = format!("sentinel {port} to know the replica and its peers");
+            wait_on_node(port, &what, |mut c| async move {
+                let replicas = sentinel_list(&mut c, "REPLICAS", MASTER_NAME).await;
+                let peers = sentinel_list(&mut c, "SENTINELS", MASTER_NAME).await;
+                replicas.len() == 1 && peers.len() == 2
+            })
             .await;
         }
         RedisSentinel {
