@@ -27,6 +27,11 @@ async fn setup(limits: &str) -> (Mock, Gateway) {
     (a, gw)
 }
 
+/// The bytes `per(id)` returns for each of 10,000 client streams (ids 1, 3, 5, ...), in order.
+fn each_stream(per: impl Fn(u32) -> Vec<u8>) -> Vec<u8> {
+    (0..10_000u32).flat_map(|i| per(2 * i + 1)).collect()
+}
+
 fn addr(gw: &Gateway) -> String {
     format!("127.0.0.1:{}", gw.port)
 }
@@ -77,12 +82,11 @@ async fn rapid_reset_flood_gets_goaway_and_spares_the_node() {
     a.delay(2000).await;
     let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
     let block = hb("GET", "/slow");
-    let mut bytes = Vec::new();
-    for i in 0..10_000u32 {
-        let n = 2 * i + 1;
-        bytes.extend(frame(HEADERS, END_STREAM | END_HEADERS, n, &block));
-        bytes.extend(frame(RST_STREAM, 0, n, &CANCEL.to_be_bytes()));
-    }
+    let bytes = each_stream(|n| {
+        let mut b = frame(HEADERS, END_STREAM | END_HEADERS, n, &block);
+        b.extend(frame(RST_STREAM, 0, n, &CANCEL.to_be_bytes()));
+        b
+    });
     let started = Instant::now();
     let writer = flood(wr, bytes);
     let (g, _) = expect_goaway(&mut rd, Duration::from_secs(5)).await;
@@ -105,12 +109,11 @@ async fn rapid_reset_flood_gets_goaway_and_spares_the_node() {
 async fn provoked_resets_are_counted_and_end_the_connection() {
     let (a, gw) = setup("h2_max_resets_per_second = 200").await;
     let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
-    let mut bytes = Vec::new();
-    for i in 0..10_000u32 {
-        let n = 2 * i + 1;
-        bytes.extend(frame(HEADERS, END_HEADERS, n, &hb("POST", "/echo")));
-        bytes.extend(frame(WINDOW_UPDATE, 0, n, &0u32.to_be_bytes()));
-    }
+    let bytes = each_stream(|n| {
+        let mut b = frame(HEADERS, END_HEADERS, n, &hb("POST", "/echo"));
+        b.extend(frame(WINDOW_UPDATE, 0, n, &0u32.to_be_bytes()));
+        b
+    });
     let writer = flood(wr, bytes);
     let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
     assert!(
@@ -123,11 +126,7 @@ async fn provoked_resets_are_counted_and_end_the_connection() {
     a.delay(2000).await;
     let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
     let block = hb("GET", "/data");
-    let mut bytes = Vec::new();
-    for i in 0..10_000u32 {
-        let n = 2 * i + 1;
-        bytes.extend(frame(HEADERS, END_STREAM | END_HEADERS, n, &block));
-    }
+    let bytes = each_stream(|n| frame(HEADERS, END_STREAM | END_HEADERS, n, &block));
     let writer = flood(wr, bytes);
     let (g, seen) = expect_goaway(&mut rd, Duration::from_secs(10)).await;
     assert_eq!(

@@ -20,16 +20,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// it are one sequence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_hops_conn_id_and_loses_no_request() {
-    let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
-    let gw = Gateway::start(
-        &Config::single(
-            Health::http_fast(),
-            &[&mocks[0], &mocks[1]],
-            Route::api().retries(2),
-        )
-        .toml(),
-    )
-    .await;
+    let (mut mocks, gw) =
+        Gateway::over_node_a_and_b(Health::http_fast(), Route::api().retries(2)).await;
 
     let first = get(&gw.url("/data"), &[(HDR, "hop-1")]).await.expect("get");
     assert_eq!(first.status, 200);

@@ -245,26 +245,14 @@ async fn cluster_slot_migration_and_failover_fail_no_request() {
         .expect("WAIT");
     assert_eq!(acked, 1, "the replica is in sync before the kill");
     cluster.kill(to).await;
-    let c = &cluster;
-    wait_until(
-        Duration::from_secs(20),
-        "the replica to take the slot over",
-        || async move { c.slot_master(slot).await == Ok(replica) },
-    )
-    .await;
+    slot_master_becomes(&cluster, slot, replica, "the replica to take the slot over").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.restart(to).await;
     cluster.wait_ok(Duration::from_secs(20)).await;
 
     // A manual failover back to the restarted node.
     cluster.failover(to).await;
-    let c = &cluster;
-    wait_until(
-        Duration::from_secs(20),
-        "the manual failover",
-        || async move { c.slot_master(slot).await == Ok(to) },
-    )
-    .await;
+    slot_master_becomes(&cluster, slot, to, "the manual failover").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let failed = running.await.expect("load task");
@@ -289,4 +277,12 @@ async fn cluster_slot_migration_and_failover_fail_no_request() {
         served.len(),
         store_errors(&gw).await - errors_before
     );
+}
+
+/// Waits up to 20 s until `slot`'s master in `cluster` is the node on port `node`.
+async fn slot_master_becomes(cluster: &RedisCluster, slot: u16, node: u16, what: &str) {
+    wait_until(Duration::from_secs(20), what, || async move {
+        cluster.slot_master(slot).await == Ok(node)
+    })
+    .await;
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{wait_until, Gateway, Redis};
+use integration_tests::{info_replication, wait_until, Gateway, Redis};
 
 use crate::store_common::{all_healthy, call, node_for, redis_get, setup};
 
@@ -113,29 +113,8 @@ async fn redis_readonly_is_left_and_writes_resume() {
     let mut c = redis.client().await;
     assert!(!node_for(&gw, "before").await.is_empty());
 
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(other.port)
-        .query_async(&mut c)
-        .await
-        .expect("REPLICAOF");
-    let c2 = c.clone();
-    wait_until(
-        Duration::from_secs(10),
-        "the server to be a synced replica",
-        || {
-            let mut c = c2.clone();
-            async move {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or_default();
-                info.contains("master_link_status:up")
-            }
-        },
-    )
-    .await;
+    replicaof(&mut c, "127.0.0.1", &other.port.to_string()).await;
+    wait_synced(&c).await;
     let mut during = Vec::new();
     for i in 0..20 {
         let id = format!("ro-{i}");
@@ -145,12 +124,7 @@ async fn redis_readonly_is_left_and_writes_resume() {
         during.push((id, node));
     }
 
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query_async(&mut c)
-        .await
-        .expect("REPLICAOF NO ONE");
+    replicaof(&mut c, "NO", "ONE").await;
     let promoted = tokio::time::Instant::now();
     let (during_ref, c_ref) = (&during, &c);
     wait_until(
@@ -183,4 +157,27 @@ async fn redis_readonly_is_left_and_writes_resume() {
         "readonly: writes resumed {:?} after the promotion",
         promoted.elapsed()
     );
+}
+
+/// `REPLICAOF <host> <port>` on `c` (`"NO", "ONE"` makes it a master again); panics on error.
+async fn replicaof(c: &mut redis::aio::MultiplexedConnection, host: &str, port: &str) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg(host)
+        .arg(port)
+        .query_async(c)
+        .await
+        .unwrap_or_else(|e| panic!("REPLICAOF {host} {port}: {e}"));
+}
+
+/// Waits up to 10 s until the server behind `c` is a replica with its master link up.
+async fn wait_synced(c: &redis::aio::MultiplexedConnection) {
+    let what = "the server to be a synced replica";
+    wait_until(Duration::from_secs(10), what, || {
+        let mut c = c.clone();
+        async move {
+            let info = info_replication(&mut c).await;
+            info.contains("master_link_status:up")
+        }
+    })
+    .await;
 }

@@ -29,15 +29,7 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
     let old = sentinel.master_port().await;
     assert_eq!(old, sentinel.data_ports[0]);
     let old_c = sentinel.client(old).await;
-    wait_until(
-        Duration::from_secs(10),
-        "both gateways subscribed on the master",
-        || {
-            let mut c = old_c.clone();
-            async move { numsub(&mut c, "hopgw:hops").await == 2 }
-        },
-    )
-    .await;
+    both_subscribed(&old_c, 10, "both gateways subscribed on the master").await;
 
     // Load: a new id every few ms, alternating gateways; every answer recorded.
     let stop = Arc::new(AtomicBool::new(false));
@@ -97,15 +89,7 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let resumed = switched.elapsed();
-    wait_until(
-        Duration::from_secs(2),
-        "both gateways re-subscribed on the new master",
-        || {
-            let mut c = new_c.clone();
-            async move { numsub(&mut c, "hopgw:hops").await == 2 }
-        },
-    )
-    .await;
+    both_subscribed(&new_c, 2, "both gateways re-subscribed on the new master").await;
 
     // Keep the load on until Sentinel has demoted the old master (it resyncs from the new one,
     // dropping whatever was written to it after the promotion).
@@ -162,4 +146,13 @@ async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
         "sentinel failover: {} bindings, none lost; writes on the new master {resumed:?} after the failover",
         served.len()
     );
+}
+
+/// Waits up to `secs` s until two clients (the two gateways) subscribe `hopgw:hops` on `c`.
+async fn both_subscribed(c: &redis::aio::MultiplexedConnection, secs: u64, what: &str) {
+    wait_until(Duration::from_secs(secs), what, || {
+        let mut c = c.clone();
+        async move { numsub(&mut c, "hopgw:hops").await == 2 }
+    })
+    .await;
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::SinkExt;
 use integration_tests::check::{admin_post, ws_text};
-use integration_tests::{get, Cluster, Config, Gateway, Health, Mock, Route};
+use integration_tests::{Cluster, Config, Gateway, Health, Mock, Route};
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -95,10 +95,7 @@ async fn case29_reload_leaves_surviving_websocket_and_h2_connections_alone() {
         );
     }
     assert_eq!(w.requests().await, w_requests, "no re-dial reached node-w");
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     assert!(
         !text.lines().any(|l| l.starts_with("hopping_count_total{")),
         "no hop: {text}"

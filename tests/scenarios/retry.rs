@@ -40,14 +40,7 @@ async fn case20_retries_respect_methods_and_bodies() {
 
     // (a) node-a reads the POST, then resets: not retried, 502 JSON.
     a.control("/control/abort-all").await;
-    let r = request(
-        "POST",
-        &gw.url("/echo/orders"),
-        &[(HDR, c20.as_str()), ("content-type", "application/json")],
-        order.clone(),
-    )
-    .await
-    .expect("post");
+    let r = post_order(&gw, &c20, &order).await;
     assert_eq!(r.status, 502);
     let msg = json_error(&r.body);
     assert!(msg.starts_with("node node-a failed: "), "{msg}");
@@ -102,14 +95,7 @@ async fn case20_retries_respect_methods_and_bodies() {
     a.control("/control/abort-all?state=off").await;
     a.kill().await;
     b.reset_stats().await;
-    let r = request(
-        "POST",
-        &gw.url("/echo/orders"),
-        &[(HDR, c20b.as_str()), ("content-type", "application/json")],
-        order.clone(),
-    )
-    .await
-    .expect("post");
+    let r = post_order(&gw, &c20b, &order).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let echo = r.json();
     assert_eq!(echo["node"], "node-b");
@@ -136,17 +122,9 @@ async fn case20_retries_respect_methods_and_bodies() {
 /// for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
-    let mut mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
     // Slow probes: the killed node stays "healthy", so requests are still sent to it.
-    let gw = Gateway::start(
-        &Config::single(
-            Health::http_never(),
-            &[&mocks[0], &mocks[1]],
-            Route::api().retries(2),
-        )
-        .toml(),
-    )
-    .await;
+    let (mut mocks, gw) =
+        Gateway::over_node_a_and_b(Health::http_never(), Route::api().retries(2)).await;
     let first = get(&gw.url("/data"), &[(HDR, "post-1")])
         .await
         .expect("get");
@@ -304,4 +282,16 @@ async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
     let mut per = sum().await;
     per.sort_unstable();
     assert_eq!(per, [0, 1, 1], "one try plus one retry on another node");
+}
+
+/// POSTs `order` (JSON) to `/echo/orders` on `gw` with conn id `conn`; panics if no answer.
+async fn post_order(gw: &Gateway, conn: &str, order: &[u8]) -> integration_tests::Resp {
+    request(
+        "POST",
+        &gw.url("/echo/orders"),
+        &[(HDR, conn), ("content-type", "application/json")],
+        order.to_vec(),
+    )
+    .await
+    .expect("post")
 }

@@ -22,6 +22,17 @@ fn config(redis: &Redis, n1: &Mock, n2: &Mock) -> String {
     )
 }
 
+/// Starts Redis, node-1 and node-2, and two gateway replicas A and B sharing that Redis
+/// ([`config`]): (redis, node-1, node-2, A, B).
+async fn two_replicas() -> (Redis, Mock, Mock, Gateway, Gateway) {
+    let redis = Redis::start().await;
+    let (n1, n2) = (Mock::start("node-1").await, Mock::start("node-2").await);
+    let toml = config(&redis, &n1, &n2);
+    let a = Gateway::start(&toml).await;
+    let b = Gateway::start(&toml).await;
+    (redis, n1, n2, a, b)
+}
+
 async fn post(gw: &Gateway, path: &str) -> (u16, Value) {
     let r = request("POST", &gw.admin(path), &[], Vec::new())
         .await
@@ -66,11 +77,7 @@ where
 /// undrains node-1 on A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_on_one_replica_applies_on_every_replica() {
-    let redis = Redis::start().await;
-    let (n1, n2) = (Mock::start("node-1").await, Mock::start("node-2").await);
-    let toml = config(&redis, &n1, &n2);
-    let a = Gateway::start(&toml).await;
-    let b = Gateway::start(&toml).await;
+    let (redis, _n1, _n2, a, b) = two_replicas().await;
     // A socket on B whose id rendezvous hashing puts on node-1.
     let mut ws = None;
     for i in 0..50 {
@@ -175,11 +182,7 @@ async fn subscribers(redis: &Redis) -> (i64, i64) {
 /// node-1 on B with the same deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_subscription_is_renewed_and_drains_still_spread() {
-    let redis = Redis::start().await;
-    let (n1, n2) = (Mock::start("node-1").await, Mock::start("node-2").await);
-    let toml = config(&redis, &n1, &n2);
-    let a = Gateway::start(&toml).await;
-    let b = Gateway::start(&toml).await;
+    let (redis, _n1, _n2, a, b) = two_replicas().await;
     wait_until(
         Duration::from_secs(5),
         "both replicas subscribed",

@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use integration_tests::{cluster_toml, get, request, Gateway, Mock, FAST_HEALTH};
+use integration_tests::check::unbind;
+use integration_tests::{cluster_toml, get, Gateway, Mock, FAST_HEALTH};
 
 /// New ids placed on both gateways.
 const IDS: usize = 200;
@@ -72,15 +73,7 @@ async fn replicas_with_reordered_nodes_agree_on_every_new_id() {
     for i in 0..20 {
         let id = format!("stable-{i}");
         let before = node_for(&a, &id).await;
-        let del = request(
-            "DELETE",
-            &a.admin(&format!("/admin/conns/{id}")),
-            &[],
-            Vec::new(),
-        )
-        .await
-        .expect("delete");
-        assert_eq!(del.status, 204);
+        assert_eq!(unbind(&a, &id).await, 204);
         assert_eq!(
             node_for(&a, &id).await,
             before,

@@ -60,20 +60,24 @@ async fn idle_rounds(gw: &Gateway, tasks: usize, rounds: usize, post: bool) -> H
     total
 }
 
+/// One node behind a TCP-checked gateway, its keep-alive set by `keepalive` (query of
+/// `/control/keepalive`), then `rounds` rounds of GET, idle, GET on 4 tasks: the node, the
+/// gateway, once every answer was a 200 (`ok` of them; `what` names the rounds on failure).
+async fn idle_node(keepalive: &str, rounds: usize, ok: u32, what: &str) -> (Mock, Gateway) {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
+    a.control(&format!("/control/keepalive?{keepalive}")).await;
+    let seen = idle_rounds(&gw, 4, rounds, false).await;
+    assert_eq!(seen, HashMap::from([(200, ok)]), "{what}");
+    (a, gw)
+}
+
 /// CASE-21: GETs around the node's 300 ms idle close, and across node restarts, are never a 502 and
 /// never delivered twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case21_gets_after_the_nodes_idle_close_never_502() {
-    let mut a = Mock::start("node-a").await;
     // One node: a retry "on another node" cannot hide a stale-connection failure.
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
-    a.control("/control/keepalive?idle_ms=300").await;
-    let seen = idle_rounds(&gw, 4, 50, false).await;
-    assert_eq!(
-        seen,
-        HashMap::from([(200, 400)]),
-        "200 rounds of GET, idle, GET"
-    );
+    let (mut a, gw) = idle_node("idle_ms=300", 50, 400, "200 rounds of GET, idle, GET").await;
     // Every answer came from exactly one delivered request: nothing was sent twice.
     assert_eq!(a.requests().await, 400);
     // The node restarts between two requests: the pooled socket is dead, the GET still succeeds.
@@ -91,15 +95,13 @@ async fn case21_gets_after_the_nodes_idle_close_never_502() {
 /// discard that answer, and the GET (idempotent) is retried, so the node may count one more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case21_gets_after_the_nodes_idle_reset_never_502() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
-    a.control("/control/keepalive?idle_ms=300&reset=1").await;
-    let seen = idle_rounds(&gw, 4, 25, false).await;
-    assert_eq!(
-        seen,
-        HashMap::from([(200, 200)]),
-        "100 rounds of GET, idle, GET"
-    );
+    let (a, _gw) = idle_node(
+        "idle_ms=300&reset=1",
+        25,
+        200,
+        "100 rounds of GET, idle, GET",
+    )
+    .await;
     let delivered = a.requests().await;
     assert!((200..=202).contains(&delivered), "{delivered} deliveries");
 }
@@ -108,16 +110,13 @@ async fn case21_gets_after_the_nodes_idle_reset_never_502() {
 /// (a 502 at worst).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case21_advertised_keepalive_and_small_posts_are_never_sent_twice() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&Config::single(Health::tcp_fast(), &[&a], Route::api()).toml()).await;
-    a.control("/control/keepalive?idle_ms=300&advertise=1")
-        .await;
-    let seen = idle_rounds(&gw, 4, 25, false).await;
-    assert_eq!(
-        seen,
-        HashMap::from([(200, 200)]),
-        "100 rounds with Keep-Alive advertised"
-    );
+    let (a, gw) = idle_node(
+        "idle_ms=300&advertise=1",
+        25,
+        200,
+        "100 rounds with Keep-Alive advertised",
+    )
+    .await;
     assert_eq!(a.requests().await, 200);
     a.reset_stats().await;
     // POSTs: replayed only when the write itself failed, so a POST the node received is never

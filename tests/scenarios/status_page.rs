@@ -4,6 +4,7 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
+use integration_tests::check::kill_one_of;
 use integration_tests::http::{get, request};
 use integration_tests::webdriver::Browser;
 use integration_tests::{root, Gateway, Mock};
@@ -58,6 +59,19 @@ async fn wait_state(b: &Browser, node: &str, state: &str, within: Duration) -> D
     t0.elapsed()
 }
 
+/// Waits up to 10 s each for node-a and node-b to show healthy on the page in `br`, then for the
+/// live marker (`what` names that wait: the event stream connected).
+async fn healthy_and_live(br: &Browser, what: &str) {
+    wait_state(br, "node-a", "healthy", Duration::from_secs(10)).await;
+    wait_state(br, "node-b", "healthy", Duration::from_secs(10)).await;
+    br.wait_js(
+        "return document.getElementById('live-text').textContent === 'live';",
+        Duration::from_secs(10),
+        what,
+    )
+    .await;
+}
+
 /// Issue 17 browser test: both nodes shown healthy; a node set down with /control/health is shown
 /// degraded then ejected within the timing promise without a page reload; killing a bound node
 /// puts the hop in the recent-hops list; the drain button puts the node in draining. Saves the
@@ -84,14 +98,7 @@ async fn status_page_shows_nodes_hops_and_drain_live_in_a_browser() {
     br.exec("window.__loadMarker = 4242; return true;", json!([]))
         .await
         .expect("set marker");
-    wait_state(&br, "node-a", "healthy", Duration::from_secs(10)).await;
-    wait_state(&br, "node-b", "healthy", Duration::from_secs(10)).await;
-    br.wait_js(
-        "return document.getElementById('live-text').textContent === 'live';",
-        Duration::from_secs(10),
-        "event stream connected",
-    )
-    .await;
+    healthy_and_live(&br, "event stream connected").await;
 
     // Down: degraded within degrade_after intervals (+ one timeout), ejected within eject_after.
     let t0 = Instant::now();
@@ -125,16 +132,7 @@ async fn status_page_shows_nodes_hops_and_drain_live_in_a_browser() {
         .as_str()
         .expect("bound node")
         .to_string();
-    let survivor = if bound == "node-a" {
-        "node-b"
-    } else {
-        "node-a"
-    };
-    if bound == "node-a" {
-        a.kill().await;
-    } else {
-        b_node.kill().await;
-    }
+    let survivor = kill_one_of(&bound, &mut a, &mut b_node).await;
     let r = get(&gw.url("/data"), &[("X-Conn-Id", conn)])
         .await
         .expect("after kill");
@@ -228,14 +226,7 @@ async fn status_page_asks_for_the_admin_token() {
 
     br.type_into("#token", "page-s3cret").await.expect("type");
     br.click("#token-form button").await.expect("submit");
-    wait_state(&br, "node-a", "healthy", Duration::from_secs(10)).await;
-    wait_state(&br, "node-b", "healthy", Duration::from_secs(10)).await;
-    br.wait_js(
-        "return document.getElementById('live-text').textContent === 'live';",
-        Duration::from_secs(10),
-        "the event stream, read with the bearer header",
-    )
-    .await;
+    healthy_and_live(&br, "the event stream, read with the bearer header").await;
     // The stream is live with the token: a drain from outside shows without a poll.
     let r = request(
         "POST",

@@ -64,10 +64,7 @@ pub(crate) async fn node_for(gw: &Gateway, conn: &str) -> String {
 
 /// Sum of every series of the family `name` (e.g. `gateway_affinity_store_errors_total`).
 pub(crate) async fn family_sum(gw: &Gateway, name: &str) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))

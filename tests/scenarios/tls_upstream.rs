@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use integration_tests::check::kill_one_of;
 use integration_tests::tls::{https_request, Ca, Leaf};
 use integration_tests::{get, Gateway, Mock, FAST_HEALTH};
 use integration_tests::{Cluster, Config, Route};
@@ -188,38 +189,15 @@ async fn websocket_dials_and_hops_between_tls_nodes() {
     .expect("handshake in time")
     .expect("upgrade");
     assert_eq!(resp.status(), 101);
-    let hello =
-        |m: Message| -> Value { serde_json::from_str(m.to_text().expect("text")).expect("json") };
-    let first = hello(
-        timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("hello")
-            .expect("msg")
-            .expect("ok"),
-    );
+    let first = next_json(&mut ws, "hello").await;
     let first_node = first["node"].as_str().expect("node").to_string();
     assert_eq!(
         first,
         json!({"node": first_node, "conn_id": "tls-ws-1", "hopped_from": null})
     );
-    let other = if first_node == "node-a" {
-        "node-b"
-    } else {
-        "node-a"
-    };
-    if first_node == "node-a" {
-        a.kill().await;
-    } else {
-        b.kill().await;
-    }
+    let other = kill_one_of(&first_node, &mut a, &mut b).await;
     ws.send(Message::text("after-kill")).await.expect("send");
-    let second = hello(
-        timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("re-dial hello")
-            .expect("msg")
-            .expect("ok"),
-    );
+    let second = next_json(&mut ws, "re-dial hello").await;
     assert_eq!(
         second,
         json!({"node": other, "conn_id": "tls-ws-1", "hopped_from": first_node})
@@ -253,20 +231,13 @@ async fn upstream_mtls_fails_over_without_client_cert_and_passes_with_it() {
         let r = integration_tests::request("POST", &gw.url("/echo"), &[], b"x".to_vec())
             .await
             .expect("request");
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(r.header("x-node-id").as_deref(), Some("node-o"));
+        served_by(&r, "node-o");
     }
-    gw.logs
-        .wait_for(
-            &[
-                "retrying on another node",
-                "from=node-m",
-                "connect_error",
-                "CertificateRequired",
-            ],
-            Duration::from_secs(5),
-        )
-        .await;
+    logged_retry(
+        &gw,
+        &["from=node-m", "connect_error", "CertificateRequired"],
+    )
+    .await;
 
     // Alone, the strict node's refusal is a 502 naming the alert.
     let alone = Gateway::start(&config(
@@ -370,20 +341,37 @@ async fn bad_node_certificates_are_retried_on_a_good_node() {
         let gw = Gateway::start(&config(&health, &nodes, &tls_line(&ca, ""), "")).await;
         for _ in 0..4 {
             let r = get(&gw.url("/data"), &[]).await.expect("request");
-            assert_eq!(r.status, 200, "{}", r.text());
-            assert_eq!(r.header("x-node-id").as_deref(), Some("node-good"));
+            served_by(&r, "node-good");
         }
-        gw.logs
-            .wait_for(
-                &[
-                    "retrying on another node",
-                    "from=node-bad",
-                    "TLS handshake with node-bad failed",
-                ],
-                Duration::from_secs(5),
-            )
-            .await;
+        logged_retry(
+            &gw,
+            &["from=node-bad", "TLS handshake with node-bad failed"],
+        )
+        .await;
         gw.wait_node_state("node-bad", "ejected", Duration::from_secs(5))
             .await;
     }
+}
+
+/// `r` is a 200 from node `node` (its `x-node-id`).
+fn served_by(r: &integration_tests::Resp, node: &str) {
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-node-id").as_deref(), Some(node));
+}
+
+/// Waits up to 5 s for `gw`'s "retrying on another node" log line with every one of `parts`.
+async fn logged_retry(gw: &Gateway, parts: &[&str]) {
+    let mut all = vec!["retrying on another node"];
+    all.extend_from_slice(parts);
+    gw.logs.wait_for(&all, Duration::from_secs(5)).await;
+}
+
+/// The next message on `ws` within 5 s as JSON text; `what` names it if none comes in time.
+async fn next_json(ws: &mut integration_tests::check::Ws, what: &str) -> Value {
+    let m = timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect(what)
+        .expect("msg")
+        .expect("ok");
+    serde_json::from_str(m.to_text().expect("text")).expect("json")
 }

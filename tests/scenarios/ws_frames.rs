@@ -91,16 +91,7 @@ impl Raw {
             return None;
         }
         assert_eq!(b[1] & 0x80, 0, "frames to the client are unmasked");
-        let (len, at) = match b[1] & 0x7f {
-            126 if b.len() >= 4 => (usize::from(u16::from_be_bytes([b[2], b[3]])), 4),
-            127 if b.len() >= 10 => (
-                usize::try_from(u64::from_be_bytes(b[2..10].try_into().expect("8 bytes")))
-                    .expect("length fits"),
-                10,
-            ),
-            n @ 0..=125 => (usize::from(n), 2),
-            _ => return None,
-        };
+        let (len, at) = integration_tests::ws::frame_len(b)?;
         if b.len() < at + len {
             return None;
         }
@@ -146,10 +137,7 @@ async fn ws_messages(m: &Mock) -> u64 {
 
 /// (sum of `hopping_count_total` over every reason, `hopping_latency_seconds_count`).
 async fn hop_figures(gw: &Gateway) -> (f64, f64) {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     let hops = text
         .lines()
         .filter(|l| l.starts_with("hopping_count_total{"))

@@ -43,10 +43,7 @@ pub fn json_error(body: &[u8]) -> String {
 
 /// Sum of every `hopping_count_total{...}` series on `gw`'s `/metrics` (SPEC section 8).
 pub async fn hops_total(gw: &Gateway) -> f64 {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter(|l| l.starts_with("hopping_count_total{"))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
@@ -88,15 +85,7 @@ pub async fn bind_to(gw: &Gateway, id: &str, node: &str) -> String {
         if node_of(&r) == node {
             return id;
         }
-        let r = request(
-            "DELETE",
-            &gw.admin(&format!("/admin/conns/{id}")),
-            &[],
-            Vec::new(),
-        )
-        .await
-        .expect("delete");
-        assert_eq!(r.status, 204);
+        assert_eq!(unbind(gw, &id).await, 204);
     }
     panic!("could not bind {id} to {node}");
 }
@@ -144,4 +133,30 @@ pub fn output_text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Kills `node` (`"node-a"` is `a`, any other id is `b`) and returns the id of the one left
+/// running (`"node-b"` or `"node-a"`).
+pub async fn kill_one_of(node: &str, a: &mut Mock, b: &mut Mock) -> &'static str {
+    if node == "node-a" {
+        a.kill().await;
+        "node-b"
+    } else {
+        b.kill().await;
+        "node-a"
+    }
+}
+
+/// `DELETE /admin/conns/<id>` on `gw` (SPEC section 8): the status (204 when it was bound).
+/// Panics if the request itself fails.
+pub async fn unbind(gw: &Gateway, id: &str) -> u16 {
+    request(
+        "DELETE",
+        &gw.admin(&format!("/admin/conns/{id}")),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("delete")
+    .status
 }

@@ -3,7 +3,6 @@
 //! (`mock-backend --listen-host`), as the nodes behind a headless Service would.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -61,32 +60,29 @@ impl Dnsmasq {
     }
 
     async fn spawn(&mut self) {
-        let mut child = Command::new(dnsmasq_bin())
-            .args([
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--port",
-                &self.port.to_string(),
-                "--listen-address=127.0.0.1",
-                "--bind-interfaces",
-                "--no-resolv",
-                "--no-hosts",
-                "--addn-hosts",
-                &self.hosts.display().to_string(),
-                "--local-ttl",
-                &self.ttl.to_string(),
-                "--pid-file=",
-                // Stay root (as started): the hosts file lives in a private temp directory.
-                "--user=root",
-                "--log-facility=-",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("dnsmasq runs (scripts/test-deps.sh installs dnsmasq-base)");
-        self.logs.capture(&mut child);
-        self.child = Some(child);
+        let mut cmd = Command::new(dnsmasq_bin());
+        cmd.args([
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--port",
+            &self.port.to_string(),
+            "--listen-address=127.0.0.1",
+            "--bind-interfaces",
+            "--no-resolv",
+            "--no-hosts",
+            "--addn-hosts",
+            &self.hosts.display().to_string(),
+            "--local-ttl",
+            &self.ttl.to_string(),
+            "--pid-file=",
+            // Stay root (as started): the hosts file lives in a private temp directory.
+            "--user=root",
+            "--log-facility=-",
+        ]);
+        self.child = Some(self.logs.spawn(
+            &mut cmd,
+            "dnsmasq runs (scripts/test-deps.sh installs dnsmasq-base)",
+        ));
         let port = self.port;
         let logs = self.logs.clone();
         wait_until(Duration::from_secs(10), "dnsmasq to accept", || {
@@ -109,17 +105,7 @@ impl Dnsmasq {
     /// Replaces the records and makes dnsmasq re-read them (SIGHUP re-reads `--addn-hosts`).
     pub fn set_records(&self, records: &[(&str, &str)]) {
         self.write(records);
-        let pid = self
-            .child
-            .as_ref()
-            .and_then(Child::id)
-            .expect("dnsmasq running");
-        let ok = std::process::Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "kill -HUP dnsmasq");
+        crate::process::signal_child(self.child.as_ref(), "-HUP", "dnsmasq");
     }
 
     /// `127.0.0.1:<port>`, for `[server] resolver`.
@@ -160,17 +146,11 @@ impl HostMock {
             child: None,
             logs: Logs::default(),
         };
-        let mut child = Command::new(bin("mock-backend"))
-            .arg(port.to_string())
+        let mut cmd = Command::new(bin("mock-backend"));
+        cmd.arg(port.to_string())
             .arg(m.id())
-            .args(["--listen-host", host])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn mock-backend");
-        m.logs.capture(&mut child);
-        m.child = Some(child);
+            .args(["--listen-host", host]);
+        m.child = Some(m.logs.spawn(&mut cmd, "spawn mock-backend"));
         let addr = m.id();
         wait_until(
             Duration::from_secs(10),

@@ -1,12 +1,12 @@
 //! A running `hopping-gateway` process: its ports, config file, admin API, metrics and signals.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
 use crate::{bin, free_port, get, request, wait_until, Logs, Resp};
+use crate::{Config, Health, Mock, Route};
 
 /// A running `hopping-gateway`.
 pub struct Gateway {
@@ -67,13 +67,8 @@ impl Gateway {
             .env(
                 "RUST_LOG",
                 std::env::var("HOPGW_TEST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn hopping-gateway");
-        self.logs.capture(&mut child);
-        self.child = Some(child);
+            );
+        self.child = Some(self.logs.spawn(&mut cmd, "spawn hopping-gateway"));
         let url = self.admin("/readyz");
         let logs = self.logs.clone();
         wait_until(Duration::from_secs(15), "gateway /readyz", || {
@@ -94,6 +89,14 @@ impl Gateway {
             }
         })
         .await;
+    }
+
+    /// Starts mocks `node-a` and `node-b` and a gateway on [`Config::single`] over both with
+    /// `health` and `route`: (the two mocks, the gateway). Panics as [`Gateway::start`] does.
+    pub async fn over_node_a_and_b(health: Health, route: Route) -> ([Mock; 2], Gateway) {
+        let mocks = [Mock::start("node-a").await, Mock::start("node-b").await];
+        let toml = Config::single(health, &[&mocks[0], &mocks[1]], route).toml();
+        (mocks, Gateway::start(&toml).await)
     }
 
     /// Data-plane URL for `path`.
@@ -144,22 +147,24 @@ impl Gateway {
         .await;
     }
 
-    /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
-    pub async fn metric(&self, series: &str) -> f64 {
-        let text = get(&self.admin("/metrics"), &[])
+    /// The admin `/metrics` text of this gateway (SPEC section 8). Panics if the request fails.
+    pub async fn metrics_text(&self) -> String {
+        get(&self.admin("/metrics"), &[])
             .await
             .expect("metrics")
-            .text();
+            .text()
+    }
+
+    /// The value of the metric line starting with `series` (e.g. `hopping_count_total{reason="ejected"}`); 0 if absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics_text().await;
         metric_value(&text, series)
     }
 
     /// The metric lines whose series starts with `prefix` (e.g. `hopping_count_total{`), and the sum
     /// of their values (0 when there is none).
     pub async fn metric_series(&self, prefix: &str) -> (f64, Vec<String>) {
-        let text = get(&self.admin("/metrics"), &[])
-            .await
-            .expect("metrics")
-            .text();
+        let text = self.metrics_text().await;
         let series: Vec<String> = text
             .lines()
             .filter(|l| l.starts_with(prefix))

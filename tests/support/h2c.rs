@@ -64,12 +64,11 @@ impl H2Resp {
     }
 
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
+        crate::http::body_text(&self.body)
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        crate::http::body_json(&self.body)
     }
 
     /// A trailer value.

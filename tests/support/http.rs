@@ -16,14 +16,23 @@ pub struct Resp {
     pub body: Bytes,
 }
 
+/// `body` as text (invalid UTF-8 replaced).
+pub(crate) fn body_text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// `body` parsed as JSON; panics with the error and the body text if it is not JSON.
+pub(crate) fn body_json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", body_text(body)))
+}
+
 impl Resp {
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
+        body_text(&self.body)
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        body_json(&self.body)
     }
 
     pub fn header(&self, name: &str) -> Option<String> {

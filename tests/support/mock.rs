@@ -1,6 +1,5 @@
 //! A running `mock-backend` process and its `/control/*` knobs.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -55,13 +54,8 @@ impl Mock {
         let mut cmd = Command::new(bin("mock-backend"));
         cmd.arg(self.port.to_string())
             .arg(&self.id)
-            .args(&self.args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn mock-backend");
-        self.logs.capture(&mut child);
-        self.child = Some(child);
+            .args(&self.args);
+        self.child = Some(self.logs.spawn(&mut cmd, "spawn mock-backend"));
         wait_port(self.port, Duration::from_secs(10)).await;
         if let Some(p) = self.grpc_port {
             wait_port(p, Duration::from_secs(10)).await;

@@ -32,7 +32,7 @@ pub use self::gateway::{metric_value, Gateway};
 pub use self::http::{get, request, Resp};
 pub use self::mock::Mock;
 pub use self::process::{bin, free_port, root, wait_port, wait_until, Logs};
-pub use self::redis::Redis;
+pub use self::redis::{info_replication, Redis};
 pub use self::redis_cluster::RedisCluster;
 pub use self::redis_sentinel::RedisSentinel;
 pub use self::wire::{find, read_head};

@@ -113,11 +113,38 @@ pub async fn wait_port(port: u16, timeout: Duration) {
     .await;
 }
 
+/// Sends `sig` (e.g. `-HUP`, `-STOP`) to the running `child` with `kill`; `name` names the
+/// process if it is not running. Panics if there is no such process or `kill` fails.
+pub fn signal_child(child: Option<&Child>, sig: &str, name: &str) {
+    let pid = child
+        .and_then(Child::id)
+        .unwrap_or_else(|| panic!("{name} running"));
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig} {name} ({pid})");
+}
+
 /// Captured output lines of a child.
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<String>>>);
 
 impl Logs {
+    /// Spawns `cmd` with stdout and stderr piped into these logs ([`Logs::capture`]), killed on
+    /// drop; returns the child. Panics with `what` and the error if it cannot start.
+    pub fn spawn(&self, cmd: &mut tokio::process::Command, what: &str) -> Child {
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        self.capture(&mut child);
+        child
+    }
+
     /// Collects the stdout and stderr lines of `child`.
     pub fn capture(&self, child: &mut Child) {
         for stream in [

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::{free_port, wait_port};
+use crate::process::signal_child;
+use crate::{free_port, wait_port, wait_until};
 
 /// Lowest port tried by [`free_cluster_port`]; the bus port P+10000 must stay below the kernel's
 /// ephemeral range.
@@ -63,17 +64,7 @@ impl Redis {
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self
-            .child
-            .as_ref()
-            .and_then(Child::id)
-            .expect("redis-server running");
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "kill {sig} {pid}");
+        signal_child(self.child.as_ref(), sig, "redis-server");
     }
 
     /// Starts again on the same port (empty: no persistence).
@@ -124,6 +115,25 @@ pub async fn try_client(port: u16) -> Option<redis::aio::MultiplexedConnection> 
         .ok()
 }
 
+/// Polls the server on `port` for up to 30 s until `check`, given a fresh connection, holds; a
+/// failed connection counts as not yet. Panics naming `what` if it never holds.
+pub async fn wait_on_node<F, Fut>(port: u16, what: &str, check: F)
+where
+    F: Fn(redis::aio::MultiplexedConnection) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_until(Duration::from_secs(30), what, || {
+        let check = &check;
+        async move {
+            match try_client(port).await {
+                Some(c) => check(c).await,
+                None => false,
+            }
+        }
+    })
+    .await;
+}
+
 /// A port P such that P and P+10000 are both free (bus port of a cluster node), below the
 /// ephemeral range so no outgoing connection takes either before the node binds them.
 pub fn free_cluster_port() -> u16 {
@@ -165,6 +175,30 @@ pub async fn node_client(port: u16) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap_or_else(|e| panic!("connect to redis on {port}: {e}"))
+}
+
+/// `INFO replication` on `c` as text; empty if the call fails (callers poll until it matches).
+pub async fn info_replication(c: &mut redis::aio::MultiplexedConnection) -> String {
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(c)
+        .await
+        .unwrap_or_default()
+}
+
+/// `SENTINEL <what> <master>` on a sentinel (`what`: "REPLICAS", "SENTINELS"): one entry per
+/// known peer; empty if the call fails.
+pub async fn sentinel_list(
+    c: &mut redis::aio::MultiplexedConnection,
+    what: &str,
+    master: &str,
+) -> Vec<redis::Value> {
+    redis::cmd("SENTINEL")
+        .arg(what)
+        .arg(master)
+        .query_async(c)
+        .await
+        .unwrap_or_default()
 }
 
 /// `ROLE`'s first element on `port` ("master", "slave", "sentinel"); `None` if it does not answer.

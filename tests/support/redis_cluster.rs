@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 pub use crate::redis::{free_cluster_port, key_slot, node_client, role, spawn_redis};
-use crate::redis::{server_args, try_client};
+use crate::redis::{info_replication, server_args, try_client, wait_on_node};
 use crate::wait_until;
 
 /// One cluster node: its port, config file and process.
@@ -264,21 +264,11 @@ impl RedisCluster {
     /// `CLUSTER FAILOVER` on the replica on `replica` (a manual failover without data loss), once
     /// it is a replica with its link to the master up (`INFO replication`).
     pub async fn failover(&self, replica: u16) {
-        wait_until(
-            Duration::from_secs(30),
-            &format!("{replica} to be a synced replica"),
-            || async move {
-                let Some(mut c) = try_client(replica).await else {
-                    return false;
-                };
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or_default();
-                info.contains("role:slave") && info.contains("master_link_status:up")
-            },
-        )
+        let what = format!("{replica} to be a synced replica");
+        wait_on_node(replica, &what, |mut c| async move {
+            let info = info_replication(&mut c).await;
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        })
         .await;
         let mut c = node_client(replica).await;
         let _: () = redis::cmd("CLUSTER")

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tokio::process::Child;
 
-use crate::redis::{node_client, role, server_args, spawn_redis, try_client};
+use crate::redis::{
+    info_replication, node_client, role, sentinel_list, server_args, spawn_redis, wait_on_node,
+};
 use crate::{free_port, wait_until};
 
 /// The monitored master's name.
@@ -56,11 +58,7 @@ impl RedisSentinel {
             "the replica to sync",
             || async move {
                 let mut c = node_client(master).await;
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or_default();
+                let info = info_replication(&mut c).await;
                 info.contains("connected_slaves:1") && info.contains("state=online")
             },
         )
@@ -86,28 +84,12 @@ impl RedisSentinel {
             ));
         }
         for port in sentinel_ports {
-            wait_until(
-                Duration::from_secs(30),
-                &format!("sentinel {port} to know the replica and its peers"),
-                || async move {
-                    let Some(mut c) = try_client(port).await else {
-                        return false;
-                    };
-                    let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-                        .arg("REPLICAS")
-                        .arg(MASTER_NAME)
-                        .query_async(&mut c)
-                        .await
-                        .unwrap_or_default();
-                    let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
-                        .arg("SENTINELS")
-                        .arg(MASTER_NAME)
-                        .query_async(&mut c)
-                        .await
-                        .unwrap_or_default();
-                    replicas.len() == 1 && peers.len() == 2
-                },
-            )
+            let what = format!("sentinel {port} to know the replica and its peers");
+            wait_on_node(port, &what, |mut c| async move {
+                let replicas = sentinel_list(&mut c, "REPLICAS", MASTER_NAME).await;
+                let peers = sentinel_list(&mut c, "SENTINELS", MASTER_NAME).await;
+                replicas.len() == 1 && peers.len() == 2
+            })
             .await;
         }
         RedisSentinel {

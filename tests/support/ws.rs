@@ -29,3 +29,18 @@ where
         }
     }
 }
+
+/// The payload length and header size of the server-to-client WebSocket frame at the start of
+/// `b` (RFC 6455 section 5.2: 7-bit, 16-bit or 64-bit length), once its length field is complete;
+/// `None` before. Panics if a 64-bit length does not fit in `usize`.
+pub fn frame_len(b: &[u8]) -> Option<(usize, usize)> {
+    match *b.get(1)? & 0x7f {
+        126 if b.len() >= 4 => Some((usize::from(u16::from_be_bytes([b[2], b[3]])), 4)),
+        127 if b.len() >= 10 => {
+            let len = u64::from_be_bytes(b[2..10].try_into().expect("8 bytes"));
+            Some((usize::try_from(len).expect("length fits"), 10))
+        }
+        n @ 0..=125 => Some((usize::from(n), 2)),
+        _ => None,
+    }
+}

@@ -50,11 +50,9 @@ async fn transitions(gw: &Gateway, id: &str) -> [f64; 3] {
 /// A degraded node gets the degraded percentage of its normal traffic share.
 #[tokio::test]
 async fn degraded_node_gets_degraded_percent_of_its_share() {
-    let a = Mock::start("a").await;
-    let b = Mock::start("b").await;
     // A huge eject_after keeps the node degraded while traffic is measured.
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\ndegraded_percent = 20\neject_after = 100000\npassive_consecutive_errors = 0\n";
-    let gw = gateway_ab(health, &a, &b).await;
+    let (a, _b, gw) = nodes_ab(health).await;
     let even = spread(&gw, 200, 8).await;
     assert_eq!(
         (even.get("a"), even.get("b")),
@@ -81,23 +79,10 @@ async fn degraded_node_gets_degraded_percent_of_its_share() {
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flapping_node_keeps_its_share_within_the_ladder_bounds() {
-    let a = Mock::start("a").await;
-    let b = Mock::start("b").await;
     // A 1 s probe timeout so a probe slowed by a loaded machine never adds a failure of its own:
     // the failures are exactly the mock's pattern.
-    let health = r#"path = "/actuator/health/business"
-expect_status = [200, 599]
-expect_json = { pointer = "/business", equals = "UP" }
-interval = "200ms"
-timeout = "1s"
-degrade_after = 2
-degraded_percent = 20
-eject_after = 3
-recover_after = 2
-slow_start = "3s"
-passive_consecutive_errors = 0
-"#;
-    let gw = gateway_ab(health, &a, &b).await;
+    let health = business_health("1s", "passive_consecutive_errors = 0\n");
+    let (a, _b, gw) = nodes_ab(&health).await;
 
     // 1. Down, up, down, up... on every probe: never `degrade_after` failures in a row, so the
     //    node never moves and its traffic never changes: equal weights alternate exactly.
@@ -218,10 +203,8 @@ passive_consecutive_errors = 0
 /// A recovered node's traffic share rises gradually over the slow-start period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovered_node_traffic_share_rises_over_slow_start() {
-    let a = Mock::start("a").await;
-    let b = Mock::start("b").await;
     let health = "interval = \"200ms\"\ntimeout = \"1s\"\ndegrade_after = 2\ndegraded_percent = 20\neject_after = 3\nrecover_after = 2\nslow_start = \"4s\"\npassive_consecutive_errors = 0\n";
-    let gw = gateway_ab(health, &a, &b).await;
+    let (a, _b, gw) = nodes_ab(health).await;
     a.set_down().await;
     gw.wait_node_state("a", "ejected", Duration::from_secs(5))
         .await;

@@ -6,7 +6,7 @@ mod ejection;
 mod ladder;
 mod probe;
 
-use integration_tests::{get, request, Gateway, Mock};
+use integration_tests::{get, Gateway, Mock};
 use integration_tests::{Cluster, Config, Health, Route};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -31,6 +31,44 @@ fn config(
 /// no extra cluster or route lines ([`config`]).
 async fn gateway_ab(health: &str, a: &Mock, b: &Mock) -> Gateway {
     Gateway::start(&config(health, "", &[("a", a.addr()), ("b", b.addr())], "")).await
+}
+
+/// `[health]` lines probing `/actuator/health/business` (JSON `/business` must be "UP") every
+/// 200 ms with probe timeout `timeout`, ladder 2/20 %/3/2, slow start 3 s, then `extra` lines.
+fn business_health(timeout: &str, extra: &str) -> String {
+    format!(
+        r#"path = "/actuator/health/business"
+expect_status = [200, 599]
+expect_json = {{ pointer = "/business", equals = "UP" }}
+interval = "200ms"
+timeout = "{timeout}"
+degrade_after = 2
+degraded_percent = 20
+eject_after = 3
+recover_after = 2
+slow_start = "3s"
+{extra}"#
+    )
+}
+
+/// Starts mocks `a` and `b` and a gateway over them ([`gateway_ab`] with `health`): (a, b, gateway).
+async fn nodes_ab(health: &str) -> (Mock, Mock, Gateway) {
+    let a = Mock::start("a").await;
+    let b = Mock::start("b").await;
+    let gw = gateway_ab(health, &a, &b).await;
+    (a, b, gw)
+}
+
+/// Waits up to 2 s for the log line "node state changed" of node `node` into state `to` with
+/// reason `why`; returns that line. Panics if none comes.
+async fn change_logged(gw: &Gateway, node: &str, to: &str, why: &str) -> String {
+    let node = format!("node={node}");
+    gw.logs
+        .wait_for(
+            &["node state changed", &node, to, why],
+            Duration::from_secs(2),
+        )
+        .await
 }
 
 /// `gateway_health_transitions_total` of node `node` in cluster `c` into state `to`.

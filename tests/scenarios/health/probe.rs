@@ -3,31 +3,11 @@
 
 use super::*;
 
-const BUSINESS_HEALTH: &str = r#"path = "/actuator/health/business"
-expect_status = [200, 599]
-expect_json = { pointer = "/business", equals = "UP" }
-interval = "200ms"
-timeout = "200ms"
-degrade_after = 2
-degraded_percent = 20
-eject_after = 3
-recover_after = 2
-slow_start = "3s"
-"#;
-
 /// A node whose business health says down is degraded, then ejected, and ramps back once it is up again.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
 async fn business_down_degrades_ejects_and_ramps_back() {
-    let a = Mock::start("a").await;
-    let b = Mock::start("b").await;
-    let gw = Gateway::start(&config(
-        BUSINESS_HEALTH,
-        "",
-        &[("a", a.addr()), ("b", b.addr())],
-        "",
-    ))
-    .await;
+    let (a, _b, gw) = nodes_ab(&business_health("200ms", "")).await;
     assert_eq!(view(&gw, "a").await, ("healthy".to_string(), 100.0));
 
     // The node still answers 500 {"business":"DOWN"}; the status range admits it, the body check does not.
@@ -44,20 +24,9 @@ async fn business_down_degrades_ejects_and_ramps_back() {
             .await,
         0.0
     );
-    let line = gw
-        .logs
-        .wait_for(
-            &["node state changed", "node=a", "degraded", "body /business"],
-            Duration::from_secs(2),
-        )
-        .await;
+    let line = change_logged(&gw, "a", "degraded", "body /business").await;
     assert!(line.contains("INFO"), "{line}");
-    gw.logs
-        .wait_for(
-            &["node state changed", "node=a", "ejected", "body /business"],
-            Duration::from_secs(2),
-        )
-        .await;
+    change_logged(&gw, "a", "ejected", "body /business").await;
     assert_eq!(transitions_to(&gw, "a", "degraded").await, 1.0);
     assert_eq!(transitions_to(&gw, "a", "ejected").await, 1.0);
     // Every request now goes to b.
@@ -190,10 +159,8 @@ async fn business_down_node_gets_no_request_within_two_probe_intervals() {
 #[tokio::test]
 async fn timing_promise_degrade_and_eject_within_intervals() {
     // Seed 001: interval 200 ms, degrade_after 2, eject_after 3, timeout 200 ms.
-    let a = Mock::start("a").await;
-    let b = Mock::start("b").await;
     let health = "interval = \"200ms\"\ntimeout = \"200ms\"\ndegrade_after = 2\neject_after = 3\nrecover_after = 2\nslow_start = \"0s\"\n";
-    let gw = gateway_ab(health, &a, &b).await;
+    let (a, _b, gw) = nodes_ab(health).await;
     // The probe schedule's phase relative to set_down is random: the bounds hold for any phase.
     let interval = Duration::from_millis(200);
     let slack = Duration::from_millis(300);
@@ -251,12 +218,7 @@ async fn tcp_probe_override_ignores_business_health_and_sees_dead_nodes() {
         ejected <= Duration::from_millis(200 * 2 + 200 + 300),
         "{ejected:?}"
     );
-    gw.logs
-        .wait_for(
-            &["node state changed", "node=a", "ejected", "connect"],
-            Duration::from_secs(2),
-        )
-        .await;
+    change_logged(&gw, "a", "ejected", "connect").await;
     a.restart().await;
     gw.wait_node_state("a", "healthy", Duration::from_secs(3))
         .await;

@@ -24,30 +24,22 @@ async fn access_log_has_the_fields_operators_grep_for() {
             .any(|h| h[0] == "traceparent" && h[1] == tp),
         "forwarded untouched: {headers}"
     );
-    let line = gw
-        .logs
-        .wait_for(&["access", "path=/echo"], Duration::from_secs(5))
-        .await;
-    for want in [
-        "protocol=\"http/1.1\"",
-        "client=127.0.0.1:",
-        &format!("upstream=\"{}\"", a.addr()),
-        "upstream_status=200",
-        "reason=\"-\"",
-        "trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
-    ] {
-        assert!(line.contains(want), "{want} in {line}");
-    }
+    let line = access_line(&gw, &["path=/echo"]).await;
+    contains_all(
+        &line,
+        &[
+            "protocol=\"http/1.1\"",
+            "client=127.0.0.1:",
+            &format!("upstream=\"{}\"", a.addr()),
+            "upstream_status=200",
+            "reason=\"-\"",
+            "trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
+        ],
+    );
 
     let mut h2 = integration_tests::h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     assert_eq!(h2.get("/data?h2", &[]).await.expect("h2").status, 200);
-    let line = gw
-        .logs
-        .wait_for(
-            &["access", "path=/data", "protocol=\"h2\""],
-            Duration::from_secs(5),
-        )
-        .await;
+    let line = access_line(&gw, &["path=/data", "protocol=\"h2\""]).await;
     assert!(
         line.contains("upstream_status=200") && !line.contains("trace_id"),
         "{line}"
@@ -60,10 +52,7 @@ async fn access_log_has_the_fields_operators_grep_for() {
     ws.next().await.expect("hello").expect("frame");
     ws.close(None).await.expect("close");
     while ws.next().await.is_some() {}
-    let line = gw
-        .logs
-        .wait_for(&["access", "path=/ws"], Duration::from_secs(5))
-        .await;
+    let line = access_line(&gw, &["path=/ws"]).await;
     assert!(
         line.contains("protocol=\"ws\"") && line.contains("upstream_status=101"),
         "{line}"
@@ -74,15 +63,27 @@ async fn access_log_has_the_fields_operators_grep_for() {
         .await;
     let r = get(&gw.url("/data?down"), &[]).await.expect("fallback");
     assert_eq!(r.status, 503);
-    let line = gw
-        .logs
-        .wait_for(&["access", "status=503"], Duration::from_secs(5))
-        .await;
-    for want in [
-        "reason=\"no_healthy_node\"",
-        "upstream=\"-\"",
-        "upstream_status=-",
-    ] {
+    let line = access_line(&gw, &["status=503"]).await;
+    contains_all(
+        &line,
+        &[
+            "reason=\"no_healthy_node\"",
+            "upstream=\"-\"",
+            "upstream_status=-",
+        ],
+    );
+}
+
+/// The first access-log line of `gw` with every one of `parts`, waited for up to 5 s.
+async fn access_line(gw: &Gateway, parts: &[&str]) -> String {
+    let mut all = vec!["access"];
+    all.extend_from_slice(parts);
+    gw.logs.wait_for(&all, Duration::from_secs(5)).await
+}
+
+/// `line` contains each of `wants`; the failure names the first missing one.
+fn contains_all(line: &str, wants: &[&str]) {
+    for want in wants {
         assert!(line.contains(want), "{want} in {line}");
     }
 }

@@ -47,6 +47,26 @@ fn api_file(name: &str, nodes: &[(&str, &str, &str)], route_extra: &str) -> Stri
     )
 }
 
+/// Starts node-a and node-b and a gateway on [`api_file`] `name` over node-a alone:
+/// (node-a, node-b, that file, the gateway).
+async fn on_node_a(name: &str) -> (Mock, Mock, String, Gateway) {
+    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
+    let v1 = api_file(name, &[("node-a", &a.addr(), "")], "");
+    let gw = Gateway::start(&v1).await;
+    (a, b, v1, gw)
+}
+
+/// The status of `GET path` on `gw` (pooled connection); panics if there is no answer.
+async fn status_of(gw: &Gateway, path: &str) -> u16 {
+    get(&gw.url(path), &[]).await.expect("request").status
+}
+
+/// `gateway_reloads_total` with label `result` (`ok`, `invalid`, `rolled_back`, ...).
+async fn reloads(gw: &Gateway, result: &str) -> f64 {
+    gw.metric(&format!("gateway_reloads_total{{result=\"{result}\"}}"))
+        .await
+}
+
 async fn generation(gw: &Gateway) -> u64 {
     gw.admin_json("/admin/routes").await["generation"]
         .as_u64()

@@ -44,11 +44,7 @@ async fn probe_refuses_when_most_new_nodes_fail_else_failing_ones_start_ejected(
         .collect();
     assert_eq!(keys, ["-", "clusters[0].nodes[2]", "clusters[0].nodes[3]"]);
     assert_eq!(generation(&gw).await, 1);
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"probe_failed\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(reloads(&gw, "probe_failed").await, 1.0);
     gw.logs
         .wait_for(
             &["reload refused", "2 of 3 new nodes failed"],
@@ -98,7 +94,7 @@ async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() 
         "{v1}[[routes]]\nid = \"x\"\ncluster = \"ca\"\nbogus = 1\n"
     ));
     let deadline = Instant::now() + Duration::from_secs(5);
-    while gw.metric("gateway_reloads_total{result=\"invalid\"}").await < 1.0 {
+    while reloads(&gw, "invalid").await < 1.0 {
         assert!(
             Instant::now() < deadline,
             "invalid file not counted within 5 s; gateway log: {:#?}",
@@ -126,19 +122,14 @@ async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() 
         generation(&gw).await == 2
     })
     .await;
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
-        1.0
-    );
+    assert_eq!(reloads(&gw, "invalid").await, 1.0);
 }
 
 /// Refused reloads name the key and line of each error, and traffic under load sees no failure meanwhile.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
-    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = api_file("main", &[("node-a", &a.addr(), "")], "");
-    let gw = Gateway::start(&v1).await;
+    let (a, b, v1, gw) = on_node_a("main").await;
     let load = Load::start(
         &gw,
         &[("/api/echo/x", false, false), ("/api/echo/x", false, true)],
@@ -195,10 +186,7 @@ async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
         );
         assert_eq!(generation(&gw).await, 1, "case {n}: live table kept");
     }
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
-        3.0
-    );
+    assert_eq!(reloads(&gw, "invalid").await, 3.0);
     // Mostly dead new nodes: refused by the probe, table kept.
     let dead = (
         format!("127.0.0.1:{}", free_port()),

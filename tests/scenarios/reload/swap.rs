@@ -84,7 +84,7 @@ async fn case01_slow_reload_is_live_when_the_call_returns() {
     assert_eq!(gw.node("node-slow").await["state"], "ejected");
     assert_eq!(generation(&gw).await, 2);
     assert_eq!(gw.metric("gateway_route_table_generation").await, 2.0);
-    assert_eq!(gw.metric("gateway_reloads_total{result=\"ok\"}").await, 1.0);
+    assert_eq!(reloads(&gw, "ok").await, 1.0);
     eprintln!(
         "case01: {} /a requests at {rate:.0} req/s, reload call {reload_took:?}",
         outcomes.len()
@@ -196,7 +196,7 @@ async fn concurrent_triggers_coalesce_and_the_latest_file_wins() {
             "round {round}: after the other triggers ran"
         );
     }
-    let ok = gw.metric("gateway_reloads_total{result=\"ok\"}").await;
+    let ok = reloads(&gw, "ok").await;
     assert!(ok >= 5.0, "5 rounds ran {ok} reloads");
     eprintln!("coalescing: 5 rounds of 4 triggers (2 file writes, SIGHUP, admin) ran {ok} swaps");
 }

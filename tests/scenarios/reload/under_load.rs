@@ -31,12 +31,8 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
     let gw = Gateway::start(&original).await;
 
     // ~200 req/s: half with x-version: v2; keep-alive and fresh connections.
-    let specs = [
-        ("/api/echo/ping", false, false),
-        ("/api/echo/ping", true, false),
-        ("/api/echo/ping", false, true),
-        ("/api/echo/ping", true, true),
-    ];
+    let specs = [(false, false), (true, false), (false, true), (true, true)]
+        .map(|(v2, fresh)| ("/api/echo/ping", v2, fresh));
     let load = Load::start(&gw, &specs, Duration::from_millis(20));
     for i in 0..20 {
         std::fs::write(
@@ -102,21 +98,8 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         g,
         "the refused file left the table alone"
     );
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"invalid\"}").await,
-        1.0
-    );
-    let non_2xx: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !(200..300).contains(&o.0))
-        .collect();
-    assert!(
-        non_2xx.is_empty(),
-        "{} of {} requests failed: {:?}",
-        non_2xx.len(),
-        outcomes.len(),
-        &non_2xx[..non_2xx.len().min(5)]
-    );
+    assert_eq!(reloads(&gw, "invalid").await, 1.0);
+    assert_all_2xx(&outcomes);
     let v2_elsewhere: Vec<_> = outcomes.iter().filter(|o| o.2 && o.1 != "node-c").collect();
     assert!(
         v2_elsewhere.is_empty(),
@@ -153,12 +136,7 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
     );
     let gw = Gateway::start(&config_a).await;
     // Keep-alive and fresh connections on the shared route for the whole test.
-    let specs = [
-        ("/shared/echo/x", false, false),
-        ("/shared/echo/x", false, false),
-        ("/shared/echo/x", false, true),
-        ("/shared/echo/x", false, true),
-    ];
+    let specs = [false, false, true, true].map(|fresh| ("/shared/echo/x", false, fresh));
     let load = Load::start(&gw, &specs, Duration::from_millis(5));
     let mut misses = Vec::new();
     for i in 1..=200u64 {
@@ -181,30 +159,18 @@ async fn two_hundred_reloads_keep_the_shared_route_and_b_route_follows_b() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let outcomes = load.finish().await;
-    let non_2xx: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !(200..300).contains(&o.0))
-        .collect();
+    let non_2xx = not_2xx(&outcomes);
     eprintln!(
         "200 reloads: {} shared-route requests, {} non-2xx, {} B-route misses",
         outcomes.len(),
         non_2xx.len(),
         misses.len()
     );
-    assert!(
-        non_2xx.is_empty(),
-        "{} of {} failed: {:?}",
-        non_2xx.len(),
-        outcomes.len(),
-        &non_2xx[..non_2xx.len().min(5)]
-    );
+    assert_all_2xx(&outcomes);
     assert!(misses.is_empty(), "B-only route vs live table: {misses:?}");
     assert!(outcomes.len() >= 300, "load ran: {}", outcomes.len());
     assert_eq!(generation(&gw).await, 201);
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"ok\"}").await,
-        200.0
-    );
+    assert_eq!(reloads(&gw, "ok").await, 200.0);
 }
 
 /// Resident memory after 1,000 reloads stays near the figure after 10 (no leak per reload).
@@ -244,5 +210,25 @@ async fn rss_after_1000_reloads_stays_near_rss_after_10() {
         rss_1000 <= rss_10 + 4 * 1024,
         "RSS grew {} KiB over 990 reloads",
         rss_1000.saturating_sub(rss_10)
+    );
+}
+
+/// The outcomes whose status is not 2xx.
+fn not_2xx(outcomes: &[Outcome]) -> Vec<&Outcome> {
+    outcomes
+        .iter()
+        .filter(|o| !(200..300).contains(&o.0))
+        .collect()
+}
+
+/// Every outcome is a 2xx; the message names the first five that are not.
+fn assert_all_2xx(outcomes: &[Outcome]) {
+    let non_2xx = not_2xx(outcomes);
+    assert!(
+        non_2xx.is_empty(),
+        "{} of {} requests failed: {:?}",
+        non_2xx.len(),
+        outcomes.len(),
+        &non_2xx[..non_2xx.len().min(5)]
     );
 }

@@ -27,19 +27,33 @@ async fn node_b_share(url: String, t0: Instant, from: Duration, to: Duration) ->
     (f64::from(new) / f64::from(all.max(1)), all)
 }
 
+/// [`node_b_share`] of `GET /api/echo/n` on `gw` in each of three windows (ms after `t0`), in order.
+async fn shares(gw: &Gateway, t0: Instant, windows: [(u64, u64); 3]) -> [(f64, u32); 3] {
+    let mut out = [(0.0, 0); 3];
+    for (o, (from, to)) in out.iter_mut().zip(windows) {
+        let (from, to) = (Duration::from_millis(from), Duration::from_millis(to));
+        *o = node_b_share(gw.url("/api/echo/n"), t0, from, to).await;
+    }
+    out
+}
+
+/// `v1` plus cluster `cb` over node-b `b` and route `id` for `prefix` to it, stripping `strip`,
+/// with warm-up lines `warm` ([`route`]).
+fn plus_route_to_b(v1: &str, b: &Mock, id: &str, prefix: &str, strip: &str, warm: &str) -> String {
+    format!(
+        "{v1}{}{}",
+        cluster("cb", &[("node-b", &b.addr(), "")], ""),
+        route(id, prefix, "cb", strip, warm)
+    )
+}
+
 /// A new route with `[routes.warmup]` starts at its initial share of traffic and ramps up to all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_ramps_a_new_route_from_its_initial_share() {
-    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
-    let gw = Gateway::start(&v1).await;
+    let (_a, b, v1, gw) = on_node_a("ca").await;
     let warm =
         "  [routes.warmup]\n  initial_percent = 10\n  duration = \"3s\"\n  max_error_rate = 0.5\n";
-    let v2 = format!(
-        "{v1}{}{}",
-        cluster("cb", &[("node-b", &b.addr(), "")], ""),
-        route("new", "/api/echo/n", "cb", "/api", warm)
-    );
+    let v2 = plus_route_to_b(&v1, &b, "new", "/api/echo/n", "/api", warm);
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -49,10 +63,8 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
     assert_eq!(routes["routes"][0]["warming"], true);
 
     // Share of node-b (the new route) per window, from 4 concurrent keep-alive loops.
-    let share = |from: Duration, to: Duration| node_b_share(gw.url("/api/echo/n"), t0, from, to);
-    let (first, n1) = share(Duration::ZERO, Duration::from_millis(1000)).await;
-    let (late, n2) = share(Duration::from_millis(2000), Duration::from_millis(2900)).await;
-    let (after, n3) = share(Duration::from_millis(3100), Duration::from_millis(3600)).await;
+    let [(first, n1), (late, n2), (after, n3)] =
+        shares(&gw, t0, [(0, 1000), (2000, 2900), (3100, 3600)]).await;
     eprintln!("warm-up share of the new route: first second {first:.3} ({n1} req), 2.0-2.9 s {late:.3} ({n2} req), after {after:.3} ({n3} req)");
     // Ramp 10 % -> 40 % over the first second: about 25 % expected.
     assert!((0.05..=0.35).contains(&first), "first second: {first:.3}");
@@ -62,11 +74,7 @@ async fn warmup_ramps_a_new_route_from_its_initial_share() {
         after, 1.0,
         "after the window the new route takes all its matches"
     );
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(reloads(&gw, "rolled_back").await, 0.0);
 }
 
 /// A node added by a reload with warm-up starts at its initial share and ramps up over the warm-up period.
@@ -94,10 +102,8 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
     );
     assert_eq!(gw.node("node-a").await["state"], "healthy");
 
-    let share = |from: Duration, to: Duration| node_b_share(gw.url("/api/echo/n"), t0, from, to);
-    let (first, n1) = share(Duration::ZERO, Duration::from_millis(800)).await;
-    let (late, n2) = share(Duration::from_millis(2_000), Duration::from_millis(2_900)).await;
-    let (after, n3) = share(Duration::from_millis(3_300), Duration::from_millis(4_000)).await;
+    let [(first, n1), (late, n2), (after, n3)] =
+        shares(&gw, t0, [(0, 800), (2_000, 2_900), (3_300, 4_000)]).await;
     eprintln!("warm-up share of the new node: 0-0.8 s {first:.3} ({n1} req), 2.0-2.9 s {late:.3} ({n2} req), after {after:.3} ({n3} req)");
     // Weight 10 -> 34 of 100 over the first 0.8 s: share ~0.16; 70 -> 97: ~0.46; then 0.5.
     assert!((0.03..=0.28).contains(&first), "first: {first:.3}");
@@ -107,27 +113,17 @@ async fn warmup_ramps_a_new_node_from_its_initial_share() {
         "full share after duration: {after:.3}"
     );
     assert_eq!(gw.node("node-b").await["state"], "healthy");
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(reloads(&gw, "rolled_back").await, 0.0);
 }
 
 /// An error rate above the warm-up limit rolls the reload back automatically to the previous table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warmup_error_rate_above_limit_rolls_back_automatically() {
-    let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);
-    let v1 = api_file("ca", &[("node-a", &a.addr(), "")], "");
-    let gw = Gateway::start(&v1).await;
+    let (_a, b, v1, gw) = on_node_a("ca").await;
     let warm = "  [routes.warmup]\n  initial_percent = 50\n  duration = \"30s\"\n  max_error_rate = 0.05\n";
     // The new route sends /api/x/status/500 to node-b's /status/500 (500); the old route sends it
     // to node-a's /x/status/500 (404: not an error, so node-a stays healthy).
-    let v2 = format!(
-        "{v1}{}{}",
-        cluster("cb", &[("node-b", &b.addr(), "")], ""),
-        route("new", "/api/x", "cb", "/api/x", warm)
-    );
+    let v2 = plus_route_to_b(&v1, &b, "new", "/api/x", "/api/x", warm);
     std::fs::write(&gw.config_path, v2).expect("write");
     let r = gw.admin_post("/admin/reload").await;
     assert_eq!((r.status, generation(&gw).await), (200, 2), "{}", r.text());
@@ -137,17 +133,11 @@ async fn warmup_error_rate_above_limit_rolls_back_automatically() {
         let (url, gw) = (gw.url("/api/x/status/500"), &gw);
         async move {
             let _ = get(&url, &[]).await.expect("request");
-            gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
-                .await
-                >= 1.0
+            reloads(gw, "rolled_back").await >= 1.0
         }
     })
     .await;
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"rolled_back\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(reloads(&gw, "rolled_back").await, 1.0);
     assert_eq!(
         generation(&gw).await,
         3,
@@ -208,13 +198,7 @@ async fn rollback_endpoint_restores_the_previous_table() {
         ["api", "new"],
         "equally specific: file order"
     );
-    assert_eq!(
-        get(&gw.url("/new/echo"), &[])
-            .await
-            .expect("request")
-            .status,
-        200
-    );
+    assert_eq!(status_of(&gw, "/new/echo").await, 200);
 
     let r = gw.admin_post("/admin/rollback").await;
     assert_eq!(
@@ -224,19 +208,9 @@ async fn rollback_endpoint_restores_the_previous_table() {
         r.text()
     );
     assert_eq!(route_ids(&gw).await, ["api"]);
-    assert_eq!(
-        get(&gw.url("/new/echo"), &[])
-            .await
-            .expect("request")
-            .status,
-        404
-    );
+    assert_eq!(status_of(&gw, "/new/echo").await, 404);
     assert_eq!(gw.metric("gateway_route_table_generation").await, 3.0);
-    assert_eq!(
-        gw.metric("gateway_reloads_total{result=\"rollback\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(reloads(&gw, "rollback").await, 1.0);
     // A second rollback undoes the first.
     assert_eq!(
         gw.admin_post("/admin/rollback").await.json()["generation"],

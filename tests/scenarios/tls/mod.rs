@@ -92,6 +92,14 @@ impl Front {
     }
 }
 
+/// `gateway_tls_handshakes_total` with label `result` (`ok`, `error`) on `gw`.
+async fn handshakes(gw: &Gateway, result: &str) -> f64 {
+    gw.metric(&format!(
+        "gateway_tls_handshakes_total{{result=\"{result}\"}}"
+    ))
+    .await
+}
+
 fn mock_nodes(mocks: &[&Mock]) -> Vec<(&'static str, String)> {
     mocks
         .iter()

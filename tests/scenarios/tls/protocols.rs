@@ -2,22 +2,12 @@
 //! 8441 WebSockets that hop.
 
 use super::*;
+use integration_tests::check::kill_one_of;
 use integration_tests::ws::next_text;
 
 async fn hello<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Value {
     let text = next_text(ws, Duration::from_secs(3)).await;
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("hello is JSON ({e}): {text}"))
-}
-
-/// Kills whichever of `a`, `b` is `id`; returns the other's id.
-async fn kill_node(a: &mut Mock, b: &mut Mock, id: &str) -> &'static str {
-    if id == "node-a" {
-        a.kill().await;
-        "node-b"
-    } else {
-        b.kill().await;
-        "node-a"
-    }
 }
 
 /// Sends and reads back messages, then kills the socket's node and checks the same socket is
@@ -32,7 +22,7 @@ where
         ws.send(Message::text(format!("m{i}"))).await.expect("send");
         assert_eq!(next_text(ws, Duration::from_secs(3)).await, format!("m{i}"));
     }
-    let other = kill_node(a, b, &node).await;
+    let other = kill_one_of(&node, a, b).await;
     ws.send(Message::text("during-hop")).await.expect("send");
     let h = hello(ws).await;
     assert_eq!(h["node"], other, "{h}");
@@ -78,27 +68,13 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         .expect("h1 GET");
     assert_eq!((status, version), (200, http::Version::HTTP_11));
     let echo: Value = serde_json::from_str(&body).expect("JSON");
-    assert!(
-        echo["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .any(|p| p[0] == "x-forwarded-proto" && p[1] == "https"),
-        "{echo}"
-    );
+    assert!(forwarded_proto(&echo, "https"), "{echo}");
     // The cleartext port still says http.
     let plain = integration_tests::get(&gw.url("/echo"), &[])
         .await
         .expect("cleartext")
         .json();
-    assert!(
-        plain["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .any(|p| p[0] == "x-forwarded-proto" && p[1] == "http"),
-        "{plain}"
-    );
+    assert!(forwarded_proto(&plain, "http"), "{plain}");
 
     let ca_file = &front.ca.cert;
     let out = tokio::process::Command::new("curl")
@@ -119,11 +95,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        gw.metric("gateway_tls_handshakes_total{result=\"ok\"}")
-            .await
-            >= 3.0
-    );
+    assert!(handshakes(gw, "ok").await >= 3.0);
 }
 
 /// Issue 14 "gRPC over TLS" (downstream half): unary `Who` and server-streaming `Ticks` over an
@@ -211,4 +183,13 @@ async fn tls_rfc8441_websocket_over_h2_exchanges_messages_and_hops() {
             .await,
         1.0
     );
+}
+
+/// Whether the echoed request `echo` carried `x-forwarded-proto: <proto>`.
+fn forwarded_proto(echo: &Value, proto: &str) -> bool {
+    echo["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .any(|p| p[0] == "x-forwarded-proto" && p[1] == proto)
 }

@@ -68,13 +68,12 @@ async fn ws_close_mode_relays_node_close_code_and_1011_when_node_vanishes() {
     let (_a, _b, gw) = two_nodes("close").await;
     let baseline = gw.metric(GAUGE).await;
 
-    let mut ws = connect(
+    let (mut ws, _) = open_on(
         &gw,
         "/ws?tick_ms=100&close_after_ms=300&close_code=1001&close_reason=going%20away",
-        &[("X-Conn-Id", "c-2002")],
+        "c-2002",
     )
     .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(gw.metric(GAUGE).await, baseline + 1.0);
     let t0 = Instant::now();
     assert_eq!(
@@ -117,11 +116,7 @@ async fn ws_close_mode_node_killed_gets_1011_and_reconnect_lands_on_healthy_node
     expect_end(&mut ws, Duration::from_secs(2)).await;
     wait_gauge(&gw, 0.0).await;
     // At once, before probes eject the dead node: the refused connect moves on to the healthy one.
-    let mut again = connect(&gw, "/ws", &[("X-Conn-Id", "c-2004")]).await;
-    assert_eq!(
-        hello(&mut again, Duration::from_secs(2)).await["node"],
-        other_of(&first_node)
-    );
+    lands_on(&gw, "c-2004", other_of(&first_node)).await;
 }
 
 /// In close mode a socket on a draining node is closed at the drain deadline.
@@ -148,11 +143,7 @@ async fn ws_close_mode_socket_is_closed_at_the_drain_deadline() {
         "closed after {waited:?}"
     );
     expect_end(&mut ws, Duration::from_secs(2)).await;
-    let mut again = connect(&gw, "/ws", &[("X-Conn-Id", "c-deadline")]).await;
-    assert_eq!(
-        hello(&mut again, Duration::from_secs(2)).await["node"],
-        other_of(&first_node)
-    );
+    lands_on(&gw, "c-deadline", other_of(&first_node)).await;
 }
 
 /// A gateway shutting down closes its WebSockets with 1001.
@@ -167,4 +158,13 @@ async fn ws_gateway_shutdown_sends_1001() {
     assert_eq!(code, 1001);
     expect_end(&mut ws, Duration::from_secs(2)).await;
     assert_eq!(gw.wait_exit(Duration::from_secs(5)).await, Some(0));
+}
+
+/// A new socket to `/ws` with conn id `id` says hello from node `node` within 2 s.
+async fn lands_on(gw: &Gateway, id: &str, node: &str) {
+    let mut again = connect(gw, "/ws", &[("X-Conn-Id", id)]).await;
+    assert_eq!(
+        hello(&mut again, Duration::from_secs(2)).await["node"],
+        node
+    );
 }

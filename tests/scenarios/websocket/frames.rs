@@ -13,13 +13,7 @@ const IDLE_1S: &str = "[limits]\nwebsocket_idle_timeout = \"1s\"\n";
 async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06() {
     let a = Mock::start("node-a").await;
     let gw = Gateway::start(&config("hop", &[&a], "")).await;
-    let mut ws = connect(
-        &gw,
-        "/ws?report_pings=1&tick_ms=4000",
-        &[("X-Conn-Id", "c-ping")],
-    )
-    .await;
-    hello(&mut ws, Duration::from_secs(2)).await;
+    let (mut ws, _) = open_on(&gw, "/ws?report_pings=1&tick_ms=4000", "c-ping").await;
     ws.send(Message::Ping(Bytes::from_static(b"hb-1")))
         .await
         .expect("ping");
@@ -65,14 +59,21 @@ async fn ws_control_frames_come_from_the_node_and_idle_sockets_stay_open_case06(
     );
 }
 
+/// node-a behind a hop-mode gateway with a 1 s WebSocket idle limit ([`IDLE_1S`]), and a socket
+/// to `path` past its hello: (node-a, the gateway, the socket).
+async fn idle_1s_socket(path: &str) -> (Mock, Gateway, Ws) {
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config("hop", &[&a], IDLE_1S)).await;
+    let mut ws = connect(&gw, path, &[]).await;
+    hello(&mut ws, Duration::from_secs(2)).await;
+    (a, gw, ws)
+}
+
 /// CASE-06: the WebSocket idle limit is its own setting (`limits.websocket_idle_timeout`), and when
 /// it fires the client gets Close 1001 first.
 #[tokio::test]
 async fn ws_idle_timeout_sends_1001() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config("hop", &[&a], IDLE_1S)).await;
-    let mut ws = connect(&gw, "/ws", &[]).await;
-    hello(&mut ws, Duration::from_secs(2)).await;
+    let (_a, _gw, mut ws) = idle_1s_socket("/ws").await;
     let t0 = Instant::now();
     let (code, _) = close_of(&mut ws, Duration::from_secs(3)).await;
     assert_eq!(code, 1001);
@@ -90,10 +91,7 @@ async fn ws_idle_timeout_sends_1001() {
 /// 20 s / 5 min is scaled to 300 ms / 3.5 s against a 1 s limit.)
 #[tokio::test]
 async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(&config("hop", &[&a], IDLE_1S)).await;
-    let mut ws = connect(&gw, "/ws?ping_every_ms=300", &[]).await;
-    hello(&mut ws, Duration::from_secs(2)).await;
+    let (_a, _gw, mut ws) = idle_1s_socket("/ws?ping_every_ms=300").await;
     let t0 = Instant::now();
     let mut pings = 0;
     while t0.elapsed() < Duration::from_millis(3500) {

@@ -239,13 +239,7 @@ async fn ws_upgrade_with_all_nodes_down_gets_503_never_101() {
         .and_then(|v| v.parse().ok())
         .expect("content-length");
     while body.len() < len {
-        let mut chunk = [0u8; 1024];
-        let n = timeout(Duration::from_secs(2), tcp.read(&mut chunk))
-            .await
-            .expect("body in time")
-            .expect("read");
-        assert!(n > 0, "closed before the body");
-        body.extend_from_slice(&chunk[..n]);
+        read_some(&mut tcp, &mut body, Duration::from_secs(2), "the body").await;
     }
     let body: Value = serde_json::from_slice(&body[..len]).expect("JSON fallback");
     assert_eq!(

@@ -74,13 +74,7 @@ async fn ws_hops_without_closing_client() {
         )
         .await;
 
-    ws.send(Message::text("still-here"))
-        .await
-        .expect("client send");
-    assert_eq!(
-        next_text(&mut ws, Duration::from_secs(2)).await,
-        "still-here"
-    );
+    echo_back(&mut ws, "still-here").await;
     ws.close(None).await.expect("close");
     wait_gauge(&gw, 0.0).await;
     // One access-log line when the socket ends: 101, the last node, the hop count and byte counts.
@@ -121,13 +115,7 @@ async fn ws_hops_when_node_drains() {
         took < Duration::from_millis(2200),
         "hopped after {took:?}, past the 2 s drain period"
     );
-    ws.send(Message::text("on-the-new-node"))
-        .await
-        .expect("send");
-    assert_eq!(
-        next_text(&mut ws, Duration::from_secs(2)).await,
-        "on-the-new-node"
-    );
+    echo_back(&mut ws, "on-the-new-node").await;
     assert!(gw.metric("hopping_count_total{reason=\"draining\"}").await >= 1.0);
 }
 
@@ -161,21 +149,29 @@ async fn ws_hop_mode_survives_a_node_ending_the_socket_by_fin_or_rst() {
     }
 }
 
-/// During a hop the client's messages are held and delivered, in order, once the new node answers.
-#[tokio::test]
-async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
+/// node-a and node-b behind a hop-mode gateway with TCP probes, a socket with conn id `id`; the
+/// other node is made to answer only after `delay_ms` ms, then the socket's node is killed:
+/// (node-a, node-b, the gateway, the socket, the killed node's id).
+async fn kill_under_slow_redial(id: &str, delay_ms: u64) -> (Mock, Mock, Gateway, Ws, String) {
     let mut a = Mock::start("node-a").await;
     let mut b = Mock::start("node-b").await;
     let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
-    let (mut ws, first_node) = open_on(&gw, "/ws", "c-hold-1").await;
-    let other = other_of(&first_node);
-    // The new node takes 400 ms to answer the re-dial: the client's messages wait in the gateway.
-    if other == "node-a" {
-        a.delay(400).await
+    let (ws, first_node) = open_on(&gw, "/ws", id).await;
+    if other_of(&first_node) == "node-a" {
+        a.delay(delay_ms).await
     } else {
-        b.delay(400).await
+        b.delay(delay_ms).await
     }
     kill(&mut a, &mut b, &first_node).await;
+    (a, b, gw, ws, first_node)
+}
+
+/// During a hop the client's messages are held and delivered, in order, once the new node answers.
+#[tokio::test]
+async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
+    // The new node takes 400 ms to answer the re-dial: the client's messages wait in the gateway.
+    let (_a, _b, _gw, mut ws, first_node) = kill_under_slow_redial("c-hold-1", 400).await;
+    let other = other_of(&first_node);
     let t0 = Instant::now();
     for m in ["m1", "m2", "m3"] {
         ws.send(Message::text(m)).await.expect("send");
@@ -197,16 +193,7 @@ async fn ws_hop_holds_client_messages_until_the_new_node_answers() {
 /// A hop whose held client messages pass the bound gives up and closes the socket with a hint.
 #[tokio::test]
 async fn ws_hop_gives_a_hint_when_held_messages_pass_the_bound() {
-    let mut a = Mock::start("node-a").await;
-    let mut b = Mock::start("node-b").await;
-    let gw = Gateway::start(&config_tcp_probe("hop", &[&a, &b])).await;
-    let (mut ws, first_node) = open_on(&gw, "/ws", "c-bound-1").await;
-    if other_of(&first_node) == "node-a" {
-        a.delay(3000).await
-    } else {
-        b.delay(3000).await
-    }
-    kill(&mut a, &mut b, &first_node).await;
+    let (_a, _b, _gw, mut ws, _first_node) = kill_under_slow_redial("c-bound-1", 3000).await;
     // 1100 messages while the re-dial waits: past the 1024-message bound.
     for i in 0..1100 {
         if ws.send(Message::text(format!("m{i}"))).await.is_err() {

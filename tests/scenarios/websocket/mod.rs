@@ -103,6 +103,12 @@ async fn hello(ws: &mut Ws, t: Duration) -> Value {
     v
 }
 
+/// Sends text `text` on `ws` and expects it echoed back within 2 s ([`next_text`]).
+async fn echo_back(ws: &mut Ws, text: &str) {
+    ws.send(Message::text(text)).await.expect("client send");
+    assert_eq!(next_text(ws, Duration::from_secs(2)).await, text);
+}
+
 /// Reads until a Close arrives within `t`; returns its code and reason.
 async fn close_of(ws: &mut Ws, t: Duration) -> (u16, String) {
     let deadline = Instant::now() + t;
@@ -228,20 +234,23 @@ fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str
         .collect()
 }
 
+/// Appends what one read of `tcp` gives within `t` to `buf`; panics if none comes in time, the
+/// read fails or the connection closes before `what` (e.g. "a whole frame") arrived.
+async fn read_some(tcp: &mut TcpStream, buf: &mut Vec<u8>, t: Duration, what: &str) {
+    let mut chunk = [0u8; 4096];
+    let n = timeout(t, tcp.read(&mut chunk))
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+        .expect("read");
+    assert!(n > 0, "closed before {what}");
+    buf.extend_from_slice(&chunk[..n]);
+}
+
 /// Reads one unmasked frame from the gateway; returns opcode and payload.
 async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
     loop {
         if buf.len() >= 2 {
-            let (len, at) = match buf[1] & 0x7f {
-                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
-                127 if buf.len() >= 10 => (
-                    usize::try_from(u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")))
-                        .expect("fits"),
-                    10,
-                ),
-                n @ 0..=125 => (usize::from(n), 2),
-                _ => (usize::MAX, 0),
-            };
+            let (len, at) = integration_tests::ws::frame_len(buf).unwrap_or((usize::MAX, 0));
             assert_eq!(buf[1] & 0x80, 0, "frames to the client are unmasked");
             if len != usize::MAX && buf.len() >= at + len {
                 let op = buf[0] & 0x0f;
@@ -250,13 +259,7 @@ async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
                 return (op, payload);
             }
         }
-        let mut chunk = [0u8; 4096];
-        let n = timeout(Duration::from_secs(3), tcp.read(&mut chunk))
-            .await
-            .expect("frame in time")
-            .expect("read");
-        assert!(n > 0, "closed before a whole frame");
-        buf.extend_from_slice(&chunk[..n]);
+        read_some(tcp, buf, Duration::from_secs(3), "a whole frame").await;
     }
 }
 

@@ -26,6 +26,31 @@ fn densest(times: &[Duration], w: Duration) -> usize {
         .unwrap_or(0)
 }
 
+/// Waits up to `t` until every client of `fleet` has node-2's hello (its second) and `echoes`
+/// echoes after it; panics as soon as any client socket ends.
+pub(super) async fn moved_to_node_2(fleet: &Fleet, t: Duration, echoes: usize) {
+    let what = format!("node-2's hello and {echoes} echoes after it");
+    fleet
+        .wait_all(t, &what, |l| {
+            assert!(!l.ended(), "a client socket ended: {:?}", not_echoes(l));
+            l.echoes_after_hello(1) >= echoes
+        })
+        .await;
+}
+
+/// The first and last of the `what` (hints, hops), after the drain call, fall within the drain
+/// period (plus 1.5 s) and span at least half of it.
+fn within_period_and_spread(what: &str, first: Duration, last: Duration) {
+    assert!(
+        last < DRAIN + Duration::from_millis(1500),
+        "{what} must come within the period: last after {last:?}"
+    );
+    assert!(
+        last - first >= DRAIN / 2,
+        "{what} must span at least half the period: {first:?}..{last:?}"
+    );
+}
+
 /// 200 hint-mode clients on a draining node get their hints spread over the drain period.
 #[tokio::test]
 async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
@@ -39,12 +64,7 @@ async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
     let logs = fleet.finish().await;
     let mut at = Vec::new();
     for (id, log) in &logs {
-        missing(id, log);
-        let (code, reason, when) = log
-            .close()
-            .unwrap_or_else(|| panic!("{id}: ended without a Close: {:?}", log.events));
-        assert_eq!(code, 1012, "{id}: {reason}");
-        let hint: Value = serde_json::from_str(&reason).expect("JSON reason");
+        let (hint, reason, when) = hint_close(id, log);
         assert_eq!(hint["reconnect"], true);
         assert!(hint["retry_ms"].is_u64(), "{reason}");
         at.push(when - t0);
@@ -56,14 +76,7 @@ async fn ws_fleet_of_200_hint_mode_drain_spreads_hints_over_the_period() {
         "ws fleet drain hints: {CLIENTS} closes from {first:?} to {last:?} after the drain call (period {DRAIN:?}); \
          busiest 1 s window holds {densest_second}"
     );
-    assert!(
-        last < DRAIN + Duration::from_millis(1500),
-        "hints must come within the period: last after {last:?}"
-    );
-    assert!(
-        last - first >= DRAIN / 2,
-        "hints must span at least half the period: {first:?}..{last:?}"
-    );
+    within_period_and_spread("hints", first, last);
     assert!(
         densest_second * 10 <= CLIENTS * 4,
         "{densest_second} of {CLIENTS} hints in one second: a burst, not a spread"
@@ -94,16 +107,7 @@ async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_
     let hops_before = gw.metric("hopping_count_total{reason=\"draining\"}").await;
     let t0 = Instant::now();
     assert_eq!(drain_node_1(&gw).await, 202);
-    fleet
-        .wait_all(
-            DRAIN + Duration::from_secs(5),
-            "node-2's hello and 3 echoes after it",
-            |l| {
-                assert!(!l.ended(), "a client socket ended: {:?}", not_echoes(l));
-                l.echoes_after_hello(1) >= 3
-            },
-        )
-        .await;
+    moved_to_node_2(&fleet, DRAIN + Duration::from_secs(5), 3).await;
     let logs = fleet.finish().await;
     let mut at = Vec::new();
     for (id, log) in &logs {
@@ -112,14 +116,7 @@ async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_
             "{id}: a client-visible close: {:?}",
             log.events
         );
-        assert_eq!(
-            log.hellos(),
-            [
-                &json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
-                &json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
-            ],
-            "{id}"
-        );
+        assert_eq!(log.hellos(), hopped_once(id).each_ref(), "{id}");
         // A drain is graceful: node-1 answers everything it got before the socket moves.
         let lost = missing(id, log);
         if let Some(&s) = lost.first() {
@@ -145,14 +142,7 @@ async fn ws_fleet_of_200_hop_mode_drain_moves_every_socket_with_no_close_and_no_
          busiest 1 s window holds {}",
         densest(&at, Duration::from_secs(1))
     );
-    assert!(
-        last < DRAIN + Duration::from_millis(1500),
-        "last hop after {last:?}"
-    );
-    assert!(
-        last - first >= DRAIN / 2,
-        "hops must be spread: {first:?}..{last:?}"
-    );
+    within_period_and_spread("hops", first, last);
     assert_eq!(
         gw.metric("hopping_count_total{reason=\"draining\"}").await - hops_before,
         CLIENTS as f64

@@ -1,6 +1,7 @@
 //! WebSocket fleets through a `kill -9` of their node: hop mode keeps every socket and message, hint
 //! mode closes with 1012 and reconnects land on node-2.
 
+use super::drain::moved_to_node_2;
 use super::*;
 
 /// The `p` quantile (0..=1) of `v` (sorted here), nearest rank.
@@ -18,10 +19,7 @@ async fn hop_counts(gw: &Gateway) -> (f64, String) {
 
 /// `hopping_latency_seconds` bucket counts (`le` → cumulative count) from the metrics text.
 async fn hop_latency_buckets(gw: &Gateway) -> Vec<(f64, f64)> {
-    let text = get(&gw.admin("/metrics"), &[])
-        .await
-        .expect("metrics")
-        .text();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter_map(|l| l.strip_prefix("hopping_latency_seconds_bucket{le=\""))
         .filter_map(|rest| {
@@ -57,17 +55,22 @@ fn bucket_quantile(before: &[(f64, f64)], after: &[(f64, f64)], p: f64) -> f64 {
         .map_or(f64::INFINITY, |(le, _)| *le)
 }
 
-/// 200 hop-mode clients hop off a killed node with every socket open and every message delivered in order.
-/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
-#[tokio::test]
-async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
-    let (mut n1, _n2, gw, fleet) =
-        fleet_on_node_1("hop", "kill-hop", Duration::from_millis(50)).await;
+/// [`fleet_on_node_1`] in `mode` (messages every 50 ms), once every client has 5 echoes from node-1.
+async fn fleet_echoing(mode: &str, prefix: &str) -> (Mock, Mock, Gateway, Fleet) {
+    let (n1, n2, gw, fleet) = fleet_on_node_1(mode, prefix, Duration::from_millis(50)).await;
     fleet
         .wait_all(Duration::from_secs(10), "5 echoes from node-1", |l| {
             l.echoes().count() >= 5
         })
         .await;
+    (n1, n2, gw, fleet)
+}
+
+/// 200 hop-mode clients hop off a killed node with every socket open and every message delivered in order.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+#[tokio::test]
+async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
+    let (mut n1, _n2, gw, fleet) = fleet_echoing("hop", "kill-hop").await;
     let (hops_before, _) = hop_counts(&gw).await;
     let buckets_before = hop_latency_buckets(&gw).await;
     let count_before = gw.metric("hopping_latency_seconds_count").await;
@@ -76,16 +79,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
     n1.kill().await;
     // The process is reaped: its sockets are closed. A message sent from now on must not be lost.
     let killed = Instant::now();
-    fleet
-        .wait_all(
-            Duration::from_secs(15),
-            "node-2's hello and 5 echoes after it",
-            |l| {
-                assert!(!l.ended(), "a client socket ended: {:?}", not_echoes(l));
-                l.echoes_after_hello(1) >= 5
-            },
-        )
-        .await;
+    moved_to_node_2(&fleet, Duration::from_secs(15), 5).await;
     let logs = fleet.finish().await;
 
     let mut lost = 0;
@@ -106,10 +100,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
         );
         assert_eq!(
             log.hellos(),
-            [
-                &json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
-                &json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
-            ],
+            hopped_once(id).each_ref(),
             "{id}; gateway log: {:#?}; node states: {:#?}",
             gw.logs.matching(&[id.as_str()]),
             gw.logs.matching(&["node state changed"]),
@@ -154,13 +145,7 @@ async fn ws_fleet_of_200_hops_off_a_killed_node_without_losing_a_message() {
 /// 200 hint-mode clients get 1012 hints when their node is killed, and every reconnect lands on node-2.
 #[tokio::test]
 async fn ws_fleet_of_200_gets_1012_hints_on_a_kill_and_reconnects_land_on_node_2() {
-    let (mut n1, _n2, gw, fleet) =
-        fleet_on_node_1("hint", "kill-hint", Duration::from_millis(50)).await;
-    fleet
-        .wait_all(Duration::from_secs(10), "5 echoes from node-1", |l| {
-            l.echoes().count() >= 5
-        })
-        .await;
+    let (mut n1, _n2, gw, fleet) = fleet_echoing("hint", "kill-hint").await;
     n1.kill().await;
     fleet
         .wait_all(Duration::from_secs(10), "a Close", |l| l.ended())
@@ -168,13 +153,7 @@ async fn ws_fleet_of_200_gets_1012_hints_on_a_kill_and_reconnects_land_on_node_2
     let logs = fleet.finish().await;
     let mut retry = Vec::new();
     for (id, log) in &logs {
-        missing(id, log);
-        let (code, reason, _) = log
-            .close()
-            .unwrap_or_else(|| panic!("{id}: the socket ended without a Close: {:?}", log.events));
-        assert_eq!(code, 1012, "{id}: {reason}");
-        let hint: Value = serde_json::from_str(&reason)
-            .unwrap_or_else(|e| panic!("{id}: the reason is JSON ({e}): {reason}"));
+        let (hint, reason, _) = hint_close(id, log);
         let obj = hint.as_object().expect("a JSON object");
         assert_eq!(
             obj.len(),

@@ -11,7 +11,7 @@ mod kill;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use integration_tests::check::Ws;
-use integration_tests::{get, wait_until, Gateway, Mock};
+use integration_tests::{wait_until, Gateway, Mock};
 use integration_tests::{Config, Health, Route};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -348,6 +348,27 @@ fn missing(id: &str, log: &Log) -> Vec<u64> {
     (0..log.sent.len() as u64)
         .filter(|s| !echoed.contains(s))
         .collect()
+}
+
+/// The two hellos of client `id` hopped once from node-1 to node-2.
+fn hopped_once(id: &str) -> [Value; 2] {
+    [
+        json!({"node": "node-1", "conn_id": id, "hopped_from": null}),
+        json!({"node": "node-2", "conn_id": id, "hopped_from": "node-1"}),
+    ]
+}
+
+/// `id`'s socket ended in a 1012 Close whose reason is JSON, its echoes in order ([`missing`]):
+/// (the parsed hint, the reason text, when the Close came). Panics otherwise.
+fn hint_close(id: &str, log: &Log) -> (Value, String, Instant) {
+    missing(id, log);
+    let (code, reason, when) = log
+        .close()
+        .unwrap_or_else(|| panic!("{id}: the socket ended without a Close: {:?}", log.events));
+    assert_eq!(code, 1012, "{id}: {reason}");
+    let hint: Value = serde_json::from_str(&reason)
+        .unwrap_or_else(|e| panic!("{id}: the reason is JSON ({e}): {reason}"));
+    (hint, reason, when)
 }
 
 /// Starts node-1, node-2 and a gateway in `mode`, and connects the fleet with every socket on
