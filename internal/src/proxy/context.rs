@@ -94,6 +94,14 @@ impl RequestCtx {
         }
     }
 
+    /// The conn id as a header value when the gateway issued it: sent to the node and returned to
+    /// the client (SPEC section 5). `None` for a client's own id (it travels as the client sent
+    /// it, or not at all when nominated in `Connection`) and for a request without one.
+    pub(crate) fn issued_id(&self) -> Option<http::HeaderValue> {
+        let id = self.conn_id.as_ref().filter(|_| self.issued)?;
+        http::HeaderValue::from_str(id).ok()
+    }
+
     /// When the route's timeout runs out for a node's response head (SPEC section 4).
     pub(crate) fn deadline(&self) -> Instant {
         super::grpc_call::head_deadline(self.start, self.route.config.timeout, None)

@@ -33,7 +33,7 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 /// `HTTP2-Settings`: only meaningful with an h2c upgrade, which is never forwarded (CASE-10).
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Every name [`strip_hop_by_hop`] removes (or, for `TE`, rewrites) without looking at

@@ -15,8 +15,6 @@ pub(crate) struct Identity {
     pub conn_id: Option<ConnId>,
     /// True if the gateway issued it (it is returned to the client and sent to the node).
     pub issued: bool,
-    /// True if the client sent the affinity header (the node gets it as the client sent it).
-    pub from_client: bool,
 }
 
 /// The conn id of a request with `headers`, of `kind`, over HTTP/2 when `h2`, on `dc`: the
@@ -45,18 +43,15 @@ pub(crate) fn identify(
             Identity {
                 conn_id: Some(id),
                 issued: false,
-                from_client: true,
             }
         }
         None if kind == Kind::WebSocket => Identity {
             conn_id: Some(p.ids.issue()),
             issued: true,
-            from_client: false,
         },
         None if h2 => Identity {
             conn_id: Some(dc.conn_id.get_or_init(|| p.ids.issue()).clone()),
             issued: true,
-            from_client: false,
         },
         None => Identity::default(),
     })

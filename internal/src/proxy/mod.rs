@@ -219,14 +219,7 @@ impl Proxy {
             hop_seen: None,
         };
         let node = select::select(self, &mut ctx, dc, log).await?;
-        let up_headers = outbound::node_headers(
-            self,
-            req.headers_mut(),
-            dc,
-            &ctx,
-            id.from_client,
-            matched.host,
-        );
+        let up_headers = outbound::node_headers(self, req.headers_mut(), dc, &ctx, matched.host);
         if kind == Kind::WebSocket {
             // The socket may live for days: its log context must not keep hyper's read buffer
             // (which the parsed target shares) alive, so the target is copied.

@@ -3,7 +3,7 @@
 //! gateway issued, and `Host` for an HTTP/2 client.
 
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 
 use super::ProxyBody;
 use crate::config::Protocol;
@@ -12,18 +12,15 @@ use crate::registry::Node;
 use super::context::{Kind, RequestCtx};
 use super::{headers, DownstreamConn, Proxy};
 
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
 /// The node's header map for a request with `client` headers (taken, or copied for a WebSocket,
 /// whose handshake headers are replayed on every re-dial), on `dc`, in `ctx`, whose route phase
-/// settled `host`. `from_client` says the client sent the affinity header: it then stays as sent
-/// (or away, when the client nominated it in `Connection`).
+/// settled `host`. A conn id the gateway issued is added ([`RequestCtx::issued_id`]); the client's
+/// own affinity header stays as sent (or away, when the client nominated it in `Connection`).
 pub(crate) fn node_headers(
     p: &Proxy,
     client: &mut HeaderMap,
     dc: &DownstreamConn,
     ctx: &RequestCtx,
-    from_client: bool,
     host: Option<HeaderValue>,
 ) -> HeaderMap {
     let mut up = if ctx.kind == Kind::WebSocket {
@@ -39,12 +36,13 @@ pub(crate) fn node_headers(
         p.settings.trusted.as_deref(),
     );
     if dc.tls.is_some() {
-        up.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        up.insert(
+            headers::X_FORWARDED_PROTO,
+            HeaderValue::from_static("https"),
+        );
     }
-    if let Some(id) = ctx.conn_id.as_ref().filter(|_| !from_client) {
-        if let Ok(v) = HeaderValue::from_str(id) {
-            up.insert(p.settings.affinity_header.clone(), v);
-        }
+    if let Some(v) = ctx.issued_id() {
+        up.insert(p.settings.affinity_header.clone(), v);
     }
     if ctx.h2 {
         if let Some(h) = host {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderValue, Response};
+use http::{header, Response};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::time::Instant;
@@ -54,12 +54,8 @@ pub(crate) fn respond(
     headers::strip_hop_by_hop(&mut parts.headers);
     // TE is a request header; a node has no business sending it back.
     parts.headers.remove(header::TE);
-    if ctx.issued {
-        if let Some(id) = &ctx.conn_id {
-            if let Ok(v) = HeaderValue::from_str(id) {
-                parts.headers.insert(p.settings.affinity_header.clone(), v);
-            }
-        }
+    if let Some(v) = ctx.issued_id() {
+        parts.headers.insert(p.settings.affinity_header.clone(), v);
     }
     let status = parts.status.as_u16();
     let proxy = p.clone();

@@ -150,11 +150,7 @@ fn client_head(p: &Proxy, ctx: &RequestCtx, head: &mut HeaderMap, upgraded: bool
             head.remove(name);
         }
     }
-    if ctx.issued {
-        if let Some(id) = &ctx.conn_id {
-            if let Ok(v) = HeaderValue::from_str(id) {
-                head.insert(p.settings.affinity_header.clone(), v);
-            }
-        }
+    if let Some(v) = ctx.issued_id() {
+        head.insert(p.settings.affinity_header.clone(), v);
     }
 }
