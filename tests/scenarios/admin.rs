@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::check::{admin_post, HDR};
+use integration_tests::check::HDR;
 use integration_tests::{get, request, Config, Gateway, Health, Mock, Route};
 
 /// No matching route is a JSON 404 (its body counted in the access log); `/admin/conns/<id>` shows
@@ -148,7 +148,9 @@ async fn metrics_pass_promtool_and_types_match_bodies() {
         .as_str()
         .expect("bound")
         .to_string();
-    let drain = admin_post(&gw, &format!("/admin/nodes/{bound}/drain?period=30s")).await;
+    let drain = gw
+        .admin_post(&format!("/admin/nodes/{bound}/drain?period=30s"))
+        .await;
     assert_eq!(drain.status, 202);
     let r = get(&gw.url("/data"), &[("X-Conn-Id", "m-1")])
         .await

@@ -2,7 +2,6 @@
 //! of a file at once, each with file, line, column and key, sorted by line; a bad reload keeps the
 //! live table. The files here are written by hand: their line numbers are what is checked.
 
-use integration_tests::check::admin_post;
 use integration_tests::{get, Config, Gateway, Health, Mock, Route};
 
 /// Runs `hopping-gateway --check-config` on `toml` written to a temp file `name`; returns (exit
@@ -135,7 +134,7 @@ async fn admin_reload_reports_every_error_sorted_by_line() {
     let gw = Gateway::start(&good).await;
     let generation = gw.admin_json("/admin/routes").await["generation"].clone();
     gw.write_config(&three_errors_file());
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 422, "{}", r.text());
     let errors = r.json()["errors"].as_array().expect("errors").clone();
     assert_eq!(errors.len(), 3, "{errors:?}");

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::check::{admin_post, node_of, non_probe_paths};
+use integration_tests::check::{node_of, non_probe_paths};
 use integration_tests::{get, wait_until, Cluster, Config, Gateway, Health, Mock, Route};
 use tokio::time::Instant;
 
@@ -179,7 +179,7 @@ async fn case33_ramp_continues_through_a_reload_adding_a_node() {
     .await;
     let before = ramp(&gw).await;
     gw.write_config(&v2);
-    let r = admin_post(&gw, "/admin/reload").await;
+    let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let after = ramp(&gw).await;
     assert!(

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::check::{admin_post, bind_to, hops_total, node_of, HDR};
+use integration_tests::check::{bind_to, hops_total, node_of, HDR};
 use integration_tests::{get, wait_until, Config, Gateway, Health, Mock, Route};
 use tokio::time::Instant;
 
@@ -250,10 +250,12 @@ async fn every_counted_hop_records_one_latency_observation() {
     };
     // draining: the bound node drains; the next request hops without any failed attempt.
     let d = bind("lat-d").await;
-    let r = admin_post(&gw, &format!("/admin/nodes/{d}/drain?period=30s")).await;
+    let r = gw
+        .admin_post(&format!("/admin/nodes/{d}/drain?period=30s"))
+        .await;
     assert_eq!(r.status, 202);
     assert_ne!(bind("lat-d").await, d);
-    let r = admin_post(&gw, &format!("/admin/nodes/{d}/undrain")).await;
+    let r = gw.admin_post(&format!("/admin/nodes/{d}/undrain")).await;
     assert_eq!(r.status, 200);
     // ejected: the bound node fails its probes until ejected; the next request hops.
     let e = bind("lat-e").await;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use integration_tests::check::{admin_post, ws_text};
+use integration_tests::check::ws_text;
 use integration_tests::{Cluster, Config, Gateway, Health, Mock, Route};
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
@@ -70,7 +70,7 @@ async fn case29_reload_leaves_surviving_websocket_and_h2_connections_alone() {
             .expect("generation");
         gw.write_config(toml);
         let t0 = Instant::now();
-        let r = admin_post(&gw, "/admin/reload").await;
+        let r = gw.admin_post("/admin/reload").await;
         let took = t0.elapsed();
         assert_eq!(r.status, 200, "reload {i}: {}", r.text());
         assert!(

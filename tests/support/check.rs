@@ -119,12 +119,6 @@ where
     }
 }
 
-/// `POST` to admin path `path` (with query) of `gw`, no body ([`Gateway::admin_post`]); returns
-/// the answer whatever its status (SPEC section 8). Panics if the request itself fails.
-pub async fn admin_post(gw: &Gateway, path: &str) -> Resp {
-    gw.admin_post(path).await
-}
-
 /// A finished command's stdout then stderr as one (lossy UTF-8) text, for assertions and their
 /// messages about what a tool said.
 pub fn output_text(out: &std::process::Output) -> String {

@@ -252,11 +252,9 @@ impl Gateway {
 
     /// Starts mocks `node-a` and `node-b` and a gateway with both as cluster `c` behind
     /// [`crate::Route::api`], probed per `health` (SPEC section 3); returns (node-a, node-b,
-    /// gateway) once `/readyz` answers.
+    /// gateway) once `/readyz` answers ([`Gateway::over_node_a_and_b`] with that route).
     pub async fn two_nodes(health: crate::Health) -> (crate::Mock, crate::Mock, Gateway) {
-        let a = crate::Mock::start("node-a").await;
-        let b = crate::Mock::start("node-b").await;
-        let toml = crate::Config::single(health, &[&a, &b], crate::Route::api()).toml();
-        (a, b, Gateway::start(&toml).await)
+        let ([a, b], gw) = Gateway::over_node_a_and_b(health, crate::Route::api()).await;
+        (a, b, gw)
     }
 }
