@@ -38,15 +38,10 @@ const CANCEL: u32 = 0x8;
 /// ENHANCE_YOUR_CALM: the code of the GOAWAY the gateway sends for abuse.
 pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 
-/// Control frames per second a connection may send. Honest clients send a handful (a PING per
-/// keepalive interval, SETTINGS at start); Envoy's default cap on queued outbound control frames
-/// is the same 1,000.
+/// Control frames per second a connection may send, with bursts of the same size. Honest
+/// clients send a handful (a PING per keepalive interval, SETTINGS at start); Envoy's default
+/// cap on queued outbound control frames is the same 1,000.
 pub const MAX_CONTROL_FRAMES_PER_SECOND: u32 = 1000;
-/// The burst of control frames a connection may send at once, before the rate applies. A flood
-/// is then cut after this many frames, each of which the server must answer (a PING ACK, a
-/// SETTINGS ACK): with the burst at the full rate, every abusive connection cost the gateway
-/// 1,000 answers before its GOAWAY (bench/README "HTTP/2 under abuse").
-pub const CONTROL_FRAME_BURST: u32 = 100;
 
 /// Stream ids remembered as already charged, so one stream costs at most one reset charge
 /// (a client's CANCEL and the STREAM_CLOSED its late DATA draws are one event).
@@ -181,22 +176,16 @@ impl Abuse {
 #[derive(Debug, Clone)]
 struct Bucket {
     rate: f64,
-    burst: f64,
     tokens: f64,
     last: Instant,
 }
 
 impl Bucket {
     fn new(rate: u32, now: Instant) -> Self {
-        Bucket::with_burst(rate, rate, now)
-    }
-
-    /// `rate` tokens per second, at most `burst` (at least 1) saved up; starts full.
-    fn with_burst(rate: u32, burst: u32, now: Instant) -> Self {
+        let rate = f64::from(rate.max(1));
         Bucket {
-            rate: f64::from(rate.max(1)),
-            burst: f64::from(burst.max(1)),
-            tokens: f64::from(burst.max(1)),
+            rate,
+            tokens: rate,
             last: now,
         }
     }
@@ -205,7 +194,7 @@ impl Bucket {
     fn take(&mut self, now: Instant) -> bool {
         let dt = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
-        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        self.tokens = (self.tokens + dt * self.rate).min(self.rate);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
@@ -234,7 +223,7 @@ impl Meter {
     pub fn new(resets_per_second: u32, header_timeout: Duration, now: Instant) -> Self {
         Meter {
             resets: Bucket::new(resets_per_second, now),
-            control: Bucket::with_burst(MAX_CONTROL_FRAMES_PER_SECOND, CONTROL_FRAME_BURST, now),
+            control: Bucket::new(MAX_CONTROL_FRAMES_PER_SECOND, now),
             charged: [0; CHARGED_STREAMS],
             next_charged: 0,
             last_client_stream: 0,
