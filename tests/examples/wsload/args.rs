@@ -24,6 +24,8 @@ pub(crate) struct Args {
     pub(crate) hop_node: String,
     /// Hop mode: how long after the kill to wait for every hop.
     pub(crate) hop_wait: Duration,
+    /// Hop mode: how long the sockets stay open after the JSON is printed.
+    pub(crate) hold: Duration,
 }
 
 /// Reads the flags from `std::env::args`. Errors: a flag without a value, an unknown flag, a
@@ -45,6 +47,7 @@ pub(crate) fn parse_args() -> Result<Args> {
         hop_kill: None,
         hop_node: "node-1".to_owned(),
         hop_wait: Duration::from_secs(60),
+        hold: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +74,7 @@ pub(crate) fn parse_args() -> Result<Args> {
             "--hop-wait-secs" => {
                 a.hop_wait = Duration::from_secs_f64(value.parse().context("--hop-wait-secs")?)
             }
+            "--hold-ms" => a.hold = Duration::from_millis(value.parse().context("--hold-ms")?),
             other => bail!("unknown flag {other}"),
         }
     }

@@ -35,7 +35,8 @@
 //! sockets (on any node) that saw a Close or the end of the stream, and should be 0; `waiting`
 //! counts sockets of the node still without a hop at the deadline. With `--pid PID` (repeatable),
 //! `cpu_ms_during_hops` gives each process's CPU time (user + system) from the kill until the
-//! last hop or the deadline, in the order of `pids`.
+//! last hop or the deadline, in the order of `pids`. Every socket stays open until the JSON is
+//! printed, and `--hold-ms N` (default 0) more, so a profiler of the gateway can stop first.
 //!
 //! Modules: `args` (the flags), `conn` (dialing `ws://`/`wss://` and the hello), `idle` (idle +
 //! echo mode), `hop` (hop mode), `stats` (/proc reads and quantiles).
