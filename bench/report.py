@@ -18,7 +18,9 @@ import re
 import statistics
 from collections import defaultdict
 
-ORDER = ["direct", "gateway", "gateway+accesslog", "gateway+connid-memory", "gateway+connid-redis", "nginx", "haproxy"]
+# "pingora": pingora-proxy with a round-robin LoadBalancer on one thread (bench/pingora), the best Rust peer.
+ORDER = ["direct", "gateway", "gateway+accesslog", "gateway+connid-memory", "gateway+connid-redis", "nginx", "haproxy",
+         "pingora"]
 README_START = "<!-- bench:latest:start -->"
 README_END = "<!-- bench:latest:end -->"
 
@@ -174,7 +176,8 @@ def render(fig, a):
         lines += ["", f"Redis commands per request (gateway+connid-redis): {fmt(rr.get('max.redis_per_req'), 3)} at max load, "
                   f"{fmt(rr.get('rate.redis_per_req'), 3)} at {a.rate}/s."]
     steps = [int(s) for s in a.ws_steps.split(",") if s]
-    ws_rows = [(t, fig[t]["ws"]) for t in ("direct", "gateway", "nginx", "haproxy") if fig.get(t, {}).get("ws") is not None]
+    ws_rows = [(t, fig[t]["ws"]) for t in ("direct", "gateway", "nginx", "haproxy", "pingora")
+               if fig.get(t, {}).get("ws") is not None]
     if ws_rows:
         head = " | ".join([f"KiB/conn @{s}" for s in steps] + [f"echo p50 / p99 / p99.9 ms @{s}" for s in steps])
         lines += ["", f"#### WebSocket (idle connections, then echo at {a.ws_rate} msg/s over all of them)", "",
@@ -226,6 +229,14 @@ def render(fig, a):
             None if k is None or last.get("failed") else k <= 16.0)
     reuse = g("gateway", "max.reuse")
     row("upstream reuse ≥ 99 % @max", f"{fmt(reuse, 2)} %", None if reuse is None else reuse >= 99.0)
+    # Pingora is a reference (the best Rust peer), not a goal: its rows say "reference", not yes/no.
+    if fig.get("pingora"):
+        for k, label in (("max.cpu_us", "CPU µs/req @max"), ("rate.cpu_us", f"CPU µs/req @{a.rate}/s"),
+                         ("max.rps", "max req/s"), ("rate.p99", f"p99 ms @{a.rate}/s")):
+            digits = 0 if k == "max.rps" else (3 if k == "rate.p99" else 2)
+            r = ratio(g("gateway", k), g("pingora", k))
+            lines.append(f"| reference: {label} vs Pingora | {fmt(g('gateway', k), digits)} vs "
+                         f"{fmt(g('pingora', k), digits)} (×{fmt(r, 2)}) | reference |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,8 @@
 # `make bench`: hopping-gateway side by side with nginx and HAProxy (see bench/README.md).
 #
 # One run, interleaved rounds (direct, gateway, nginx, HAProxy, ... then again), medians per figure.
-# Each proxy is pinned to one core with one worker; the load generator, the backend and redis-server
+# Each proxy (the gateway, nginx, HAProxy, and Pingora: pingora-proxy with a round-robin LoadBalancer,
+# bench/pingora) is pinned to one core with one worker; the load generator, the backend and redis-server
 # share the other core. Figures: max req/s at BENCH_CONNS keep-alive connections (wrk), p50/p99/p99.9
 # at a fixed BENCH_RATE req/s (oha), proxy CPU µs per request (utime+stime from /proc/<pid>/stat over
 # the requests served), peak RSS (VmHWM), upstream connection reuse (backend nginx stub_status:
@@ -41,6 +42,10 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# The Pingora row's build (bench/pingora, no TLS features so no OpenSSL): a C compiler for zstd-sys and cmake for
+# libz-ng-sys (zlib-ng).
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} with apt-get"
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -55,10 +60,15 @@ fi
 
 log "building the wsload client and the harness throughput figure (tests/examples/)"
 cargo build --release -q -p integration-tests --features bench --example wsload --example throughput
+# Its own workspace (not a member of the gateway's) and target directory: only make bench compiles Pingora.
+log "building the Pingora row's proxy (bench/pingora; the first build compiles Pingora for a few minutes)"
+cargo build --release -q --manifest-path "$ROOT/bench/pingora/Cargo.toml" --target-dir "$ROOT/target/pingora"
+PINGORA=$ROOT/target/pingora/release/bench-pingora
+PINGORA_VERSION=$(awk '$0 == "name = \"pingora\"" {getline; gsub(/[^0-9.]/, ""); print; exit}' "$ROOT/bench/pingora/Cargo.lock" 2>/dev/null || true)
 GW=$ROOT/target/release/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] || die "binaries missing: run make build"
+[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] && [ -x "$PINGORA" ] || die "binaries missing: run make build"
 
 # ---------------------------------------------------------------- work dir, processes, cleanup
 W=$(mktemp -d /tmp/hopgw-bench.XXXXXX)
@@ -121,7 +131,7 @@ NOFILE=$(ulimit -n)
 WS_CAP=$(((NOFILE - 200) / 2))
 WS_STEPS=$(echo "$WS_STEPS" | tr ',' '\n' | awk -v cap="$WS_CAP" '{print ($1 > cap ? cap : $1)}' | paste -sd, -)
 
-read -r BACKEND_PORT GW_PORT GW_ADMIN GWLOG_PORT GWLOG_ADMIN GWR_PORT GWR_ADMIN NGINX_PORT HAPROXY_PORT REDIS_PORT <<<"$(free_ports 10)"
+read -r BACKEND_PORT GW_PORT GW_ADMIN GWLOG_PORT GWLOG_ADMIN GWR_PORT GWR_ADMIN NGINX_PORT HAPROXY_PORT REDIS_PORT PINGORA_PORT <<<"$(free_ports 11)"
 
 # ---------------------------------------------------------------- configs
 backend_conf() {
@@ -208,6 +218,12 @@ start_haproxy() {
   HAPROXY_PID=$STARTED
   wait_tcp "$HAPROXY_PORT" haproxy
 }
+# Pingora: one service thread, keep-alive pool to the node, X-Forwarded-For appended (bench/pingora/src/main.rs).
+start_pingora() { # UPSTREAM_PORT -> PINGORA_PID
+  start pingora "$PCPU" "$PINGORA" "127.0.0.1:$PINGORA_PORT" "127.0.0.1:$1"
+  PINGORA_PID=$STARTED
+  wait_tcp "$PINGORA_PORT" pingora
+}
 start_gw() { # NAME PORT ADMIN CONF EXTRA... -> STARTED
   local name=$1 port=$2 admin=$3 conf=$4
   shift 4
@@ -238,13 +254,14 @@ nginx_conf "$BACKEND_PORT" 0
 start_nginx
 haproxy_conf "$BACKEND_PORT"
 start_haproxy
+start_pingora "$BACKEND_PORT"
 
 # name | port | pids | extra header
-TARGETS=(direct gateway gateway+accesslog gateway+connid-memory gateway+connid-redis nginx haproxy)
+TARGETS=(direct gateway gateway+accesslog gateway+connid-memory gateway+connid-redis nginx haproxy pingora)
 declare -A T_PORT=([direct]=$BACKEND_PORT [gateway]=$GW_PORT [gateway+accesslog]=$GWLOG_PORT
-  [gateway+connid-memory]=$GW_PORT [gateway+connid-redis]=$GWR_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
+  [gateway+connid-memory]=$GW_PORT [gateway+connid-redis]=$GWR_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT [pingora]=$PINGORA_PORT)
 declare -A T_PIDS=([direct]="" [gateway]=$GW_PID [gateway+accesslog]=$GWLOG_PID
-  [gateway+connid-memory]=$GW_PID [gateway+connid-redis]=$GWR_PID [nginx]=$NGINX_PIDS [haproxy]=$HAPROXY_PID)
+  [gateway+connid-memory]=$GW_PID [gateway+connid-redis]=$GWR_PID [nginx]=$NGINX_PIDS [haproxy]=$HAPROXY_PID [pingora]=$PINGORA_PID)
 declare -A T_HDR=([gateway+connid-memory]=1 [gateway+connid-redis]=1)
 
 for t in "${TARGETS[@]}"; do
@@ -303,7 +320,7 @@ for t in "${TARGETS[@]}"; do
 done
 
 # ---------------------------------------------------------------- WebSocket phase (fresh proxies)
-for p in "$NGINX_MASTER" "$HAPROXY_PID" "$GW_PID" "$GWLOG_PID" "$GWR_PID"; do stop "$p"; done
+for p in "$NGINX_MASTER" "$HAPROXY_PID" "$PINGORA_PID" "$GW_PID" "$GWLOG_PID" "$GWR_PID"; do stop "$p"; done
 if [ "$WS" = 1 ]; then
   ws_run() { # TARGET URL PIDS...
     local t=$1 url=$2
@@ -343,10 +360,16 @@ if [ "$WS" = 1 ]; then
   start_haproxy
   ws_run haproxy "ws://127.0.0.1:$HAPROXY_PORT/ws" "$HAPROXY_PID"
   stop "$HAPROXY_PID"; stop "$node"
+
+  # pingora-proxy relays an upgraded connection's bytes itself (no frame parsing).
+  ws_node pingora; node=$STARTED
+  start_pingora "$WS_NODE_PORT"
+  ws_run pingora "ws://127.0.0.1:$PINGORA_PORT/ws" "$PINGORA_PID"
+  stop "$PINGORA_PID"; stop "$node"
 fi
 
 # ---------------------------------------------------------------- report
-versions="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | head -1 | awk '{print $3}'), $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), $(oha --version | head -1)"
+versions="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | head -1 | awk '{print $3}'), Pingora ${PINGORA_VERSION:-?}, $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), $(oha --version | head -1)"
 python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.md" \
   --readme "$( [ "${BENCH_UPDATE_README:-1}" = 1 ] && echo "$ROOT/bench/README.md" )" \
   --seconds "$SECS" --rounds "$ROUNDS" --rate "$RATE" --conns "$CONNS" --rate-conns "$RATE_CONNS" \
