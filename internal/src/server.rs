@@ -1,6 +1,7 @@
 //! Listeners, connection limits, task wiring, signals, and [`run`] (the Go original's `cmd/server/main.go` wiring).
 //!
-//! Spawns: the data-plane accept loop (one task per connection, bounded by a semaphore), the admin
+//! Spawns: the data-plane workers ([`workers`]: per worker an accept loop, one task per connection,
+//! bounded by a process-wide limit), the admin
 //! accept loop (and the optional `health_listen` one), the node watcher of the event feed, the
 //! reload triggers (file watch, SIGHUP), DNS discovery and, through [`Routing`], the health checks. systemd is
 //! told `READY=1` once the listeners accept and `STOPPING=1` on shutdown ([`crate::notify`]).
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -32,39 +33,20 @@ use crate::drain;
 use crate::hopper::affinity::{AffinityStore, MemoryStore, RedisSettings, RedisStore};
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
-use crate::proxy::upstream::Upstream;
 use crate::proxy::{Proxy, ProxySettings};
 use crate::registry::Registry;
 use crate::routing::reload::Routing;
 
 mod accept;
+mod listen;
+mod workers;
 
-use accept::{accept_admin, accept_data, accept_tls, tls_listener, TlsListener};
+use accept::{accept_admin, tls_listener, TlsListener};
+pub use listen::{listen, listen_group, LISTEN_BACKLOG};
 
 /// The part of `shutdown_timeout` (at most a tenth of it) kept at its end for closing open streams
 /// cleanly: enough for trailers to be written on a loopback or LAN connection.
 const SHUTDOWN_CLOSE_GRACE: Duration = Duration::from_millis(500);
-/// Accept queue length of the listeners (capped by the kernel's `net.core.somaxconn`). Rust's
-/// default of 128 drops the SYNs of a burst of clients (e.g. a fleet of WebSockets reconnecting
-/// after a gateway restart), each dropped SYN costing the client a 1 s retransmit (RFC 6298
-/// section 2: initial RTO of 1 s).
-pub const LISTEN_BACKLOG: u32 = 1024;
-
-/// Binds a listener on `addr` with `SO_REUSEADDR` and [`LISTEN_BACKLOG`].
-///
-/// # Errors
-/// The socket, bind or listen call's I/O error (e.g. the address is in use).
-pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
-
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -86,6 +68,9 @@ pub enum ServerError {
     /// A `[server.tls]` certificate, key or client CA file is unusable.
     #[error("{0}")]
     Tls(#[source] crate::config::ConfigError),
+    /// A data-plane worker's runtime or thread could not be created.
+    #[error("cannot start a worker: {0}")]
+    Worker(#[source] std::io::Error),
 }
 
 /// What [`run`] needs besides the config.
@@ -96,12 +81,15 @@ pub struct Options {
     pub file: Option<PathBuf>,
     /// CLI overrides re-applied to every reloaded config.
     pub overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
+    /// Data-plane workers (`--workers`, [`workers`] module docs); 0 counts as 1.
+    pub workers: usize,
 }
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("file", &self.file)
+            .field("workers", &self.workers)
             .finish_non_exhaustive()
     }
 }
@@ -125,12 +113,13 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         }
     }
     let metrics = Arc::new(Metrics::new());
+    let n_workers = opts.workers.max(1);
     let Listeners {
         data,
         admin: admin_l,
         health: health_l,
         tls,
-    } = bind(&cfg, &metrics)?;
+    } = bind(&cfg, &metrics, n_workers)?;
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = affinity_store(&cfg, &metrics).await?;
     let ids = conn_ids(&cfg)?;
@@ -147,10 +136,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         routing: routing.clone(),
         hopper: hopper.clone(),
         ids,
-        upstream: Arc::new(
-            Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)
-                .with_h2_max_header_list(cfg.limits.h2.max_header_list),
-        ),
+        upstream: workers::upstream(&cfg),
         metrics: metrics.clone(),
         settings: ProxySettings {
             affinity_header: cfg.affinity.header.clone(),
@@ -174,10 +160,10 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         tls: tls.as_ref().map(|t| t.certs.clone()),
         drains: drains.clone(),
     });
-    tracing::info!(listen = %data.local_addr().map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), generation = routing.table().generation, "hopping-gateway started");
+    let listen_addr = data.first().and_then(|l| l.local_addr().ok());
+    tracing::info!(listen = %listen_addr.map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), workers = n_workers, generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
-    tasks.spawn(accept_data(data, proxy.clone(), watch.clone()));
     // The admin and health listeners outlive the drain: they stop only when `run` returns.
     let stop_admin = CancellationToken::new();
     let mut admin_tasks = JoinSet::new();
@@ -195,13 +181,36 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         metrics.clone(),
         watch.clone(),
     ));
-    if let Some(t) = tls {
-        tracing::info!(listen = %t.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TLS listener started");
+    if let Some(t) = &tls {
+        tracing::info!(listen = %t.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TLS listener started");
         tasks.spawn(crate::tls::server::watch_reload(
             t.certs.clone(),
             watch.clone(),
         ));
-        tasks.spawn(accept_tls(t, proxy.clone(), watch.clone()));
+    }
+    let mut tls_parts = tls
+        .map(TlsListener::into_parts)
+        .unwrap_or_default()
+        .into_iter();
+    let limits = workers::Limits::new(cfg.limits.max_connections);
+    for (index, data) in data.into_iter().enumerate() {
+        let w = workers::Worker {
+            index,
+            data,
+            tls: tls_parts.next(),
+            proxy: if index == 0 {
+                proxy.clone()
+            } else {
+                Arc::new(workers::worker_proxy(&proxy, &cfg))
+            },
+            watch: watch.clone(),
+            limits: limits.clone(),
+        };
+        if index == 0 {
+            tasks.spawn(workers::serve(w));
+        } else {
+            tasks.spawn(workers::spawn(w).map_err(ServerError::Worker)?);
+        }
     }
     tasks.spawn(drains.run(watch.clone()));
     tasks.spawn(crate::routing::triggers::watch_triggers(
@@ -231,25 +240,29 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
 
 /// The sockets of the gateway, bound before anything is served (SPEC section 2 and 10).
 struct Listeners {
-    data: TcpListener,
+    /// One socket per worker ([`listen_group`]).
+    data: Vec<std::net::TcpListener>,
     admin: TcpListener,
     health: Option<TcpListener>,
     tls: Option<TlsListener>,
 }
 
-/// Binds every listener of `cfg` (the TLS one with its certificates loaded, counted on `metrics`).
+/// Binds every listener of `cfg` (the TLS one with its certificates loaded, counted on `metrics`),
+/// the data-plane ones once per worker of `workers`.
 ///
 /// # Errors
 /// [`ServerError::Bind`] naming the address; [`ServerError::Tls`] for unusable certificate files.
-fn bind(cfg: &Config, metrics: &Arc<Metrics>) -> Result<Listeners, ServerError> {
+fn bind(cfg: &Config, metrics: &Arc<Metrics>, workers: usize) -> Result<Listeners, ServerError> {
     let at = |addr: SocketAddr| listen(addr).map_err(|source| ServerError::Bind { addr, source });
+    let data = cfg.server.listen;
     Ok(Listeners {
-        data: at(cfg.server.listen)?,
+        data: listen_group(data, workers)
+            .map_err(|source| ServerError::Bind { addr: data, source })?,
         admin: at(cfg.server.admin_listen)?,
         health: cfg.server.health_listen.map(at).transpose()?,
         tls: match cfg.server.tls.clone() {
             None => None,
-            Some(spec) => Some(tls_listener(spec, metrics.clone())?),
+            Some(spec) => Some(tls_listener(spec, metrics.clone(), workers)?),
         },
     })
 }

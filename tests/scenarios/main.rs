@@ -51,6 +51,7 @@ mod tls_redis;
 mod tls_reload;
 mod tls_upstream;
 mod websocket;
+mod workers;
 mod ws_fleet;
 mod ws_frames;
 mod ws_limits;

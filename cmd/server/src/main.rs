@@ -51,7 +51,8 @@ struct Cli {
     /// Access log on or off (overrides [server] access_log).
     #[arg(long, value_enum)]
     access_log: Option<OnOff>,
-    /// Runtime worker threads (default: the number of cores).
+    /// Data-plane workers, each a thread with a single-threaded runtime and its own listener
+    /// socket (`SO_REUSEPORT`) and node connection pools (default: the number of cores; 0 = 1).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
     /// A tool instead of the gateway.
@@ -114,18 +115,15 @@ fn main() -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    // One worker: a single-threaded scheduler does the same work without cross-thread wake-ups
-    // and atomics (the pinned-to-one-core deployment `make bench` measures).
-    let mut rt = match cli.workers {
-        Some(n) if n <= 1 => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let rt = match rt.enable_all().build() {
+    // Every worker is a current-thread runtime (internal::server's workers module): this thread's
+    // is worker 0, which also runs the admin listener and the background tasks.
+    let workers = cli.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -136,6 +134,7 @@ fn main() -> ExitCode {
         config: cfg,
         file: cli.config.clone(),
         overrides,
+        workers,
     };
     match rt.block_on(server::run(opts, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,

@@ -125,7 +125,8 @@ pub struct ProxySettings {
     pub zone: Option<Arc<str>>,
 }
 
-/// The data-plane handler: one per gateway process, shared by every connection task.
+/// The data-plane handler: one per data-plane worker (`--workers`), shared by the worker's
+/// connection tasks; the workers' handlers share everything but [`Proxy::upstream`].
 #[derive(Debug)]
 pub struct Proxy {
     /// Owns the live route table (loaded once per request; swapped whole on reload).
@@ -134,7 +135,8 @@ pub struct Proxy {
     pub hopper: Arc<Hopper>,
     /// Validates client conn ids and issues new ones (SPEC section 4 `[affinity] ids`).
     pub ids: ConnIds,
-    /// The client to nodes: HTTP/1.1 pools and one multiplexed h2 connection per node.
+    /// The client to nodes: HTTP/1.1 pools and one multiplexed h2 connection per node, the
+    /// worker's own (its pooled connections are driven by the worker's runtime).
     pub upstream: Arc<upstream::Upstream>,
     /// The Prometheus families (SPEC section 9).
     pub metrics: Arc<Metrics>,

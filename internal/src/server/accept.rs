@@ -9,11 +9,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{listen, ServerError};
+use super::listen::{listen_group, ConnLimit};
+use super::ServerError;
 use crate::admin::Admin;
 use crate::drain;
 use crate::metrics::Metrics;
@@ -44,25 +45,31 @@ pub(super) fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
     b
 }
 
-pub(super) async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut watch: drain::Watch) {
-    let limit = Arc::new(Semaphore::new(proxy.settings.limits.max_connections));
+/// `l` registered with the current runtime's I/O driver; `None` (logged) if it cannot be.
+fn registered(l: std::net::TcpListener, worker: usize) -> Option<TcpListener> {
+    TcpListener::from_std(l)
+        .map_err(|e| tracing::error!(worker, error = %e, "listener unusable"))
+        .ok()
+}
+
+/// Worker `worker`'s cleartext accept loop (SPEC section 4): one task per connection, each holding
+/// a permit of `limit`, until `watch` fires; then the listener closes, the loop logs how many
+/// connections it accepted (`data-plane listener closed`, `worker`, `connections`), and waits for
+/// its connection tasks to end.
+pub(super) async fn accept_data(
+    listener: std::net::TcpListener,
+    proxy: Arc<Proxy>,
+    mut watch: drain::Watch,
+    limit: Arc<ConnLimit>,
+    worker: usize,
+) {
+    let Some(listener) = registered(listener, worker) else {
+        return;
+    };
     let builder = Arc::new(data_builder(&proxy));
     let mut conns = JoinSet::new();
-    let mut warned = false;
+    let mut accepted: u64 = 0;
     loop {
-        let permit = tokio::select! {
-            _ = watch.signaled() => break,
-            p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-        };
-        if limit.available_permits() == 0 && !warned {
-            warned = true;
-            tracing::warn!(
-                max_connections = proxy.settings.limits.max_connections,
-                "connection limit reached; new connections wait"
-            );
-        } else if limit.available_permits() > 0 {
-            warned = false;
-        }
         let (tcp, peer) = tokio::select! {
             _ = watch.signaled() => break,
             r = listener.accept() => match r {
@@ -74,6 +81,10 @@ pub(super) async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut wa
                 }
             },
         };
+        let Some(permit) = limit.take(&mut watch).await else {
+            break;
+        };
+        accepted += 1;
         let _ = tcp.set_nodelay(true);
         conns.spawn(serve_data(
             tcp,
@@ -87,41 +98,89 @@ pub(super) async fn accept_data(listener: TcpListener, proxy: Arc<Proxy>, mut wa
         while conns.try_join_next().is_some() {}
     }
     drop(listener);
+    tracing::info!(worker, connections = accepted, "data-plane listener closed");
     while conns.join_next().await.is_some() {}
 }
 
-/// The TLS listener's pieces, set up before the gateway reports started.
+/// The TLS listener's pieces, set up before the gateway reports started: one socket per worker
+/// (an `SO_REUSEPORT` group past one worker, [`listen_group`]) and what every worker shares.
 pub(super) struct TlsListener {
-    pub(super) listener: TcpListener,
+    pub(super) listeners: Vec<std::net::TcpListener>,
     pub(super) certs: Arc<crate::tls::server::TlsCerts>,
     acceptor: tokio_rustls::TlsAcceptor,
 }
 
+/// One worker's part of the [`TlsListener`].
+pub(super) struct TlsPart {
+    pub(super) listener: std::net::TcpListener,
+    certs: Arc<crate::tls::server::TlsCerts>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl TlsListener {
+    /// The listener's local address (for the start-up log line).
+    pub(super) fn local_addr(&self) -> Option<SocketAddr> {
+        self.listeners.first().and_then(|l| l.local_addr().ok())
+    }
+
+    /// One part per worker, each with its own socket and the shared certificates.
+    pub(super) fn into_parts(self) -> Vec<TlsPart> {
+        let TlsListener {
+            listeners,
+            certs,
+            acceptor,
+        } = self;
+        listeners
+            .into_iter()
+            .map(|listener| TlsPart {
+                listener,
+                certs: certs.clone(),
+                acceptor: acceptor.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Loads `spec`'s certificates (counted on `metrics`) and binds its address for `workers` workers.
+///
+/// # Errors
+/// [`ServerError::Tls`] for unusable certificate files; [`ServerError::Bind`] naming the address.
 pub(super) fn tls_listener(
     spec: crate::config::server_tls::ServerTlsConfig,
     metrics: Arc<Metrics>,
+    workers: usize,
 ) -> Result<TlsListener, ServerError> {
     let addr = spec.listen;
     let certs = crate::tls::server::TlsCerts::load(spec, metrics).map_err(ServerError::Tls)?;
     let config = certs.server_config().map_err(ServerError::Tls)?;
-    let listener = listen(addr).map_err(|source| ServerError::Bind { addr, source })?;
+    let listeners =
+        listen_group(addr, workers).map_err(|source| ServerError::Bind { addr, source })?;
     Ok(TlsListener {
-        listener,
+        listeners,
         certs: Arc::new(certs),
         acceptor: tokio_rustls::TlsAcceptor::from(config),
     })
 }
 
-/// The TLS listener: the cleartext data plane over each decrypted stream (SPEC section 10), with
-/// RFC 8441 extended CONNECT enabled when `h2` is offered.
-pub(super) async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::Watch) {
+/// Worker `worker`'s TLS listener (`t`): the cleartext data plane over each decrypted stream (SPEC section 10), with
+/// RFC 8441 extended CONNECT enabled when `h2` is offered; connections hold permits of `limit`.
+pub(super) async fn accept_tls(
+    t: TlsPart,
+    proxy: Arc<Proxy>,
+    watch: drain::Watch,
+    limit: Arc<ConnLimit>,
+    worker: usize,
+) {
+    let Some(listener) = registered(t.listener, worker) else {
+        return;
+    };
     let mut builder = data_builder(&proxy);
     if t.certs.offers_h2() {
         builder.http2().enable_connect_protocol();
     }
     let builder = Arc::new(builder);
     let limits = crate::tls::accept::AcceptLimits {
-        max_connections: proxy.settings.limits.max_connections,
+        connections: limit.permits(),
         handshake_timeout: proxy.settings.limits.header_read_timeout,
     };
     let metrics = proxy.metrics.clone();
@@ -137,7 +196,7 @@ pub(super) async fn accept_tls(t: TlsListener, proxy: Arc<Proxy>, watch: drain::
             Some(info),
         )
     });
-    crate::tls::accept::accept_tls(t.listener, t.acceptor, metrics, limits, watch, serve).await;
+    crate::tls::accept::accept_tls(listener, t.acceptor, metrics, limits, watch, serve).await;
 }
 
 /// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
@@ -151,7 +210,7 @@ pub(super) async fn serve_data<I>(
     proxy: Arc<Proxy>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     mut watch: drain::Watch,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: OwnedSemaphorePermit,
     tls: Option<crate::tls::server::TlsInfo>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,

@@ -2,7 +2,8 @@
 //! semaphore like the cleartext listener; each task runs the handshake (bounded by a timeout and
 //! abandoned on shutdown), counts it in `gateway_tls_handshakes_total{result}`, and hands the
 //! decrypted stream to the caller's `serve`, which runs the same data plane as cleartext.
-//! The loop stops accepting when the drain signal fires and joins its connection tasks.
+//! The loop stops accepting when the drain signal fires and joins its connection tasks. With
+//! `--workers N` each worker runs this loop on its own listener, all sharing one set of permits.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,10 +22,11 @@ use crate::drain;
 use crate::metrics::Metrics;
 
 /// Limits of the TLS accept loop.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct AcceptLimits {
-    /// Concurrent connections (handshaking or served); accepts wait past it.
-    pub max_connections: usize,
+    /// Permits for concurrent connections (handshaking or served), shared by every worker's TLS
+    /// listener (`[limits] max_connections` holds for the process); accepted connections wait for one.
+    pub connections: Arc<Semaphore>,
     /// A handshake not done within this is dropped (counted `timeout`).
     pub handshake_timeout: Duration,
 }
@@ -46,13 +48,10 @@ pub(crate) async fn accept_tls<F, Fut>(
         + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let limit = Arc::new(Semaphore::new(limits.max_connections));
+    let limit = limits.connections;
+    let handshake_timeout = limits.handshake_timeout;
     let mut conns = JoinSet::new();
     loop {
-        let permit = tokio::select! {
-            _ = watch.signaled() => break,
-            p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-        };
         let (tcp, peer) = tokio::select! {
             _ = watch.signaled() => break,
             r = listener.accept() => match r {
@@ -64,6 +63,15 @@ pub(crate) async fn accept_tls<F, Fut>(
                 }
             },
         };
+        // Accepted first, then a permit (waiting for one if none is free): a permit taken before
+        // `accept` would sit idle in every worker's loop while the others' connections wait.
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => tokio::select! {
+                _ = watch.signaled() => break,
+                p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            },
+        };
         // Small writes (WebSocket frames, h2 frames) must not wait for Nagle.
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
@@ -72,7 +80,7 @@ pub(crate) async fn accept_tls<F, Fut>(
         let mut conn_watch = watch.clone();
         conns.spawn(async move {
             let handshake = tokio::select! {
-                r = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => r,
+                r = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)) => r,
                 // Shutdown: a connection still handshaking has no request to finish.
                 _ = conn_watch.signaled() => return,
             };

@@ -1,0 +1,141 @@
+//! `--workers N` (SPEC section 2): N data-plane workers, each a current-thread tokio runtime on a
+//! thread of its own with its own listeners (one socket each of an `SO_REUSEPORT` group, so the
+//! kernel spreads new connections over the workers), its own accept loops and its own upstream
+//! pools ([`crate::proxy::upstream::Upstream`] per worker [`Proxy`]). A connection, its requests and
+//! the pooled node connections they use are all driven by one thread: no cross-thread wake-up,
+//! work stealing or contended pool lock on the hot path. What must be one for the process stays
+//! shared: the routing table, registry, hopper and affinity store, metrics, the drain signal and
+//! the connection limits ([`ConnLimit`]).
+//!
+//! Worker 0 is the runtime [`super::run`] is called on (the main thread); it also runs the admin
+//! and health listeners, health checks, reloads, discovery, drains and the Redis store's
+//! connection tasks. Those are few and far between next to requests, and the tasks that start
+//! them need no second runtime; an extra thread for them would cost a core's share on a machine
+//! where every core already runs a worker. Workers 1..N run on threads started by [`spawn`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::accept::{accept_data, accept_tls, TlsPart};
+use super::listen::ConnLimit;
+use crate::config::Config;
+use crate::drain;
+use crate::proxy::upstream::Upstream;
+use crate::proxy::Proxy;
+
+/// The process-wide connection limits, one per listener kind (`[limits] max_connections` each).
+#[derive(Clone)]
+pub(super) struct Limits {
+    /// The cleartext listeners'.
+    pub(super) data: Arc<ConnLimit>,
+    /// The TLS listeners'.
+    pub(super) tls: Arc<ConnLimit>,
+}
+
+impl Limits {
+    /// `max` connections per listener kind.
+    pub(super) fn new(max: usize) -> Self {
+        Limits {
+            data: ConnLimit::new(max),
+            tls: ConnLimit::new(max),
+        }
+    }
+}
+
+/// What one worker serves and with what.
+pub(super) struct Worker {
+    /// 0 for the main thread's runtime, then 1..N (in log lines).
+    pub(super) index: usize,
+    /// Its socket of the cleartext listener.
+    pub(super) data: std::net::TcpListener,
+    /// Its socket of the TLS listener, with `[server.tls]`.
+    pub(super) tls: Option<TlsPart>,
+    /// Its proxy: the shared state and its own upstream pools.
+    pub(super) proxy: Arc<Proxy>,
+    /// The drain signal.
+    pub(super) watch: drain::Watch,
+    /// The shared limits.
+    pub(super) limits: Limits,
+}
+
+/// Serves `w`'s listeners on the current runtime until the drain signal, then waits for its
+/// connections to end.
+pub(super) async fn serve(w: Worker) {
+    let Worker {
+        index,
+        data,
+        tls,
+        proxy,
+        watch,
+        limits: Limits {
+            data: data_limit,
+            tls: tls_limit,
+        },
+    } = w;
+    let tls = {
+        let (proxy, watch) = (proxy.clone(), watch.clone());
+        async move {
+            if let Some(t) = tls {
+                accept_tls(t, proxy, watch, tls_limit, index).await;
+            }
+        }
+    };
+    let data = accept_data(data, proxy, watch, data_limit, index);
+    tokio::join!(data, tls);
+}
+
+/// Starts `w` on a thread of its own with a current-thread runtime. The returned future resolves
+/// once the worker has stopped (its connections ended and its runtime is gone); dropping it before
+/// then (shutdown gave up waiting) drops every task still on the worker, closing its connections.
+///
+/// # Errors
+/// The runtime or the thread could not be created.
+pub(super) fn spawn(w: Worker) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let abort = CancellationToken::new();
+    let on_drop = abort.clone().drop_guard();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(format!("hopgw-worker-{}", w.index))
+        .spawn(move || {
+            rt.block_on(async {
+                tokio::select! {
+                    () = serve(w) => {}
+                    () = abort.cancelled() => {}
+                }
+            });
+            // Dropping the runtime drops the tasks still on it (connections, pooled node connections).
+            drop(rt);
+            let _ = done_tx.send(());
+        })?;
+    Ok(async move {
+        let _on_drop = on_drop;
+        let _ = done_rx.await;
+    })
+}
+
+/// The client to nodes with `cfg`'s timeouts and limits: one per worker, so each worker's pooled
+/// node connections are driven by its own runtime.
+pub(super) fn upstream(cfg: &Config) -> Arc<Upstream> {
+    Arc::new(
+        Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)
+            .with_h2_max_header_list(cfg.limits.h2.max_header_list),
+    )
+}
+
+/// A further worker's proxy: `shared`'s state and settings with upstream pools of its own.
+pub(super) fn worker_proxy(shared: &Proxy, cfg: &Config) -> Proxy {
+    Proxy {
+        routing: shared.routing.clone(),
+        hopper: shared.hopper.clone(),
+        ids: shared.ids.clone(),
+        upstream: upstream(cfg),
+        metrics: shared.metrics.clone(),
+        settings: shared.settings.clone(),
+        shutdown: shared.shutdown.clone(),
+    }
+}
