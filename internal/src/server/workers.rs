@@ -108,8 +108,9 @@ pub(super) fn spawn(w: Worker) -> std::io::Result<impl Future<Output = ()> + Sen
                     () = abort.cancelled() => {}
                 }
             });
-            // Dropping the runtime drops the tasks still on it (connections, pooled node connections).
-            drop(rt);
+            // Drops the tasks still on the runtime (connections, pooled node connections) without
+            // waiting for blocking-pool work such as a DNS lookup in flight.
+            rt.shutdown_background();
             let _ = done_tx.send(());
         })?;
     Ok(async move {
