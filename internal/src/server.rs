@@ -193,6 +193,8 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         .unwrap_or_default()
         .into_iter();
     let limits = workers::Limits::new(cfg.limits.max_connections);
+    // Workers 1..N: their runtimes run until the drain is over (see workers::spawn).
+    let mut worker_runtimes = Vec::new();
     for (index, data) in data.into_iter().enumerate() {
         let w = workers::Worker {
             index,
@@ -209,7 +211,9 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         if index == 0 {
             tasks.spawn(workers::serve(w));
         } else {
-            tasks.spawn(workers::spawn(w).map_err(ServerError::Worker)?);
+            let (done, running) = workers::spawn(w).map_err(ServerError::Worker)?;
+            tasks.spawn(done);
+            worker_runtimes.push(running);
         }
     }
     tasks.spawn(drains.run(watch.clone()));
@@ -232,6 +236,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     shutdown.await;
     wind_down(&cfg, &readiness, signal, proxy, tasks, &routing).await;
     hopper.store().shutdown().await;
+    drop(worker_runtimes);
     stop_admin.cancel();
     while admin_tasks.join_next().await.is_some() {}
     tracing::info!("hopping-gateway stopped");

@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::accept::{accept_data, accept_tls, TlsPart};
 use super::listen::ConnLimit;
@@ -86,37 +86,45 @@ pub(super) async fn serve(w: Worker) {
     tokio::join!(data, tls);
 }
 
-/// Starts `w` on a thread of its own with a current-thread runtime. The returned future resolves
-/// once the worker has stopped (its connections ended and its runtime is gone); dropping it before
-/// then (shutdown gave up waiting) drops every task still on the worker, closing its connections.
+/// Starts `w` on a thread of its own with a current-thread runtime. Returns a future that resolves
+/// once the worker's accept loops and connections have ended, and a guard that keeps the runtime
+/// running until dropped: tasks a connection left behind (a WebSocket relay sending its close
+/// frame, pooled node connections) keep running on it until [`super::run`] is done with the drain,
+/// as they would on the main runtime. Dropping the guard drops every task still on the worker.
 ///
 /// # Errors
 /// The runtime or the thread could not be created.
-pub(super) fn spawn(w: Worker) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+pub(super) fn spawn(
+    w: Worker,
+) -> std::io::Result<(impl Future<Output = ()> + Send + 'static, DropGuard)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let abort = CancellationToken::new();
-    let on_drop = abort.clone().drop_guard();
+    let stop = CancellationToken::new();
+    let guard = stop.clone().drop_guard();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name(format!("hopgw-worker-{}", w.index))
         .spawn(move || {
             rt.block_on(async {
                 tokio::select! {
-                    () = serve(w) => {}
-                    () = abort.cancelled() => {}
+                    () = serve(w) => {
+                        let _ = done_tx.send(());
+                        stop.cancelled().await;
+                    }
+                    () = stop.cancelled() => {}
                 }
             });
-            // Drops the tasks still on the runtime (connections, pooled node connections) without
-            // waiting for blocking-pool work such as a DNS lookup in flight.
+            // Drops the tasks still on the runtime without waiting for blocking-pool work such
+            // as a DNS lookup in flight.
             rt.shutdown_background();
-            let _ = done_tx.send(());
         })?;
-    Ok(async move {
-        let _on_drop = on_drop;
-        let _ = done_rx.await;
-    })
+    Ok((
+        async move {
+            let _ = done_rx.await;
+        },
+        guard,
+    ))
 }
 
 /// The client to nodes with `cfg`'s timeouts and limits: one per worker, so each worker's pooled
