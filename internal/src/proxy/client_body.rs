@@ -23,7 +23,6 @@ use tokio::time::{Instant, Sleep};
 use super::body::FramePoll;
 use super::BoxError;
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
 
 use super::body::{BodyTap, RequestBody};
 use super::expect::{self, ContinueGate};
@@ -186,7 +185,7 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for MinRate<B> {
 /// minimum rate (SPEC section 4, CASE-22), held behind `gate` for `Expect: 100-continue`, and
 /// tapped so a retry can send it again.
 pub(crate) fn request_body(
-    incoming: Incoming,
+    incoming: ProxyBody,
     limits: &Limits,
     max_body: Option<u64>,
     gate: Option<&ContinueGate>,

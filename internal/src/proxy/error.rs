@@ -225,6 +225,10 @@ impl ProxyError {
                     window: *window,
                 }));
             }
+            if let Some(ClientBodyError::Broken(why)) = cause.downcast_ref::<ClientBodyError>() {
+                // The gateway's own HTTP/1.x server reading the client's body (proxy::http1).
+                return Some(ProxyError::ClientBody(ClientBodyError::Broken(why.clone())));
+            }
             if let Some(h) = cause.downcast_ref::<hyper::Error>() {
                 // hyper's server reading the client's body (the downstream side).
                 return Some(ProxyError::ClientBody(ClientBodyError::Broken(

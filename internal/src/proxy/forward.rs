@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Method, Request, Response};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay};
@@ -51,7 +50,7 @@ pub(crate) async fn forward(
     p: Arc<Proxy>,
     ctx: RequestCtx,
     node: Arc<Node>,
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
     up_headers: HeaderMap,
     path_and_query: PathAndQuery,
     log: &mut LogCtx,

@@ -1,15 +1,18 @@
-//! The rules an HTTP/1.x request head must meet before hyper sees it (SPEC section 4: every answer
-//! the gateway makes carries the JSON body, including those for heads that fail to parse).
+//! The rules an HTTP/1.x request head must meet before anything is forwarded (SPEC section 4:
+//! every answer the gateway makes carries the JSON body, including those for heads that fail to
+//! parse).
 //!
-//! hyper's parser (httparse underneath) refuses some heads by itself, with an empty-bodied 400 that
-//! no gateway code can shape: control characters or DEL in a field value, obs-fold, a line without
-//! a colon, a malformed or conflicting `Content-Length`, an unknown transfer coding, a target past
-//! its limits. [`super::framing`] holds each head line until it has been judged here, so those heads
-//! never reach hyper: the refusal is recorded and answered by the proxy (a JSON 400/414/431, the
-//! connection closed, nothing forwarded). The rules are hyper's own (the request line goes through
-//! httparse exactly as hyper parses it) plus those RFC 9112 adds for a server in front of others:
-//! one `Transfer-Encoding`, exactly `chunked` (section 6.1); not together with `Content-Length`
+//! The gateway's own HTTP/1.x server ([`super::http1`]) parses each head with httparse and judges
+//! it here: [`field`] and [`target`] on the fields httparse read, and, for a head httparse refuses
+//! or one still incomplete, [`request_line`] and [`field_line`] on the raw lines, for the exact
+//! refusal (control characters or DEL in a field value, obs-fold, a line without a colon, a
+//! malformed or conflicting `Content-Length`, an unknown transfer coding, a target past its
+//! limits). A refused head is answered by the proxy (a JSON 400/414/431, the connection closed,
+//! nothing forwarded). The rules are hyper's own (the request line goes through httparse exactly
+//! as hyper parses it) plus those RFC 9112 adds for a server in front of others: one
+//! `Transfer-Encoding`, exactly `chunked` (section 6.1); not together with `Content-Length`
 //! (section 6.3); no conflicting `Content-Length` values (section 6.3); no obs-fold (section 5.2).
+//! One set of rules: the parser and the raw-line judge call the same functions.
 //! Pure functions; spawns nothing.
 
 use super::error::ProxyError;
@@ -113,19 +116,34 @@ pub fn request_line(line: &[u8], limits: &HeadLimits) -> Result<RequestLine, Ref
             }))
         }
     }
-    let target = req.path.unwrap_or_default();
-    if target.len() > HYPER_MAX_TARGET {
-        return Err(Refusal::UriTooLong(
-            limits.max_request_line.min(HYPER_MAX_TARGET),
-        ));
-    }
-    if http::Uri::try_from(target).is_err() {
-        return Err(Refusal::BadRequest("invalid request-target"));
+    target(req.path.unwrap_or_default(), line.len() + 2, limits)?;
+    if http::Uri::try_from(req.path.unwrap_or_default()).is_err() {
+        return Err(INVALID_TARGET);
     }
     Ok(RequestLine {
         http10: req.version == Some(0),
         connect: req.method == Some("CONNECT"),
     })
+}
+
+/// The refusal of a request-target `http::Uri` does not parse.
+pub const INVALID_TARGET: Refusal = Refusal::BadRequest("invalid request-target");
+
+/// The length rules of a request line whose `target` httparse read, the line `line_len` bytes long
+/// with its CR LF: past `max_request_line`, or past hyper's own target bound, it is a 414.
+///
+/// # Errors
+/// [`Refusal::UriTooLong`].
+pub fn target(target: &str, line_len: usize, limits: &HeadLimits) -> Result<(), Refusal> {
+    if line_len > limits.max_request_line {
+        return Err(Refusal::UriTooLong(limits.max_request_line));
+    }
+    if target.len() > HYPER_MAX_TARGET {
+        return Err(Refusal::UriTooLong(
+            limits.max_request_line.min(HYPER_MAX_TARGET),
+        ));
+    }
+    Ok(())
 }
 
 /// True for an RFC 9110 `tchar`, the bytes of a field name.
@@ -146,13 +164,7 @@ fn is_value_byte(b: u8) -> bool {
 /// obs-fold, a line without a colon, a bad name, a control character in the value, and every
 /// `Content-Length`/`Transfer-Encoding` problem of the module docs.
 pub fn field_line(line: &[u8], facts: &mut HeadFacts, limits: &HeadLimits) -> Result<(), Refusal> {
-    facts.fields += 1;
-    if facts.fields > limits.max_headers {
-        return Err(Refusal::HeadersTooLarge(format!(
-            "{} fields",
-            limits.max_headers
-        )));
-    }
+    count_field(facts, limits)?;
     if line[0] == b' ' || line[0] == b'\t' {
         return Err(Refusal::BadRequest(
             "obs-fold: a field line starts with whitespace",
@@ -168,6 +180,39 @@ pub fn field_line(line: &[u8], facts: &mut HeadFacts, limits: &HeadLimits) -> Re
     if !value.iter().all(|b| is_value_byte(*b)) {
         return Err(Refusal::BadRequest("control character in a field value"));
     }
+    field(name, value, facts, limits)
+}
+
+/// Counts one more field line against `max_headers` (the first rule of [`field_line`]).
+///
+/// # Errors
+/// [`Refusal::HeadersTooLarge`] (`"N fields"`) past the limit.
+pub fn count_field(facts: &mut HeadFacts, limits: &HeadLimits) -> Result<(), Refusal> {
+    facts.fields += 1;
+    if facts.fields > limits.max_headers {
+        return Err(Refusal::HeadersTooLarge(format!(
+            "{} fields",
+            limits.max_headers
+        )));
+    }
+    Ok(())
+}
+
+/// The rules of [`field_line`] past its syntax: the header-block byte limit and the framing fields
+/// (RFC 9112 sections 6.1 and 6.3), for a field whose `name` is a token and whose `value` (OWS
+/// trimmed) holds only field-value bytes, as [`field_line`] or httparse established. Records
+/// `Content-Length`, `chunked` and `Upgrade` in `facts`. One set of rules for the raw-line judge
+/// and the parser ([`super::http1`]).
+///
+/// # Errors
+/// [`Refusal::HeadersTooLarge`] past `max_header_bytes`; [`Refusal::BadRequest`] for every
+/// `Content-Length`/`Transfer-Encoding` problem of the module docs.
+pub fn field(
+    name: &[u8],
+    value: &[u8],
+    facts: &mut HeadFacts,
+    limits: &HeadLimits,
+) -> Result<(), Refusal> {
     facts.bytes += name.len() + value.len() + 4;
     if facts.bytes > limits.max_header_bytes {
         return Err(Refusal::HeadersTooLarge(format!(
@@ -226,7 +271,7 @@ pub fn trim(v: &[u8]) -> &[u8] {
     &v[start..end.max(start)]
 }
 
-/// The SPEC section 4 default limits, for unit tests here and in [`super::framing`].
+/// The SPEC section 4 default limits, for unit tests here and in [`super::http1`].
 #[cfg(test)]
 pub(crate) const TEST_LIMITS: HeadLimits = HeadLimits {
     max_request_line: 16384,

@@ -4,7 +4,7 @@
 //!
 //! | phase | file | what it settles |
 //! |---|---|---|
-//! | guard | [`guard`], [`framing`] | the head is well-formed and within limits (SPEC section 4) |
+//! | guard | [`guard`], [`head`] ([`http1`]) | the head is well-formed and within limits (SPEC section 4) |
 //! | 1. match route | [`route`] | route, host, the node's request target |
 //! | 2. identify | [`identify`] | the conn id (client's, validated; or issued) |
 //! | 3. select node | [`select`] | the bound node, or a new one (a hop), or `on_all_down` |
@@ -22,7 +22,6 @@ pub(crate) mod context;
 pub mod error;
 pub(crate) mod expect;
 pub(crate) mod forward;
-pub mod framing;
 pub(crate) mod grpc;
 pub(crate) mod grpc_call;
 pub mod guard;
@@ -32,6 +31,7 @@ pub mod h2_watch;
 pub mod head;
 pub(crate) mod headers;
 pub(crate) mod hop_clock;
+pub mod http1;
 pub(crate) mod identify;
 pub(crate) mod outbound;
 pub mod respond;
@@ -49,7 +49,6 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -83,8 +82,6 @@ pub struct DownstreamConn {
     pub conn_id: OnceLock<crate::hopper::ConnId>,
     /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
     pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
-    /// Request framing as read off the socket (CASE-13); fed by [`framing::FramingWatch`].
-    pub framing: Arc<framing::FramingLog>,
     /// What the TLS handshake settled; `None` on the cleartext listener (SPEC section 10).
     pub tls: Option<crate::tls::server::TlsInfo>,
 }
@@ -97,7 +94,6 @@ impl DownstreamConn {
             forwarded_peer: headers::Peer::new(peer),
             conn_id: OnceLock::new(),
             bound: watch::channel(None).0,
-            framing: Arc::new(framing::FramingLog::new()),
             tls: None,
         }
     }
@@ -151,7 +147,7 @@ impl Proxy {
     /// [`respond::render`] makes of it for the request's protocol).
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
@@ -165,8 +161,8 @@ impl Proxy {
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
-        // An HTTP/1.1 upgrade that is not accepted ends the connection: the framing watch stopped
-        // following it at the upgrade head (CASE-13).
+        // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
+        // not be HTTP/1.x (CASE-13).
         let h1_upgrade =
             req.version() <= http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
         let mut resp = match self.phases(req, kind, &dc, start, &mut log).await {
@@ -183,15 +179,12 @@ impl Proxy {
     /// The phases in order (module docs); `Err` is answered by [`Proxy::fail`].
     async fn phases(
         self: &Arc<Self>,
-        mut req: Request<Incoming>,
+        mut req: Request<ProxyBody>,
         kind: Kind,
         dc: &Arc<DownstreamConn>,
         start: Instant,
         log: &mut LogCtx,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        if req.version() <= http::Version::HTTP_11 {
-            dc.framing.check_next()?;
-        }
         guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
         let matched = route::match_route(&table, &req, start)?;
@@ -252,6 +245,17 @@ impl Proxy {
             log,
         )
         .await
+    }
+
+    /// The gateway's own answer to a request head from `dc` that [`http1::request`] refused
+    /// (`err` is the refusal's error: 400, 414 or 431), logged and counted like every failure.
+    pub(crate) fn refused(&self, err: ProxyError, dc: &DownstreamConn) -> Response<ProxyBody> {
+        let mut log = LogCtx {
+            client: Some(dc.peer),
+            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
+            ..LogCtx::default()
+        };
+        self.fail(&err, Kind::Http, Instant::now(), &mut log)
     }
 
     /// The gateway's own answer to `err` for a request of `kind` (phase 5 for failures), logged

@@ -5,9 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
@@ -18,31 +22,38 @@ use super::ServerError;
 use crate::admin::Admin;
 use crate::drain;
 use crate::metrics::Metrics;
-use crate::proxy::{DownstreamConn, Proxy};
+use crate::proxy::http1::rewind::Rewind;
+use crate::proxy::{http1 as own_h1, DownstreamConn, Proxy};
 
-pub(super) fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
+/// hyper's servers for what the gateway's own HTTP/1.x driver ([`crate::proxy::http1`]) does not
+/// serve: HTTP/2 connections, and an HTTP/1.1 connection from its upgrade request on (WebSocket).
+pub(super) struct DataServers {
+    h2: http2::Builder<TokioExecutor>,
+    h1_upgrade: http1::Builder,
+}
+
+pub(super) fn data_builder(p: &Proxy) -> DataServers {
     let l = &p.settings.limits;
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
+    let mut h1_upgrade = http1::Builder::new();
+    h1_upgrade
         .timer(TokioTimer::new())
         .header_read_timeout(l.header_read_timeout)
-        // hyper's own limits sit above ours so that proxy::guard answers 414/431 with a JSON body;
-        // past these hyper refuses by itself (414 for targets over 65,534 bytes, 431 otherwise).
+        // The head was judged by proxy::http1 already; hyper's own limits sit above ours.
         .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
         .max_buf_size(
             (l.max_request_line + l.max_header_bytes)
                 .saturating_mul(2)
                 .max(128 * 1024),
         );
-    b.http2()
-        .timer(TokioTimer::new())
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
         .max_header_list_size(l.h2.max_header_list)
         .max_concurrent_streams(l.h2.max_concurrent_streams)
         // A lifetime count of resets the library sends cuts honest long-lived connections
         // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
         .max_local_error_reset_streams(None)
         .keep_alive_interval(Duration::from_secs(30));
-    b
+    DataServers { h2, h1_upgrade }
 }
 
 /// `l` registered with the current runtime's I/O driver; `None` (logged) if it cannot be.
@@ -176,7 +187,7 @@ pub(super) async fn accept_tls(
     };
     let mut builder = data_builder(&proxy);
     if t.certs.offers_h2() {
-        builder.http2().enable_connect_protocol();
+        builder.h2.enable_connect_protocol();
     }
     let builder = Arc::new(builder);
     let limits = crate::tls::accept::AcceptLimits {
@@ -199,16 +210,17 @@ pub(super) async fn accept_tls(
     crate::tls::accept::accept_tls(listener, t.acceptor, metrics, limits, watch, serve).await;
 }
 
-/// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set).
-///
-/// Longer than 80 lines on purpose: the connection's whole life (serve, the drain signal, the
-/// GOAWAY of an h2 connection bound to a node that stops being usable, the close grace) is one
-/// `select!` loop whose arms share the connection state.
+/// The HTTP/2 connection preface (RFC 9113 section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set):
+/// the first bytes tell HTTP/2 (its preface, hyper's h2 server) from HTTP/1.x (the gateway's own
+/// driver, [`crate::proxy::http1::conn`]); an HTTP/1.1 upgrade goes on with hyper's h1 server.
 pub(super) async fn serve_data<I>(
-    io: I,
+    mut io: I,
     peer: SocketAddr,
     proxy: Arc<Proxy>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<DataServers>,
     mut watch: drain::Watch,
     _permit: OwnedSemaphorePermit,
     tls: Option<crate::tls::server::TlsInfo>,
@@ -219,18 +231,110 @@ pub(super) async fn serve_data<I>(
         .metrics
         .connection(if tls.is_some() { "https" } else { "http" });
     let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
-    let svc_proxy = proxy.clone();
-    let svc_dc = dc.clone();
-    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
-    // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
-    // It also judges each head before hyper reads it, so malformed heads get JSON answers.
+    let mut first = BytesMut::new();
+    while first.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&first) {
+        if first.capacity() == 0 {
+            first.reserve(8 * 1024);
+        }
+        tokio::select! {
+            r = io.read_buf(&mut first) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+            _ = watch.signaled() => return,
+        }
+    }
+    if first.starts_with(H2_PREFACE) {
+        serve_h2(
+            Rewind::new(first.freeze(), io),
+            &proxy,
+            &builder,
+            watch,
+            &dc,
+        )
+        .await;
+    } else {
+        match own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch.clone()).await {
+            own_h1::conn::Ended::Closed => {}
+            own_h1::conn::Ended::Upgrade { io, replay } => {
+                serve_upgrade(Rewind::new(replay, io), &proxy, &builder, watch, &dc).await;
+            }
+        }
+    }
+    // The connection was its own affinity key: with it gone, so is the binding.
+    if let Some(id) = dc.conn_id.get() {
+        proxy.hopper.store().remove(id).await;
+    }
+}
+
+/// hyper's service over the proxy for connection `dc`.
+fn service(
+    proxy: &Arc<Proxy>,
+    dc: &Arc<DownstreamConn>,
+) -> impl hyper::service::Service<
+    http::Request<Incoming>,
+    Response = http::Response<crate::proxy::ProxyBody>,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<
+        Output = Result<http::Response<crate::proxy::ProxyBody>, std::convert::Infallible>,
+    > + Send,
+> + Clone {
+    let (proxy, dc) = (proxy.clone(), dc.clone());
+    service_fn(move |req: http::Request<Incoming>| {
+        let req = req.map(|b| b.map_err(Into::into).boxed_unsync());
+        proxy.clone().handle(req, dc.clone())
+    })
+}
+
+/// Serves an HTTP/1.1 connection from its upgrade request on with hyper (the WebSocket relay
+/// takes hyper's upgraded stream); the drain lets the handshake in flight finish.
+async fn serve_upgrade<I>(
+    io: Rewind<I>,
+    proxy: &Arc<Proxy>,
+    builder: &DataServers,
+    mut watch: drain::Watch,
+    dc: &Arc<DownstreamConn>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = builder
+        .h1_upgrade
+        .serve_connection(TokioIo::new(io), service(proxy, dc))
+        .with_upgrades();
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %dc.peer, error = %e, "downstream connection ended with error");
+                }
+                return;
+            }
+            _ = watch.signaled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Serves an HTTP/2 connection (its preface in `io`) with hyper's h2 server.
+///
+/// Longer than 80 lines on purpose: the connection's whole life (serve, the drain signal, the
+/// GOAWAY of an h2 connection bound to a node that stops being usable, the close grace) is one
+/// `select!` loop whose arms share the connection state.
+async fn serve_h2<I>(
+    io: Rewind<I>,
+    proxy: &Arc<Proxy>,
+    builder: &DataServers,
+    mut watch: drain::Watch,
+    dc: &Arc<DownstreamConn>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = dc.peer;
     let limits = &proxy.settings.limits;
-    let io = crate::proxy::framing::FramingWatch::new(
-        io,
-        dc.framing.clone(),
-        limits.into(),
-        limits.header_read_timeout,
-    );
     // HTTP/2 abuse limits on the raw frames (SPEC section 4; CASE-25, CASE-26).
     let abuse_metrics = proxy.metrics.clone();
     let io = crate::proxy::h2_watch::H2Watch::new(
@@ -244,7 +348,9 @@ pub(super) async fn serve_data<I>(
                 .inc();
         }),
     );
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    let conn = builder
+        .h2
+        .serve_connection(TokioIo::new(io), service(proxy, dc));
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();
     let mut node_signal: Option<tokio::sync::watch::Receiver<crate::registry::NodeSignal>> = None;
@@ -260,10 +366,6 @@ pub(super) async fn serve_data<I>(
             r = conn.as_mut() => {
                 if let Err(e) = r {
                     tracing::debug!(peer = %peer, error = %e, "downstream connection ended with error");
-                }
-                // The connection was its own affinity key: with it gone, so is the binding.
-                if let Some(id) = dc.conn_id.get() {
-                    proxy.hopper.store().remove(id).await;
                 }
                 return;
             }

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use http::header::SEC_WEBSOCKET_ACCEPT;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use super::context::RequestCtx;
@@ -51,7 +50,7 @@ pub(crate) async fn proxy(
     p: Arc<Proxy>,
     ctx: RequestCtx,
     node: Arc<Node>,
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
     mut up_headers: HeaderMap,
     path_and_query: String,
     downstream: OnUpgrade,

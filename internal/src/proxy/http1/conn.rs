@@ -1,0 +1,354 @@
+//! The HTTP/1.x connection driver: one downstream connection served in its own task, request after
+//! request (RFC 9112 section 9).
+//!
+//! - Heads are read into one buffer and parsed by [`super::request::parse`]; a refused head is
+//!   answered with the gateway's JSON error (phase 5 through [`Proxy::refused`]) and
+//!   `Connection: close`, and nothing after it is read (CASE-13: nothing smuggled is forwarded).
+//! - The request runs the phases ([`Proxy::handle`]) with a body read off this connection
+//!   ([`super::body::ConnBody`]); the answer's head and its first body bytes go out in one
+//!   `writev`, the rest streams with the encoding [`super::response::encode_head`] chose.
+//! - Pipelined requests (section 9.3.2) are answered in order: bytes after a head stay in the
+//!   buffer for the next one.
+//! - The connection stays open after an answer only if the request allows it (section 9.3), its
+//!   body was read to the end (else its rest could be read as a request) and the gateway is not
+//!   draining; otherwise the answer says `Connection: close` and the connection closes after it.
+//! - The header read timeout (SPEC section 4) is one connection-level deadline, re-armed at the
+//!   first byte of each head; an idle keep-alive connection has none (as before).
+//! - Drain: an idle connection closes at once; an in-flight request finishes, answered with
+//!   `Connection: close`.
+//! - A client's end of stream (half-close) ends the connection once the request in flight, if
+//!   any, was answered.
+//! - An upgrade (`Upgrade` on HTTP/1.1, or `CONNECT`) is handed back with the bytes read so far,
+//!   for the server to serve with hyper's upgrade machinery (the WebSocket relay takes hyper's
+//!   upgraded stream).
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use http::{header, Method, Request, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::body::{lock, BodyRead, ConnBody, Io, Shared};
+use super::chunked::{self, CHUNK_END, LAST_CHUNK};
+use super::request::{self, Framing};
+use super::response::{self, Answering, BodyLen, Encoding};
+use crate::drain;
+use crate::proxy::head::HeadLimits;
+use crate::proxy::{DownstreamConn, Proxy, ProxyBody};
+
+/// How the connection's HTTP/1.x service ended.
+pub enum Ended<I> {
+    /// Closed (by either side, a refusal, a timeout or the drain).
+    Closed,
+    /// An upgrade request arrived: serve `io` from `replay` (its head and what followed it).
+    Upgrade {
+        /// The socket.
+        io: I,
+        /// Bytes read off `io` and not served: the upgrade head first.
+        replay: Bytes,
+    },
+}
+
+/// Serves HTTP/1.x requests on `io` (with `rbuf` already read off it) until the connection ends;
+/// see the module docs.
+pub async fn serve<I>(
+    io: I,
+    rbuf: BytesMut,
+    proxy: Arc<Proxy>,
+    dc: Arc<DownstreamConn>,
+    mut watch: drain::Watch,
+) -> Ended<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = HeadLimits::from(&proxy.settings.limits);
+    let head_timeout = proxy.settings.limits.header_read_timeout;
+    let shared: Shared<I> = Arc::new(Mutex::new(Io {
+        io,
+        rbuf,
+        body: BodyRead::Length(0),
+        continue_left: None,
+        request: 0,
+    }));
+    let deadline = tokio::time::sleep(head_timeout);
+    tokio::pin!(deadline);
+    let mut armed = false;
+    let mut draining = watch.is_signaled();
+    let mut out = Vec::with_capacity(512);
+    loop {
+        let parsed = {
+            let mut g = lock(&shared);
+            if g.rbuf.is_empty() {
+                Ok(None)
+            } else {
+                request::parse(&mut g.rbuf, &limits)
+            }
+        };
+        let head = match parsed {
+            Ok(Some(head)) => head,
+            Err(why) => {
+                let resp = proxy.refused(why.into_error(), &dc);
+                let a = Answering {
+                    method: &Method::GET,
+                    http10: false,
+                    keep_alive: false,
+                };
+                let _ = write_response(&shared, resp, a, &mut out).await;
+                close(&shared).await;
+                return Ended::Closed;
+            }
+            Ok(None) => {
+                let pending = !lock(&shared).rbuf.is_empty();
+                if draining && !pending {
+                    close(&shared).await;
+                    return Ended::Closed;
+                }
+                if pending && !armed {
+                    armed = true;
+                    deadline
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + head_timeout);
+                }
+                tokio::select! {
+                    r = poll_fn(|cx| lock(&shared).poll_fill(cx)) => match r {
+                        Ok(0) | Err(_) => return Ended::Closed,
+                        Ok(_) => continue,
+                    },
+                    () = &mut deadline, if armed => {
+                        tracing::debug!(peer = %dc.peer, "request head not complete within the header read timeout");
+                        return Ended::Closed;
+                    }
+                    () = watch.signaled(), if !draining => {
+                        draining = true;
+                        continue;
+                    }
+                }
+            }
+        };
+        armed = false;
+        if head.upgrade {
+            return match Arc::try_unwrap(shared) {
+                Ok(m) => {
+                    let io = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                    let mut replay = BytesMut::from(&head.raw[..]);
+                    replay.extend_from_slice(&io.rbuf);
+                    Ended::Upgrade {
+                        io: io.io,
+                        replay: replay.freeze(),
+                    }
+                }
+                // A body of an earlier request is still held: the connection cannot be handed on.
+                Err(_) => Ended::Closed,
+            };
+        }
+        let method = head.parts.method.clone();
+        let http10 = head.parts.version == http::Version::HTTP_10;
+        let body: ProxyBody = {
+            let mut g = lock(&shared);
+            g.request += 1;
+            g.body = BodyRead::new(head.framing);
+            g.continue_left = None;
+            match head.framing {
+                Framing::Length(0) => crate::proxy::body::full(Bytes::new()),
+                f => {
+                    g.continue_left = head.expect_continue.then_some(0);
+                    let len = match f {
+                        Framing::Length(n) => Some(n),
+                        Framing::Chunked => None,
+                    };
+                    let gen = g.request;
+                    drop(g);
+                    ConnBody::new(shared.clone(), len, gen).boxed_unsync()
+                }
+            }
+        };
+        let req = Request::from_parts(head.parts, body);
+        let resp = match proxy.clone().handle(req, dc.clone()).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        draining |= watch.is_signaled();
+        let body_done = lock(&shared).body.is_done();
+        let a = Answering {
+            method: &method,
+            http10,
+            keep_alive: head.keep_alive && body_done && !draining,
+        };
+        match write_response(&shared, resp, a, &mut out).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                close(&shared).await;
+                return Ended::Closed;
+            }
+        }
+    }
+}
+
+/// Writes `resp` as the answer `a` describes: head and first body bytes in one `writev`, then
+/// the rest of the body as it comes. Returns whether the connection stays open.
+///
+/// # Errors
+/// The socket's write error; a body that failed mid-answer (the connection must close).
+async fn write_response<I: AsyncWrite + Unpin>(
+    shared: &Shared<I>,
+    resp: Response<ProxyBody>,
+    a: Answering<'_>,
+    out: &mut Vec<u8>,
+) -> io::Result<bool> {
+    let (mut parts, mut body) = resp.into_parts();
+    let reason = parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| r.as_bytes());
+    let len = BodyLen {
+        exact: body.size_hint().exact(),
+        empty: body.is_end_stream(),
+    };
+    let send_trailers = parts.headers.contains_key(header::TRAILER);
+    out.clear();
+    let (enc, mut keep) =
+        response::encode_head(out, parts.status, reason, &mut parts.headers, a, len);
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // Upgrades are served elsewhere: a 101 here answers no upgrade request.
+        keep = false;
+    }
+    let mut head_sent = false;
+    let mut left = match enc {
+        Encoding::Length(n) => n,
+        _ => 0,
+    };
+    let mut size = [0u8; 18];
+    loop {
+        // The first frame only if it is ready: a head is never held back for a slow body.
+        let frame = if head_sent {
+            body.frame().await
+        } else {
+            let ready = poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+                Poll::Ready(f) => Poll::Ready(Some(f)),
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await;
+            match ready {
+                Some(f) => f,
+                None => {
+                    write_all(shared, &mut [IoSlice::new(out)]).await?;
+                    head_sent = true;
+                    continue;
+                }
+            }
+        };
+        let head: &[u8] = if head_sent { &[] } else { out };
+        head_sent = true;
+        match frame {
+            None => {
+                let tail = if enc == Encoding::Chunked {
+                    LAST_CHUNK
+                } else {
+                    &[]
+                };
+                write_all(shared, &mut [IoSlice::new(head), IoSlice::new(tail)]).await?;
+                // A body shorter than its Content-Length leaves the client waiting for the rest.
+                keep &= left == 0;
+                break;
+            }
+            Some(Err(e)) => {
+                if !head.is_empty() {
+                    // Nothing of the answer was sent; the client sees the connection close.
+                    tracing::debug!(error = %e, "response body failed before its first byte");
+                } else {
+                    tracing::debug!(error = %e, "response body failed mid-answer");
+                }
+                return Err(io::Error::other(e));
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    let end = body.is_end_stream();
+                    match enc {
+                        Encoding::Chunked if !data.is_empty() => {
+                            let tail = if end { LAST_CHUNK } else { &[] };
+                            write_all(
+                                shared,
+                                &mut [
+                                    IoSlice::new(head),
+                                    IoSlice::new(chunked::chunk_head(data.len(), &mut size)),
+                                    IoSlice::new(&data),
+                                    IoSlice::new(CHUNK_END),
+                                    IoSlice::new(tail),
+                                ],
+                            )
+                            .await?;
+                            if end {
+                                drain_body(&mut body).await;
+                                break;
+                            }
+                        }
+                        Encoding::Length(_) => {
+                            let n = usize::try_from(left).map_or(data.len(), |l| l.min(data.len()));
+                            left -= n as u64;
+                            if n < data.len() {
+                                keep = false;
+                            }
+                            write_all(shared, &mut [IoSlice::new(head), IoSlice::new(&data[..n])])
+                                .await?;
+                        }
+                        Encoding::CloseDelimited => {
+                            write_all(shared, &mut [IoSlice::new(head), IoSlice::new(&data)])
+                                .await?;
+                        }
+                        Encoding::Chunked | Encoding::Empty => {
+                            write_all(shared, &mut [IoSlice::new(head)]).await?;
+                        }
+                    }
+                }
+                Err(frame) => {
+                    let trailers = frame.into_trailers().ok();
+                    let last = match (&trailers, enc) {
+                        (Some(t), Encoding::Chunked) if send_trailers => {
+                            chunked::last_chunk_with(t)
+                        }
+                        (_, Encoding::Chunked) => LAST_CHUNK.to_vec(),
+                        _ => Vec::new(),
+                    };
+                    write_all(shared, &mut [IoSlice::new(head), IoSlice::new(&last)]).await?;
+                    drain_body(&mut body).await;
+                    break;
+                }
+            },
+        }
+    }
+    poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_flush(cx)).await?;
+    Ok(keep)
+}
+
+/// Polls a body whose answer is complete to its end, so its completion runs (pool, access log).
+async fn drain_body(body: &mut ProxyBody) {
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+/// Writes every byte of `bufs` (empty slices skipped) with vectored writes.
+async fn write_all<I: AsyncWrite + Unpin>(
+    shared: &Shared<I>,
+    bufs: &mut [IoSlice<'_>],
+) -> io::Result<()> {
+    let mut bufs = bufs;
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let n = poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_write_vectored(cx, bufs)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
+/// Ends the connection cleanly: flush, then the write side's shutdown (FIN, or TLS close_notify).
+async fn close<I: AsyncWrite + Unpin>(shared: &Shared<I>) {
+    let _ = poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_shutdown(cx)).await;
+}

@@ -1,0 +1,263 @@
+//! Unit tests of [`super`]: each rule of the module docs, and a request stream (heads, bodies and
+//! pipelined requests) parsed the same however it is split into reads.
+
+use super::*;
+use crate::proxy::head::TEST_LIMITS as L;
+use crate::proxy::http1::chunked::{Decoded, Decoder};
+
+/// Feeds `wire` in pieces of `step` bytes through the parser (and the bodies through their
+/// framing); returns `METHOD target body-bytes` per request and the refusal, if any.
+fn stream(wire: &[u8], step: usize) -> (Vec<String>, Option<Refusal>) {
+    let mut buf = BytesMut::new();
+    let mut seen = Vec::new();
+    let mut pieces = wire.chunks(step.max(1));
+    loop {
+        let head = loop {
+            match parse(&mut buf, &L) {
+                Ok(Some(h)) => break h,
+                Ok(None) => match pieces.next() {
+                    Some(p) => buf.extend_from_slice(p),
+                    None => return (seen, None),
+                },
+                Err(why) => return (seen, Some(why)),
+            }
+        };
+        let mut body = 0usize;
+        match head.framing {
+            Framing::Length(mut n) => {
+                while n > 0 {
+                    if buf.is_empty() {
+                        match pieces.next() {
+                            Some(p) => buf.extend_from_slice(p),
+                            None => return (seen, None),
+                        }
+                    }
+                    let take = (n as usize).min(buf.len());
+                    let _ = buf.split_to(take);
+                    n -= take as u64;
+                    body += take;
+                }
+            }
+            Framing::Chunked => {
+                let mut d = Decoder::new();
+                loop {
+                    match d.decode(&mut buf).expect("valid chunked") {
+                        Decoded::Data(b) => body += b.len(),
+                        Decoded::Trailers(_) | Decoded::End => break,
+                        Decoded::NeedMore => match pieces.next() {
+                            Some(p) => buf.extend_from_slice(p),
+                            None => return (seen, None),
+                        },
+                    }
+                }
+            }
+        }
+        seen.push(format!("{} {} {body}", head.parts.method, head.parts.uri));
+    }
+}
+
+#[test]
+fn pipelined_requests_and_bodies_the_same_in_any_split() {
+    let wire = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n\
+POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nab\ncd\r\n0\r\nX-T: 1\r\n\r\n\
+POST /d HTTP/1.1\r\nContent-Length: 52\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\n\r\n";
+    for step in [1, 3, 7, wire.len()] {
+        let (seen, refused) = stream(wire, step);
+        assert_eq!(seen, ["POST /a 5", "GET /b 0", "POST /c 5"], "step {step}");
+        assert_eq!(
+            refused,
+            Some(Refusal::BadRequest(
+                "Content-Length together with Transfer-Encoding"
+            )),
+            "step {step}"
+        );
+    }
+    // A body holding a fake head is a body; LF-only lines are lines (RFC 9112 section 2.2).
+    let wire =
+        b"POST /a HTTP/1.1\nContent-Length: 38\n\nGET /x HTTP/1.1\r\nContent-Length: 1\r\n\r\n\
+GET /e HTTP/1.1\r\n\r\n";
+    assert_eq!(
+        stream(wire, 5),
+        (vec!["POST /a 38".into(), "GET /e 0".into()], None)
+    );
+}
+
+#[test]
+fn the_parsed_head() {
+    let mut buf = BytesMut::from(
+        &b"GET /p?q=1 HTTP/1.1\r\nHost: a.test\r\nX-A:  v1 \t\r\nx-a: v2\r\nConnection: keep-alive, Close\r\nExpect: 100-Continue\r\n\r\nrest"[..],
+    );
+    let h = parse(&mut buf, &L).expect("valid").expect("complete");
+    assert_eq!(&buf[..], b"rest");
+    assert_eq!(h.parts.method, Method::GET);
+    assert_eq!(h.parts.uri, "/p?q=1");
+    assert_eq!(h.parts.version, Version::HTTP_11);
+    let a: Vec<_> = h.parts.headers.get_all("x-a").iter().collect();
+    assert_eq!(
+        a,
+        ["v1", "v2"],
+        "OWS trimmed, repeated fields kept in order"
+    );
+    assert_eq!(h.framing, Framing::Length(0));
+    assert!(!h.keep_alive, "close wins (RFC 9112 section 9.6)");
+    assert!(h.expect_continue && !h.upgrade);
+    assert!(h.raw.starts_with(b"GET /p?q=1") && h.raw.ends_with(b"\r\n\r\n"));
+
+    for (wire, keep) in [
+        (&b"GET / HTTP/1.1\r\n\r\n"[..], true),
+        (b"GET / HTTP/1.0\r\n\r\n", false),
+        (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true),
+        (
+            b"GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
+            false,
+        ),
+    ] {
+        let h = parse(&mut BytesMut::from(wire), &L)
+            .expect("ok")
+            .expect("complete");
+        assert_eq!(h.keep_alive, keep, "{:?}", String::from_utf8_lossy(wire));
+    }
+    let h = parse(
+        &mut BytesMut::from(&b"GET / HTTP/1.0\r\nExpect: 100-continue\r\nUpgrade: x\r\n\r\n"[..]),
+        &L,
+    )
+    .expect("ok")
+    .expect("complete");
+    assert!(!h.expect_continue && !h.upgrade, "1.0 has neither");
+    for wire in [
+        &b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"[..],
+        b"CONNECT a:443 HTTP/1.1\r\n\r\n",
+    ] {
+        let h = parse(&mut BytesMut::from(wire), &L)
+            .expect("ok")
+            .expect("complete");
+        assert!(h.upgrade);
+    }
+    let h = parse(
+        &mut BytesMut::from(
+            &b"PUT / HTTP/1.1\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n"[..],
+        ),
+        &L,
+    )
+    .expect("ok")
+    .expect("complete");
+    assert_eq!(
+        h.framing,
+        Framing::Length(7),
+        "repeated equal lengths are one"
+    );
+}
+
+#[test]
+fn refusals_with_their_exact_reason() {
+    let control = Refusal::BadRequest("control character in a field value");
+    for (wire, why) in [
+        (&b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n"[..], control.clone()),
+        (b"GET / HTTP/1.1\r\nX: a\x7fb\r\n\r\n", control.clone()),
+        (b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", control),
+        (
+            b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+            Refusal::BadRequest("obs-fold: a field line starts with whitespace"),
+        ),
+        (
+            b"GET / HTTP/1.1\r\nNo-Colon\r\n\r\n",
+            Refusal::BadRequest("field line without a colon"),
+        ),
+        (
+            b"GET / HTTP/1.1\r\nBad Name: 1\r\n\r\n",
+            Refusal::BadRequest("invalid field name"),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+            Refusal::BadRequest("invalid Content-Length"),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            Refusal::BadRequest("conflicting Content-Length values"),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            Refusal::BadRequest("Transfer-Encoding other than a single \"chunked\""),
+        ),
+        (
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Refusal::BadRequest("Transfer-Encoding in an HTTP/1.0 request"),
+        ),
+        (
+            b"GET / HTTP/1.7\r\n\r\n",
+            Refusal::BadRequest("unsupported HTTP version in the request line"),
+        ),
+        (
+            b"G@T / HTTP/1.1\r\n\r\n",
+            Refusal::BadRequest("invalid method in the request line"),
+        ),
+        (
+            b"GET /\x7f HTTP/1.1\r\n\r\n",
+            Refusal::BadRequest("invalid method in the request line"),
+        ),
+    ] {
+        assert_eq!(
+            parse(&mut BytesMut::from(wire), &L).err(),
+            Some(why),
+            "{:?}",
+            String::from_utf8_lossy(wire)
+        );
+    }
+}
+
+#[test]
+fn limits_refuse_before_the_head_ends() {
+    // 414: a request line past max_request_line, complete or not.
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(
+        parse(&mut BytesMut::from(long.as_bytes()), &L).err(),
+        Some(Refusal::UriTooLong(16384))
+    );
+    assert_eq!(
+        parse(&mut BytesMut::from(&long.as_bytes()[..17_000]), &L).err(),
+        Some(Refusal::UriTooLong(16384))
+    );
+    let ok = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(16_000));
+    assert!(parse(&mut BytesMut::from(ok.as_bytes()), &L).is_ok_and(|h| h.is_some()));
+    // 431: the header block past max_header_bytes, complete or not; past max_headers.
+    let big = format!("GET / HTTP/1.1\r\nCookie: {}\r\n\r\n", "c".repeat(40_000));
+    let too_big = Refusal::HeadersTooLarge("32768 bytes".into());
+    assert_eq!(
+        parse(&mut BytesMut::from(big.as_bytes()), &L).err(),
+        Some(too_big.clone())
+    );
+    assert_eq!(
+        parse(&mut BytesMut::from(&big.as_bytes()[..33_000]), &L).err(),
+        Some(too_big)
+    );
+    let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+    assert_eq!(
+        parse(&mut BytesMut::from(many.as_bytes()), &L).err(),
+        Some(Refusal::HeadersTooLarge("100 fields".into()))
+    );
+    // Short partial heads wait for more.
+    assert!(matches!(
+        parse(
+            &mut BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n"[..]),
+            &L
+        ),
+        Ok(None)
+    ));
+    assert!(
+        matches!(parse(&mut BytesMut::from(&b"\r\n\r\n"[..]), &L), Ok(None)),
+        "empty lines before a request"
+    );
+}
+
+#[test]
+fn tokens_in_lists() {
+    assert!(has_token(b"keep-alive, Close", b"close"));
+    assert!(has_token(b" upgrade ,x", b"upgrade"));
+    assert!(!has_token(b"closed", b"close"));
+}
