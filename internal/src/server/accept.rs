@@ -348,6 +348,15 @@ async fn serve_h2<I>(
                 .inc();
         }),
     );
+    // The watch must see the preface before hyper writes its SETTINGS (it takes a connection
+    // the gateway speaks on first for HTTP/1.x): it is read through the watch here, then
+    // replayed to hyper, as hyper-util's version detection did.
+    let mut io = io;
+    let mut preface = [0u8; H2_PREFACE.len()];
+    if io.read_exact(&mut preface).await.is_err() {
+        return;
+    }
+    let io = Rewind::new(bytes::Bytes::from_static(H2_PREFACE), io);
     let conn = builder
         .h2
         .serve_connection(TokioIo::new(io), service(proxy, dc));
