@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use http::{header, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -201,7 +201,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
     a: Answering<'_>,
     out: &mut Vec<u8>,
 ) -> io::Result<bool> {
-    let (mut parts, mut body) = resp.into_parts();
+    let (parts, mut body) = resp.into_parts();
     let reason = parts
         .extensions
         .get::<hyper::ext::ReasonPhrase>()
@@ -210,10 +210,9 @@ async fn write_response<I: AsyncWrite + Unpin>(
         exact: body.size_hint().exact(),
         empty: body.is_end_stream(),
     };
-    let send_trailers = parts.headers.contains_key(header::TRAILER);
     out.clear();
-    let (enc, mut keep) =
-        response::encode_head(out, parts.status, reason, &mut parts.headers, a, len);
+    let head = response::encode_head(out, parts.status, reason, &parts.headers, a, len);
+    let (enc, mut keep, send_trailers) = (head.encoding, head.keep_alive, head.trailers);
     if parts.status == StatusCode::SWITCHING_PROTOCOLS {
         // Upgrades are served elsewhere: a 101 here answers no upgrade request.
         keep = false;

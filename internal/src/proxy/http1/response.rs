@@ -19,7 +19,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, Method, StatusCode};
 
 use super::request::has_token;
 
@@ -56,26 +56,57 @@ pub struct BodyLen {
     pub empty: bool,
 }
 
-/// Serialises the head of `status`/`headers` (and the framing fields the rules add) into `dst`.
-/// Returns the body's encoding and whether the connection stays open after the answer.
+/// What [`encode_head`] settled: the body's encoding, whether the connection stays open after the
+/// answer, and whether the answer announced trailers (`Trailer`, RFC 9110 section 6.6.2: only
+/// then are trailer fields sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadOut {
+    /// How the body is sent.
+    pub encoding: Encoding,
+    /// The connection stays open after the answer.
+    pub keep_alive: bool,
+    /// A `Trailer` field was given.
+    pub trailers: bool,
+}
+
+/// Serialises the head of `status`/`headers` into `dst`, with the framing, `Connection` and
+/// `Date` fields the module docs' rules add written after the given ones (`headers` itself is
+/// read once and not changed).
 pub fn encode_head(
     dst: &mut Vec<u8>,
     status: StatusCode,
     reason: Option<&[u8]>,
-    headers: &mut HeaderMap,
+    headers: &HeaderMap,
     a: Answering<'_>,
     body: BodyLen,
-) -> (Encoding, bool) {
+) -> HeadOut {
+    let (mut given, mut close, mut keep_token, mut date, mut trailers) =
+        (None, false, false, false, false);
+    for (name, value) in headers {
+        if *name == header::CONTENT_LENGTH {
+            given = given.or_else(|| {
+                std::str::from_utf8(value.as_bytes())
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            });
+        } else if *name == header::CONNECTION {
+            close |= has_token(value.as_bytes(), b"close");
+            keep_token |= has_token(value.as_bytes(), b"keep-alive");
+        } else if *name == header::DATE {
+            date = true;
+        } else if *name == header::TRAILER {
+            trailers = true;
+        }
+    }
     let connect_ok = a.method == Method::CONNECT && status.is_success();
     let no_length = status.is_informational()
         || connect_ok
         || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
     let body_allowed = !(no_length || a.method == Method::HEAD);
-    let given = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let mut keep = a.keep_alive;
+    let mut keep = a.keep_alive && !close;
+    // The framing field to add, if any: a length, or chunked.
+    let mut add_len: Option<u64> = None;
+    let mut add_chunked = false;
     let encoding = if status == StatusCode::SWITCHING_PROTOCOLS {
         Encoding::Empty
     } else if let Some(n) = given {
@@ -85,17 +116,16 @@ pub fn encode_head(
             Encoding::Empty
         }
     } else {
-        headers.remove(header::CONTENT_LENGTH);
         match (body.exact, body.empty) {
             (_, true) | (Some(0), _) => {
                 if !no_length && a.method != Method::HEAD {
-                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+                    add_len = Some(0);
                 }
                 Encoding::Empty
             }
             (Some(n), _) => {
                 if !no_length {
-                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+                    add_len = Some(n);
                 }
                 if body_allowed {
                     Encoding::Length(n)
@@ -109,52 +139,60 @@ pub fn encode_head(
                 Encoding::CloseDelimited
             }
             (None, _) => {
-                headers.insert(
-                    header::TRANSFER_ENCODING,
-                    HeaderValue::from_static("chunked"),
-                );
+                add_chunked = true;
                 Encoding::Chunked
             }
         }
     };
-    if headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .any(|v| has_token(v.as_bytes(), b"close"))
-    {
-        keep = false;
-    }
-    if !keep && !a.http10 && status != StatusCode::SWITCHING_PROTOCOLS {
-        if !headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .any(|v| has_token(v.as_bytes(), b"close"))
-        {
-            headers.append(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-    } else if keep
-        && a.http10
-        && !headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .any(|v| has_token(v.as_bytes(), b"keep-alive"))
-    {
-        headers.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
-    }
     status_line(dst, status, reason, a.http10);
-    for (name, value) in headers.iter() {
+    for (name, value) in headers {
+        // An unparsable Content-Length is never passed on: the framing is the gateway's.
+        if *name == header::CONTENT_LENGTH && given.is_none() {
+            continue;
+        }
         dst.extend_from_slice(name.as_str().as_bytes());
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
     }
-    if !headers.contains_key(header::DATE) {
+    if let Some(n) = add_len {
+        dst.extend_from_slice(b"content-length: ");
+        dst.extend_from_slice(itoa_u64(n, &mut [0; 20]));
+        dst.extend_from_slice(b"\r\n");
+    }
+    if add_chunked {
+        dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    let upgrade = status == StatusCode::SWITCHING_PROTOCOLS;
+    if !keep && !a.http10 && !upgrade && !close {
+        dst.extend_from_slice(b"connection: close\r\n");
+    } else if keep && a.http10 && !keep_token {
+        dst.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    if !date {
         dst.extend_from_slice(b"date: ");
-        date(dst);
+        self::date(dst);
         dst.extend_from_slice(b"\r\n");
     }
     dst.extend_from_slice(b"\r\n");
-    (encoding, keep)
+    HeadOut {
+        encoding,
+        keep_alive: keep,
+        trailers,
+    }
+}
+
+/// `n` in decimal, into `buf`.
+fn itoa_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 /// The status line (section 4) into `dst`.

@@ -1,6 +1,7 @@
 //! Unit tests of [`super`]: each framing and connection rule of the module docs.
 
 use super::*;
+use http::HeaderValue;
 
 fn head(
     status: u16,
@@ -23,11 +24,11 @@ fn head(
         http10,
         keep_alive: keep,
     };
-    let (enc, keep) = encode_head(
+    let out = encode_head(
         &mut dst,
         StatusCode::from_u16(status).expect("status"),
         None,
-        &mut h,
+        &h,
         a,
         BodyLen {
             exact: body.0,
@@ -43,7 +44,7 @@ fn head(
     assert_eq!(date.len(), "date: ".len() + 29);
     assert!(date.ends_with(" GMT"));
     let text = text.replace(&format!("{date}\r\n"), "");
-    (text, enc, keep)
+    (text, out.encoding, out.keep_alive)
 }
 
 #[test]
