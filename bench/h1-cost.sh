@@ -100,7 +100,7 @@ for t in gateway nginx; do
   n=$(run "$port")
   kill -INT "$SP"; wait "$SP" 2>/dev/null || true
   echo "$t: syscalls per request under strace ($n requests):"
-  awk -v n="$n" 'NR > 2 && $NF != "total" && $4 ~ /^[0-9]+$/ {printf "  %-16s %.3f\n", $NF, $4 / n} $NF == "total" {printf "  %-16s %.3f\n", "total", $3 / n}' "$W/strace.$t"
+  awk -v n="$n" 'NR > 2 && $NF != "total" && $4 ~ /^[0-9]+$/ {printf "  %-16s %.3f\n", $NF, $4 / n} $NF == "total" {printf "  %-16s %.3f\n", "total", $4 / n}' "$W/strace.$t"
   perf stat -e context-switches,task-clock -p "$pid" -o "$W/perf.$t" -- sleep "$((SECS + 1))" &
   PP=$!
   sleep 0.3

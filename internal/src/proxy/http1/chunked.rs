@@ -275,15 +275,15 @@ pub fn encode(chunks: &[&[u8]], trailers: Option<&HeaderMap>) -> Vec<u8> {
     out
 }
 
+/// A whole decoded chunked body: its data, its trailers, and the bytes left after it.
+pub type DecodedBody = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
 /// Decodes a whole chunked body from `wire` fed in pieces of `step` bytes: the data, the trailers
 /// and the bytes left after the body; for tests and the fuzz targets.
 ///
 /// # Errors
 /// [`ChunkedError`] as [`Decoder::decode`]; `"incomplete"` when `wire` ends before the body does.
-pub fn decode_all(
-    wire: &[u8],
-    step: usize,
-) -> Result<(Vec<u8>, Option<HeaderMap>, Vec<u8>), ChunkedError> {
+pub fn decode_all(wire: &[u8], step: usize) -> Result<DecodedBody, ChunkedError> {
     let mut d = Decoder::new();
     let mut buf = BytesMut::new();
     let mut data = Vec::new();

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn ok(wire: &[u8]) -> (Vec<u8>, Option<HeaderMap>, Vec<u8>) {
+fn ok(wire: &[u8]) -> DecodedBody {
     let whole = decode_all(wire, wire.len()).expect("valid");
     for step in [1, 2, 5] {
         assert_eq!(

@@ -155,7 +155,10 @@ where
             g.body = BodyRead::new(head.framing);
             g.continue_left = None;
             match head.framing {
-                Framing::Length(0) => crate::proxy::body::full(Bytes::new()),
+                // A zero-sized body: boxing it allocates nothing.
+                Framing::Length(0) => http_body_util::Empty::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
                 f => {
                     g.continue_left = head.expect_continue.then_some(0);
                     let len = match f {

@@ -31,6 +31,9 @@ use crate::proxy::head::{self, HeadFacts, HeadLimits, Refusal};
 
 /// Header slots kept on the stack per parse; a larger `max_headers` takes a heap slice.
 const STACK_HEADERS: usize = 128;
+/// Fields the outbound phase may add to a request's map (`X-Forwarded-For`, `-Proto`, `-Host`,
+/// the conn id, `Connection`/`Upgrade`): the map is sized for them up front.
+const OUTBOUND_FIELDS: usize = 6;
 
 /// How a request's body is framed (RFC 9112 section 6.3, rules 4–6 for requests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,29 +104,41 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     };
     // Single spaces (httparse's default): the line is exactly this long.
     head::target(target, method.len() + target.len() + 12, limits)?;
+    // Offsets of each name and value in the head ([start, len] twice); on the stack for up to
+    // STACK_HEADERS fields (an allocation less per request than a Vec).
     let base = bytes.as_ptr() as usize;
-    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let at = |s: &[u8]| [(s.as_ptr() as usize - base) as u32, s.len() as u32];
     let path = at(target.as_bytes());
     let mut keep_alive = http11;
     let mut saw_close = false;
     let mut expect_continue = false;
-    let mut spans: Vec<((usize, usize), (usize, usize))> = Vec::with_capacity(req.headers.len());
-    for h in req.headers.iter() {
+    let n = req.headers.len();
+    let mut stack_spans = [[0u32; 4]; STACK_HEADERS];
+    let mut heap_spans = Vec::new();
+    let spans: &mut [[u32; 4]] = if n <= STACK_HEADERS {
+        &mut stack_spans[..n]
+    } else {
+        heap_spans.resize(n, [0u32; 4]);
+        &mut heap_spans[..]
+    };
+    for (h, span) in req.headers.iter().zip(spans.iter_mut()) {
         let value = head::trim(h.value);
         head::count_field(&mut facts, limits)?;
         head::field(h.name.as_bytes(), value, &mut facts, limits)?;
-        spans.push((at(h.name.as_bytes()), at(value)));
+        let ([n0, nl], [v0, vl]) = (at(h.name.as_bytes()), at(value));
+        *span = [n0, nl, v0, vl];
     }
     let method = Method::from_bytes(method.as_bytes())
         .map_err(|_| Refusal::BadRequest("invalid method in the request line"))?;
     let raw = buf.split_to(len).freeze();
-    let uri = Uri::from_maybe_shared(raw.slice(path.0..path.0 + path.1))
-        .map_err(|_| head::INVALID_TARGET)?;
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for ((n0, nl), (v0, vl)) in spans {
-        let name = HeaderName::from_bytes(&raw[n0..n0 + nl])
+    let slice = |at: u32, len: u32| raw.slice(at as usize..(at + len) as usize);
+    let uri = Uri::from_maybe_shared(slice(path[0], path[1])).map_err(|_| head::INVALID_TARGET)?;
+    // Room for the fields the outbound phase adds (X-Forwarded-*, the conn id) without a regrowth.
+    let mut headers = HeaderMap::with_capacity(n + OUTBOUND_FIELDS);
+    for &[n0, nl, v0, vl] in spans.iter() {
+        let name = HeaderName::from_bytes(&raw[n0 as usize..(n0 + nl) as usize])
             .map_err(|_| Refusal::BadRequest("invalid field name"))?;
-        let value = HeaderValue::from_maybe_shared(raw.slice(v0..v0 + vl))
+        let value = HeaderValue::from_maybe_shared(slice(v0, vl))
             .map_err(|_| Refusal::BadRequest("control character in a field value"))?;
         if name == header::CONNECTION {
             if saw_close || has_token(value.as_bytes(), b"close") {
