@@ -87,9 +87,11 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
             return Ok(None);
         }
         Err(_) => {
-            return Err(judge(bytes, limits)
+            // httparse stopped at a byte already read: the line holding it is judged even if
+            // its end has not come, so the refusal does not depend on how the bytes arrived.
+            return Err(judge(bytes, limits, true)
                 .err()
-                .unwrap_or(Refusal::BadRequest("malformed request head")))
+                .unwrap_or(Refusal::BadRequest("malformed request head")));
         }
     };
     let method = req.method.expect("httparse completed");
@@ -195,21 +197,31 @@ fn partial(bytes: &[u8], limits: &HeadLimits) -> Result<(), Refusal> {
             limits.max_header_bytes
         )));
     }
-    judge(bytes, limits)
+    judge(bytes, limits, false)
 }
 
 /// Walks the head at the start of `bytes` line by line with [`head::request_line`] and
 /// [`head::field_line`], the partial last line included (a request line already past
 /// `max_request_line`, a header block already past `max_header_bytes`): the exact refusal of a
-/// head httparse refuses, or `Ok` when no rule is broken (so far).
+/// head httparse refuses, or `Ok` when no rule is broken (so far). With `last_line`, an
+/// unfinished last line is judged by the line rules as well (httparse refused a byte in it).
 ///
 /// # Errors
 /// The first [`Refusal`] of the head.
-pub fn judge(bytes: &[u8], limits: &HeadLimits) -> Result<(), Refusal> {
+pub fn judge(bytes: &[u8], limits: &HeadLimits, last_line: bool) -> Result<(), Refusal> {
     let mut rest = bytes;
     let mut facts: Option<HeadFacts> = None;
     loop {
         let Some(nl) = rest.iter().position(|b| *b == b'\n') else {
+            let line = rest.strip_suffix(b"\r").unwrap_or(rest);
+            if last_line && !line.is_empty() {
+                match facts.as_mut() {
+                    None => {
+                        head::request_line(line, limits)?;
+                    }
+                    Some(f) => head::field_line(line, f, limits)?,
+                }
+            }
             return match &facts {
                 None if rest.len() + 1 > limits.max_request_line => {
                     Err(Refusal::UriTooLong(limits.max_request_line))
