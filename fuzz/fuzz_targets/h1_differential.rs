@@ -77,9 +77,11 @@ fn hyper_verdict(data: &[u8]) -> Verdict {
         let mut out = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut out)).await;
         serve.abort();
-        if out.starts_with(b"HTTP/1.1 200") {
+        // An HTTP/1.0 request is answered in HTTP/1.0.
+        let status = out.get(9..12).filter(|_| out.starts_with(b"HTTP/1."));
+        if status == Some(b"200") {
             Verdict::Accepted
-        } else if out.starts_with(b"HTTP/1.1 4") {
+        } else if status.is_some_and(|s| s[0] == b'4') {
             Verdict::Refused
         } else {
             Verdict::Incomplete
