@@ -10,6 +10,7 @@
 //! is buffered). An idle side holds no read buffer: reads go through a stack scratch array, and the
 //! buffer is released whenever it is empty. Spawns nothing.
 
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -176,31 +177,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
     }
 
     /// Reads once into the buffer: straight into it when room is reserved for a large frame,
-    /// otherwise through a stack scratch array, copied into a buffer sized to what arrived.
+    /// otherwise through a stack scratch array (left uninitialized: nothing zeroes 8 KiB per
+    /// read), copied into a buffer sized to what arrived.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() >= READ_CHUNK {
-            return tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
+            let n = std::task::ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut self.io),
+                cx,
+                &mut self.buf
+            ))?;
+            self.eof |= n == 0;
+            return Poll::Ready(Ok(n));
         }
-        let mut scratch = [0u8; READ_CHUNK];
-        let n = std::task::ready!(self.poll_read_into(cx, &mut scratch))?;
-        self.buf.extend_from_slice(&scratch[..n]);
-        Poll::Ready(Ok(n))
+        let mut scratch = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+        let mut rb = ReadBuf::uninit(&mut scratch);
+        std::task::ready!(self.poll_read_into(cx, &mut rb))?;
+        self.buf.extend_from_slice(rb.filled());
+        Poll::Ready(Ok(rb.filled().len()))
     }
 
-    /// Reads once into `scratch`; returns the bytes read (0 at end of stream, which sets
-    /// [`FrameIo::eof`]).
+    /// Reads once into `rb` (its filled part grows); 0 bytes read is the end of stream, which
+    /// sets [`FrameIo::eof`].
     pub(super) fn poll_read_into(
         &mut self,
         cx: &mut Context<'_>,
-        scratch: &mut [u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let mut rb = ReadBuf::new(scratch);
-        std::task::ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
-        let n = rb.filled().len();
-        if n == 0 {
+        rb: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = rb.filled().len();
+        std::task::ready!(Pin::new(&mut self.io).poll_read(cx, rb))?;
+        if rb.filled().len() == before {
             self.eof = true;
         }
-        Poll::Ready(Ok(n))
+        Poll::Ready(Ok(()))
     }
 
     /// True if the peer has already closed TCP or failed, checked without waiting (bytes that

@@ -21,7 +21,7 @@ impl Relay {
     /// Writes the rest of a batch to the node that its socket did not take at once.
     pub(super) async fn finish_to_node(&mut self) -> Flow {
         let Some(side) = self.up.as_mut() else {
-            return Flow::Continue;
+            return Box::pin(self.node_write_failed("node side gone")).await;
         };
         match pump::finish(&mut self.down, &mut side.io).await {
             Ok(_) => Flow::Continue,

@@ -219,3 +219,40 @@ async fn a_write_the_socket_cannot_take_at_once_is_owed_and_finished() {
     let (got, sent) = reader.await.expect("join");
     assert_eq!(got, sent);
 }
+
+/// A waker that records being woken.
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_flooding_node_does_not_starve_the_client_direction() {
+    let mut r = rig();
+    let frame = plain(0x82, &[5u8; 1000]);
+    let mut flood = Vec::new();
+    while flood.len() < 400 * 1024 {
+        flood.extend(&frame);
+    }
+    r.node.write_all(&flood).await.expect("write");
+    let msg = masked(0x81, b"me too", [7, 7, 7, 7]);
+    r.client.write_all(&msg).await.expect("write");
+    let flag = std::sync::Arc::new(Flag(false.into()));
+    let waker = std::task::Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(poll(&mut cx, &mut r.down, &mut r.up, &mut r.t).is_pending());
+    assert_eq!(drain(&mut r.node), msg, "the client's turn came");
+    assert!(r.t.bytes_out < flood.len() as u64, "the node's turn ended early");
+    assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "and the task polls again");
+    let mut got = drain(&mut r.client);
+    while got.len() < flood.len() {
+        // Yielding renews the task's cooperative budget, which the in-memory reads spend.
+        tokio::task::yield_now().await;
+        let _ = r.pump();
+        got.extend(drain(&mut r.client));
+    }
+    assert_eq!(got, flood);
+}
