@@ -13,9 +13,13 @@
 # Env: WS_MSG_SECS (10) per measurement, WS_MSG_ROUNDS (3), WS_MSG_CONNS (64 sockets),
 # WS_MSG_INFLIGHT (4 messages in flight per socket), WS_MSG_BYTES (64), WS_MSG_TARGETS
 # ("direct gateway nginx haproxy"), WS_MSG_PROXY_CPU (1), WS_MSG_LOAD_CPU (0), WS_MSG_GW (the gateway
-# binary, default target/release/hopping-gateway), WS_MSG_PROFILE (strace or perf: attach
+# binary, default target/release/hopping-gateway), WS_MSG_GW_BASE (a second gateway binary, measured
+# as target "gateway-base" when listed in WS_MSG_TARGETS: before/after in one run), WS_MSG_PROFILE (strace or perf: attach
 # `strace -c -f` or `perf stat -e context-switches,task-clock` to each proxy for its measurement;
-# the summary goes to stderr, divided by every round trip wsload saw, warm-up included).
+# the summary goes to stderr, divided by every round trip wsload saw, warm-up included), WS_MSG_WRAP
+# (a command prefix for the gateway, e.g. "valgrind --tool=callgrind --callgrind-out-file=F": its
+# readiness wait is then 120 s; the gateway is stopped with SIGTERM at the end, so the profile is
+# written; bench/README "WebSocket relay per message" shows the two-run difference used per message).
 # Output: one line per measurement on stdout, "TARGET<TAB>ROUND<TAB>wsload JSON"; a summary table
 # (medians over rounds) on stderr.
 #
@@ -63,21 +67,32 @@ wait_tcp() { # PORT what
   die "$2 did not listen on $1 (logs in $W)"
 }
 
-read -r NODE_PORT GW_PORT GW_ADMIN NGINX_PORT HAPROXY_PORT <<<"$(free_ports 5)"
+read -r NODE_PORT GW_PORT GW_ADMIN NGINX_PORT HAPROXY_PORT GWB_PORT GWB_ADMIN <<<"$(free_ports 7)"
 start node "$LCPU" "$MOCK" "$NODE_PORT" ws-node
 wait_http "http://127.0.0.1:$NODE_PORT/health" mock-backend
 
-declare -A PORT=([direct]=$NODE_PORT [gateway]=$GW_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
+declare -A PORT=([direct]=$NODE_PORT [gateway]=$GW_PORT [gateway-base]=$GWB_PORT [nginx]=$NGINX_PORT [haproxy]=$HAPROXY_PORT)
 declare -A TPIDS=([direct]="")
 for t in $TARGETS; do
   case $t in
     direct) ;;
     gateway)
       gw_conf "$W/conf/gw.toml" "node-1=$NODE_PORT"
-      start gateway "$PCPU" "$GW" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" \
+      # shellcheck disable=SC2086
+      start gateway "$PCPU" ${WS_MSG_WRAP:-} "$GW" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GW_PORT" \
         --admin-listen "127.0.0.1:$GW_ADMIN" --workers 1 --access-log off
       TPIDS[gateway]=$STARTED
+      GW_PID=$STARTED
+      for _ in $(seq 1 1200); do curl -fs -o /dev/null --max-time 1 "http://127.0.0.1:$GW_ADMIN/readyz" && break; sleep 0.1; done
       wait_http "http://127.0.0.1:$GW_ADMIN/readyz" gateway
+      ;;
+    gateway-base)
+      [ -x "${WS_MSG_GW_BASE:-}" ] || die "gateway-base needs WS_MSG_GW_BASE (a gateway binary)"
+      gw_conf "$W/conf-base/gw.toml" "node-1=$NODE_PORT"
+      start gateway-base "$PCPU" "$WS_MSG_GW_BASE" --config "$W/conf-base/gw.toml" --listen "127.0.0.1:$GWB_PORT" \
+        --admin-listen "127.0.0.1:$GWB_ADMIN" --workers 1 --access-log off
+      TPIDS[gateway-base]=$STARTED
+      wait_http "http://127.0.0.1:$GWB_ADMIN/readyz" gateway-base
       ;;
     nginx)
       # As bench/run.sh's WebSocket nginx: the upgrade pair passed on, long proxy timeouts.
@@ -181,3 +196,8 @@ for t, rs in rows.items():
     cpu = f("cpu_us_per_msg")
     print(f"| {t} | {f('msgs_per_sec'):.0f} | {'-' if cpu is None else f'{cpu:.2f}'} | {f('p50_ms')} | {f('p99_ms')} | {sum(r['errors'] for r in rs)} |")
 PY
+if [ -n "${WS_MSG_WRAP:-}" ] && [ -n "${GW_PID:-}" ]; then
+  # Let the wrapped gateway write its profile before the work directory goes.
+  kill -TERM "$GW_PID" 2>/dev/null || true
+  wait "$GW_PID" 2>/dev/null || true
+fi

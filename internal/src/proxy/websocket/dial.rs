@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
+use super::stored::StoredHeaders;
 use super::Stream;
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
@@ -34,7 +35,8 @@ pub(super) struct Handshake {
     pub(super) path_and_query: String,
     /// Upstream request headers: the client's minus hop-by-hop, plus `X-Forwarded-*`, the affinity
     /// header and the upgrade pair. Replayed on every re-dial (cookies and `Authorization` included).
-    pub(super) headers: HeaderMap,
+    /// One compact block per socket ([`StoredHeaders`]).
+    pub(super) headers: StoredHeaders,
 }
 
 /// What the first node agreed to; a re-dialled node must agree to the same.
@@ -168,20 +170,6 @@ pub(super) fn h1_handshake_from_h2(h: &mut HeaderMap) {
     );
 }
 
-/// A compact copy of `headers` whose values own their bytes. hyper hands out header values that
-/// share the connection's read buffer (8 to 16 KiB); a socket keeps its handshake for re-dials, and
-/// a shared value would keep that whole buffer alive for the socket's life (issue 7: memory per
-/// idle WebSocket).
-pub(super) fn owned(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let mut v = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        v.set_sensitive(value.is_sensitive());
-        out.append(name.clone(), v);
-    }
-    out
-}
-
 /// Sends the handshake to `node` on a new connection; `hopped_from` adds `X-Hopped-From`.
 async fn dial(
     p: &Proxy,
@@ -200,7 +188,7 @@ async fn dial(
             tracing::debug!(error = %e, "upstream websocket handshake connection ended");
         }
     });
-    let mut headers = hs.headers.clone();
+    let mut headers = hs.headers.to_map();
     if let Some(from) = hopped_from.and_then(|f| HeaderValue::from_str(f).ok()) {
         headers.insert(HOPPED_FROM, from);
     }
@@ -232,7 +220,7 @@ pub(super) async fn redial_node(
 ) -> Result<Stream, DialError> {
     let mut hs = hs.clone();
     if !negotiated.extensions {
-        hs.headers.remove(SEC_WEBSOCKET_EXTENSIONS);
+        hs.headers = hs.headers.without(&SEC_WEBSOCKET_EXTENSIONS);
     }
     let mut resp = dial(p, node, &hs, Some(from)).await?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -241,10 +229,7 @@ pub(super) async fn redial_node(
             resp.status().as_u16()
         )));
     }
-    let expected = hs
-        .headers
-        .get(SEC_WEBSOCKET_KEY)
-        .map(|k| derive_accept_key(k.as_bytes()));
+    let expected = hs.headers.get(&SEC_WEBSOCKET_KEY).map(derive_accept_key);
     let accept = resp
         .headers()
         .get(SEC_WEBSOCKET_ACCEPT)

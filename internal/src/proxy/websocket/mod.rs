@@ -22,8 +22,10 @@ mod node;
 mod pass;
 mod pump;
 mod relay;
+mod stored;
 
-use dial::{h1_handshake_from_h2, owned, Handshake, Negotiated};
+use dial::{h1_handshake_from_h2, Handshake, Negotiated};
+use stored::StoredHeaders;
 
 use std::sync::Arc;
 
@@ -73,7 +75,9 @@ pub(crate) async fn proxy(
             req.method().clone()
         },
         path_and_query,
-        headers: owned(&up_headers),
+        // Copied into one block: hyper's header values share the connection's read buffer (8 to
+        // 16 KiB), which a kept map would hold for the socket's life (issues 7 and 16).
+        headers: StoredHeaders::new(&up_headers),
     };
     drop(up_headers);
     drop(req);
