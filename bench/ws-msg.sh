@@ -158,7 +158,7 @@ measure() {
   local t=$1 r=$2 pidargs=() p prof=""
   for p in ${TPIDS[$t]}; do pidargs+=(--pid "$p"); done
   case ${WS_MSG_PROFILE:-} in
-    strace) [ -n "${TPIDS[$t]}" ] && { strace -c -f -o "$W/prof.$t" -p "${TPIDS[$t]%% *}" & prof=$!; sleep 0.5; } ;;
+    strace) [ -n "${TPIDS[$t]}" ] && { strace -c -f -o "$W/prof.$t" $(printf -- '-p %s ' ${TPIDS[$t]}) & prof=$!; sleep 0.5; } ;;
     perf) [ -n "${TPIDS[$t]}" ] && { perf stat -e context-switches,task-clock -o "$W/prof.$t" -p "${TPIDS[$t]// /,}" & prof=$!; sleep 0.5; } ;;
   esac
   taskset -c "$LCPU" "$WSLOAD" --url "ws://127.0.0.1:${PORT[$t]}/ws" --msg-secs "$SECS" --msg-conns "$CONNS" \
