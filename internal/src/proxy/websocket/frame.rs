@@ -32,7 +32,9 @@ pub(super) enum FrameError {
     #[error("protocol violation: {0}")]
     Protocol(&'static str),
     /// A message larger than the limit (`.0` its size so far in bytes, `.1` the limit).
-    #[error("message of {0} bytes is larger than the {1} byte limit (limits.websocket_max_message)")]
+    #[error(
+        "message of {0} bytes is larger than the {1} byte limit (limits.websocket_max_message)"
+    )]
     TooBig(u64, u64),
     /// The peer did not take the bytes written within the write timeout.
     #[error("peer did not accept a frame within {0:?}")]
@@ -291,11 +293,17 @@ mod tests {
         let h = Head::parse(&[0x02, 126, 0x01, 0x00], Peer::Node)
             .expect("valid")
             .expect("whole");
-        assert_eq!((h.kind, h.len, h.payload), (Kind::Start { fin: false }, 4, 256));
+        assert_eq!(
+            (h.kind, h.len, h.payload),
+            (Kind::Start { fin: false }, 4, 256)
+        );
         let mut b = vec![0x80, 127];
         b.extend_from_slice(&70_000u64.to_be_bytes());
         let h = Head::parse(&b, Peer::Node).expect("valid").expect("whole");
-        assert_eq!((h.kind, h.len, h.payload), (Kind::Continue { fin: true }, 10, 70_000));
+        assert_eq!(
+            (h.kind, h.len, h.payload),
+            (Kind::Continue { fin: true }, 10, 70_000)
+        );
         // Every prefix shorter than the header is "not yet".
         for cut in 0..b.len() {
             assert_eq!(Head::parse(&b[..cut], Peer::Node).expect("valid"), None);
@@ -310,10 +318,19 @@ mod tests {
     fn protocol_violations_are_refused() {
         let refused = |b: &[u8], from| matches!(Head::parse(b, from), Err(FrameError::Protocol(_)));
         assert!(refused(&[0x83, 0x00], Peer::Node), "reserved opcode");
-        assert!(refused(&[0x81, 0x01], Peer::Client), "unmasked client frame");
-        assert!(refused(&[0x81, 0x81, 0, 0, 0, 0], Peer::Node), "masked node frame");
+        assert!(
+            refused(&[0x81, 0x01], Peer::Client),
+            "unmasked client frame"
+        );
+        assert!(
+            refused(&[0x81, 0x81, 0, 0, 0, 0], Peer::Node),
+            "masked node frame"
+        );
         assert!(refused(&[0x09, 0x00], Peer::Node), "fragmented ping");
-        assert!(refused(&[0x89, 126, 0, 200], Peer::Node), "ping over 125 bytes");
+        assert!(
+            refused(&[0x89, 126, 0, 200], Peer::Node),
+            "ping over 125 bytes"
+        );
         let mut b = vec![0x82, 127];
         b.extend_from_slice(&(1u64 << 63).to_be_bytes());
         assert!(refused(&b, Peer::Node), "64-bit length with the top bit");

@@ -3,7 +3,7 @@
 //! `limits.websocket_max_message`: SPEC section 5).
 //!
 //! Two ways to read it. Frame by frame ([`FrameIo::read`]), for the relay's rare paths (Close,
-//! a client's fragmented message, hops). And in batches ([`FrameIo::scan`]), for the relay's
+//! a client's fragmented message, hops). And in batches ([`Track::scan`]), for the relay's
 //! pump ([`super::pump`]): it checks the headers of the complete frames at the front of a read
 //! batch and says how many bytes may go to the other side as they are, so a batch of frames is
 //! one write. Both account the same way (a frame is checked from its header, before its payload
@@ -36,7 +36,7 @@ const PEEK_READS: usize = 4;
 /// relayed at once is copied into the buffer (issue 7: memory per idle WebSocket).
 pub(super) const READ_CHUNK: usize = 8 * 1024;
 
-/// What [`FrameIo::scan`] found at the front of a batch.
+/// What [`Track::scan`] found at the front of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Scan {
     /// Bytes of whole frames, from the start, that go to the other side as they are.
@@ -136,7 +136,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
 
     /// Reads the next frame, accounted, as it was on the wire. `Ok(None)` means TCP closed
     /// cleanly between frames. Cancel-safe: bytes read so far stay in the buffer. Nothing may be
-    /// owed ([`FrameIo::finish`] first).
+    /// owed ([`super::pump::finish`] first).
     ///
     /// # Errors
     /// [`FrameError::Protocol`], [`FrameError::TooBig`] (the message in flight passed the limit),
@@ -314,8 +314,18 @@ impl Track {
         loop {
             let head = match self.head(&b[at..]) {
                 Ok(Some(h)) => h,
-                Ok(None) => return Scan { relay: at, stop: false },
-                Err(_) => return Scan { relay: at, stop: true },
+                Ok(None) => {
+                    return Scan {
+                        relay: at,
+                        stop: false,
+                    }
+                }
+                Err(_) => {
+                    return Scan {
+                        relay: at,
+                        stop: true,
+                    }
+                }
             };
             let slow = match head.kind {
                 Kind::Close => true,
@@ -326,13 +336,22 @@ impl Track {
                 Kind::Ping | Kind::Pong => false,
             };
             if slow {
-                return Scan { relay: at, stop: true };
+                return Scan {
+                    relay: at,
+                    stop: true,
+                };
             }
             let Some(end) = head.wire_len().and_then(|n| n.checked_add(at)) else {
-                return Scan { relay: at, stop: true };
+                return Scan {
+                    relay: at,
+                    stop: true,
+                };
             };
             if end > b.len() {
-                return Scan { relay: at, stop: false };
+                return Scan {
+                    relay: at,
+                    stop: false,
+                };
             }
             let _ = self.msg.add(head.kind, head.payload, self.limit);
             at = end;

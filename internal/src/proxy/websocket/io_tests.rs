@@ -68,7 +68,9 @@ async fn eof_inside_a_frame_is_truncated() {
 async fn a_fragment_over_the_limit_is_refused_from_its_header() {
     let (mut io, mut peer) = side(Peer::Node);
     io.set_max_message(100);
-    peer.write_all(&plain(0x01, &[b'a'; 60])).await.expect("write");
+    peer.write_all(&plain(0x01, &[b'a'; 60]))
+        .await
+        .expect("write");
     peer.write_all(&plain(0x89, b"")).await.expect("write");
     // Only the header of the 41-byte continuation: 60 + 41 > 100 is known before its payload.
     peer.write_all(&[0x00, 41]).await.expect("write");
@@ -77,7 +79,10 @@ async fn a_fragment_over_the_limit_is_refused_from_its_header() {
         Kind::Start { fin: false }
     );
     assert!(io.in_message());
-    assert_eq!(io.read().await.expect("ping").expect("frame").kind(), Kind::Ping);
+    assert_eq!(
+        io.read().await.expect("ping").expect("frame").kind(),
+        Kind::Ping
+    );
     assert!(matches!(io.read().await, Err(FrameError::TooBig(101, 100))));
 }
 
@@ -91,13 +96,26 @@ fn scan_relays_whole_frames_and_stops_where_the_relay_must_look() {
     let whole = b.len();
     b.extend(plain(0x88, &1000u16.to_be_bytes()));
     let s = io.track.scan(&b);
-    assert_eq!(s, Scan { relay: whole, stop: true }, "a node's fragments pass, Close stops");
+    assert_eq!(
+        s,
+        Scan {
+            relay: whole,
+            stop: true
+        },
+        "a node's fragments pass, Close stops"
+    );
     assert!(!io.track.msg.open());
     // Cut anywhere inside the second frame: the first passes, the rest waits.
     let first = plain(0x81, b"one").len();
     for cut in first..first + 6 {
         let (mut io, _peer) = side(Peer::Node);
-        assert_eq!(io.track.scan(&b[..cut]), Scan { relay: first, stop: false });
+        assert_eq!(
+            io.track.scan(&b[..cut]),
+            Scan {
+                relay: first,
+                stop: false
+            }
+        );
     }
 }
 
@@ -109,9 +127,18 @@ fn scan_leaves_a_clients_fragments_to_the_frame_reader() {
     b.extend(masked(0x8a, b"pong", [5, 6, 7, 8]));
     let pong = b.len();
     b.extend(masked(0x02, b"frag", [1, 2, 3, 4]));
-    assert_eq!(io.track.scan(&b), Scan { relay: pong, stop: true });
+    assert_eq!(
+        io.track.scan(&b),
+        Scan {
+            relay: pong,
+            stop: true
+        }
+    );
     assert!(whole < pong);
-    assert!(!io.in_message(), "the fragment is not accounted by the scan");
+    assert!(
+        !io.in_message(),
+        "the fragment is not accounted by the scan"
+    );
 }
 
 #[test]
@@ -143,5 +170,9 @@ async fn frames_written_to_a_node_keep_the_clients_mask_and_the_gateways_get_one
     peer.read_to_end(&mut got).await.expect("read");
     assert_eq!(&got[..client.len()], &client[..]);
     assert_eq!(got.len(), client.len() + n);
-    assert_eq!(got[client.len() + 1] & 0x80, 0x80, "the gateway's Close is masked");
+    assert_eq!(
+        got[client.len() + 1] & 0x80,
+        0x80,
+        "the gateway's Close is masked"
+    );
 }

@@ -2,7 +2,7 @@
 //! frames passed through byte for byte.
 //!
 //! Each read batch lands in a stack scratch array; its whole frames are checked from their headers
-//! ([`FrameIo::scan`]: message boundaries and `limits.websocket_max_message`, SPEC section 5) and
+//! ([`super::io::Track::scan`]: message boundaries and `limits.websocket_max_message`, SPEC section 5) and
 //! written to the other side in one write, as they came (a client's frames keep the mask key the
 //! client chose, RFC 6455 section 5.3). Only what cannot go at once is copied into the side's
 //! buffer: an incomplete frame, the rest of a write the socket did not take, a frame the relay
@@ -131,7 +131,10 @@ fn direction<S: AsyncRead + AsyncWrite + Unpin>(
     relayed: &mut u64,
     moved: &mut bool,
 ) -> Step {
-    debug_assert!(src.owed.is_none(), "owed bytes are finished before the pump runs");
+    debug_assert!(
+        src.owed.is_none(),
+        "owed bytes are finished before the pump runs"
+    );
     let mut reads = 0;
     loop {
         if !src.buf.is_empty() {

@@ -67,7 +67,10 @@ async fn client_frames_reach_the_node_byte_for_byte_with_the_clients_mask_keys()
     assert!(r.pump().is_pending());
     assert_eq!(drain(&mut r.node), sent);
     assert_eq!(r.t.bytes_in, sent.len() as u64);
-    assert!(r.down.buf.is_empty() && r.down.buf.capacity() == 0, "nothing kept");
+    assert!(
+        r.down.buf.is_empty() && r.down.buf.capacity() == 0,
+        "nothing kept"
+    );
 }
 
 #[tokio::test]
@@ -132,7 +135,11 @@ async fn a_node_message_over_the_limit_across_fragments_stops_the_pump_with_its_
     };
     let mut relayed = first;
     relayed.extend(plain(0x8a, b""));
-    assert_eq!(drain(&mut r.client), relayed, "what came before the limit went through");
+    assert_eq!(
+        drain(&mut r.client),
+        relayed,
+        "what came before the limit went through"
+    );
 }
 
 #[tokio::test]
@@ -143,16 +150,25 @@ async fn a_close_stops_the_pump_after_the_frames_before_it() {
     let mut sent = data.clone();
     sent.extend(&close);
     // The Close arrives in two reads.
-    r.node.write_all(&sent[..sent.len() - 1]).await.expect("write");
+    r.node
+        .write_all(&sent[..sent.len() - 1])
+        .await
+        .expect("write");
     assert!(r.pump().is_pending());
     assert_eq!(drain(&mut r.client), data);
-    r.node.write_all(&sent[sent.len() - 1..]).await.expect("write");
+    r.node
+        .write_all(&sent[sent.len() - 1..])
+        .await
+        .expect("write");
     let Poll::Ready(Pumped::Node(Ok(Some(f)))) = r.pump() else {
         panic!("the Close is for the relay");
     };
     assert_eq!(f.kind(), Kind::Close);
     assert_eq!(f.close_code(), Some(1000));
-    assert!(drain(&mut r.client).is_empty(), "the relay decides about the Close");
+    assert!(
+        drain(&mut r.client).is_empty(),
+        "the relay decides about the Close"
+    );
 }
 
 #[tokio::test]
@@ -166,7 +182,11 @@ async fn the_node_sides_end_is_seen_before_client_bytes_are_written_to_it() {
     let Poll::Ready(Pumped::Node(Ok(None))) = r.pump() else {
         panic!("the node side ended");
     };
-    assert_eq!(drain(&mut r.client), answer, "its last answer reached the client");
+    assert_eq!(
+        drain(&mut r.client),
+        answer,
+        "its last answer reached the client"
+    );
     // The client's message was not read: it is still there for the next node.
     let f = r.down.read().await.expect("read").expect("frame");
     assert_eq!(f.wire(), &msg[..]);
@@ -245,8 +265,14 @@ async fn a_flooding_node_does_not_starve_the_client_direction() {
     let mut cx = Context::from_waker(&waker);
     assert!(poll(&mut cx, &mut r.down, &mut r.up, &mut r.t).is_pending());
     assert_eq!(drain(&mut r.node), msg, "the client's turn came");
-    assert!(r.t.bytes_out < flood.len() as u64, "the node's turn ended early");
-    assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "and the task polls again");
+    assert!(
+        r.t.bytes_out < flood.len() as u64,
+        "the node's turn ended early"
+    );
+    assert!(
+        flag.0.load(std::sync::atomic::Ordering::SeqCst),
+        "and the task polls again"
+    );
     let mut got = drain(&mut r.client);
     while got.len() < flood.len() {
         // Yielding renews the task's cooperative budget, which the in-memory reads spend.

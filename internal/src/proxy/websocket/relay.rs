@@ -155,14 +155,18 @@ pub(super) struct Relay {
     pub(super) drain_deadline: Option<Instant>,
     /// Set by a hop until the new node's first frame is relayed (hopping_latency_seconds).
     pub(super) failure_seen: Option<Instant>,
+    /// The socket's span (conn id, cluster), entered while an event is handled; not while the
+    /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
+    /// message, issue 16).
+    span: tracing::Span,
 }
 
 impl Session {
     /// Takes both upgraded sides and returns the relay task's future, which relays until the socket
     /// ends, then writes the access-log line (status 101, byte counts).
     ///
-    /// The relay state lives in one heap block built here, and the future holds only that block,
-    /// the span and the current step: an idle socket keeps its task cell small (about 0.9 KiB
+    /// The relay state lives in one heap block built here (the span too, entered only while an
+    /// event is handled), and the future holds only that block and the current step: an idle socket keeps its task cell small (about 0.9 KiB
     /// instead of 5.4 KiB, issue 16: memory per idle WebSocket). `self` is boxed by the caller so
     /// the spawned task does not carry the session by value before the upgrades complete.
     pub(super) fn relay(
@@ -208,26 +212,42 @@ impl Session {
             drain_act_at: None,
             drain_deadline: None,
             failure_seen: None,
+            span: span.clone(),
         });
         async move {
             while r.step().await == Flow::Continue {}
-            if let Some(seen) = r.failure_seen.take() {
-                // The socket ended before the new node's first frame: the hop still owes its
-                // one latency observation (issue 13).
-                r.s.p
-                    .metrics
-                    .hop_latency
-                    .observe(seen.elapsed().as_secs_f64());
-            }
+            let span = r.span.clone();
             // Boxed: the close path runs once per socket and is larger than a resting step.
-            Box::pin(r.close_node(1001, "going away")).await;
-            r.down.shutdown().await;
-            let t = r.traffic;
-            r.s.p
-                .finish(&r.s.log, 101, r.s.ctx.start, t.bytes_in, t.bytes_out);
+            Box::pin(in_span(span, r.end_socket())).await;
         }
-        .instrument(span)
     }
+}
+
+impl Relay {
+    /// After the last event: the hop latency still owed, Close to the node, FIN to the client,
+    /// the access-log line.
+    async fn end_socket(mut self: Box<Self>) {
+        if let Some(seen) = self.failure_seen.take() {
+            // The socket ended before the new node's first frame: the hop still owes its
+            // one latency observation (issue 13).
+            self.s
+                .p
+                .metrics
+                .hop_latency
+                .observe(seen.elapsed().as_secs_f64());
+        }
+        Box::pin(self.close_node(1001, "going away")).await;
+        self.down.shutdown().await;
+        let t = self.traffic;
+        self.s
+            .p
+            .finish(&self.s.log, 101, self.s.ctx.start, t.bytes_in, t.bytes_out);
+    }
+}
+
+/// Runs `fut` inside `span`.
+async fn in_span<F: std::future::Future>(span: tracing::Span, fut: F) -> F::Output {
+    fut.instrument(span).await
 }
 
 async fn read_opt(io: Option<&mut FrameIo<Stream>>) -> Read {
@@ -258,7 +278,14 @@ impl Relay {
     /// One event. The rare paths (closing, hop, hint) are boxed so the task's resting state,
     /// kept for every idle socket, stays small (issue 7: memory per idle WebSocket).
     pub(super) async fn step(&mut self) -> Flow {
-        match self.next_event().await {
+        // The wait runs outside the span (see `Relay::span`); the event is handled inside.
+        let event = self.next_event().await;
+        let span = self.span.clone();
+        in_span(span, self.handle(event)).await
+    }
+
+    async fn handle(&mut self, event: Event) -> Flow {
+        match event {
             Event::Client(r) => self.on_client(r).await,
             Event::Node(r) => self.on_node(r).await,
             Event::NodeBusy => self.finish_to_node().await,
@@ -338,8 +365,7 @@ impl Relay {
 
     /// True once no frame passed for the idle timeout.
     fn idle_due(&self) -> bool {
-        self.idle
-            .is_some_and(|d| self.traffic.last.elapsed() >= d)
+        self.idle.is_some_and(|d| self.traffic.last.elapsed() >= d)
     }
 }
 

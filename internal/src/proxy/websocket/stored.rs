@@ -19,7 +19,9 @@ pub(super) struct StoredHeaders {
 impl std::fmt::Debug for StoredHeaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Values may be credentials (cookies, Authorization): names only.
-        f.debug_list().entries(self.fields().map(|(n, _)| n)).finish()
+        f.debug_list()
+            .entries(self.fields().map(|(n, _)| n))
+            .finish()
     }
 }
 
@@ -97,10 +99,19 @@ mod tests {
         h.insert(HOST, HeaderValue::from_static("example.test:8080"));
         h.append(COOKIE, HeaderValue::from_static("a=1"));
         h.append(COOKIE, HeaderValue::from_static("b=2: with colon"));
-        h.insert(SEC_WEBSOCKET_KEY, HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="));
-        h.insert(SEC_WEBSOCKET_EXTENSIONS, HeaderValue::from_static("permessage-deflate"));
+        h.insert(
+            SEC_WEBSOCKET_KEY,
+            HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
+        );
+        h.insert(
+            SEC_WEBSOCKET_EXTENSIONS,
+            HeaderValue::from_static("permessage-deflate"),
+        );
         h.insert("x-empty", HeaderValue::from_static(""));
-        h.insert("x-bytes", HeaderValue::from_bytes(b"caf\xc3\xa9\t!").expect("valid"));
+        h.insert(
+            "x-bytes",
+            HeaderValue::from_bytes(b"caf\xc3\xa9\t!").expect("valid"),
+        );
         h
     }
 
@@ -109,7 +120,11 @@ mod tests {
         let h = sample();
         let s = StoredHeaders::new(&h);
         assert_eq!(s.to_map(), h);
-        let order: Vec<_> = s.to_map().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let order: Vec<_> = s
+            .to_map()
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
         let want: Vec<_> = h.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
         assert_eq!(order, want, "order and repeated names kept");
         let text: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len() + 2).sum();
@@ -119,7 +134,10 @@ mod tests {
     #[test]
     fn stored_headers_answer_get_and_without() {
         let s = StoredHeaders::new(&sample());
-        assert_eq!(s.get(&SEC_WEBSOCKET_KEY), Some(&b"dGhlIHNhbXBsZSBub25jZQ=="[..]));
+        assert_eq!(
+            s.get(&SEC_WEBSOCKET_KEY),
+            Some(&b"dGhlIHNhbXBsZSBub25jZQ=="[..])
+        );
         assert_eq!(s.get(&COOKIE), Some(&b"a=1"[..]), "the first value");
         let w = s.without(&SEC_WEBSOCKET_EXTENSIONS);
         assert_eq!(w.get(&SEC_WEBSOCKET_EXTENSIONS), None);
