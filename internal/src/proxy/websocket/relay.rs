@@ -218,7 +218,7 @@ impl Session {
             while r.step().await == Flow::Continue {}
             let span = r.span.clone();
             // Boxed: the close path runs once per socket and is larger than a resting step.
-            Box::pin(in_span(span, r.end_socket())).await;
+            Box::pin(r.end_socket().instrument(span)).await;
         }
     }
 }
@@ -245,10 +245,6 @@ impl Relay {
     }
 }
 
-/// Runs `fut` inside `span`.
-async fn in_span<F: std::future::Future>(span: tracing::Span, fut: F) -> F::Output {
-    fut.instrument(span).await
-}
 
 async fn read_opt(io: Option<&mut FrameIo<Stream>>) -> Read {
     match io {
@@ -281,7 +277,8 @@ impl Relay {
         // The wait runs outside the span (see `Relay::span`); the event is handled inside.
         let event = self.next_event().await;
         let span = self.span.clone();
-        in_span(span, self.handle(event)).await
+        // Not through a helper taking the future by value: the task cell would hold it twice.
+        self.handle(event).instrument(span).await
     }
 
     async fn handle(&mut self, event: Event) -> Flow {
