@@ -68,7 +68,9 @@ async fn closed_loop(
             Some(Err(e)) => return Err(e).context("read"),
             None => bail!("closed"),
         }
-        let at = sent.pop_front().expect("an echo answers a message in flight");
+        let at = sent
+            .pop_front()
+            .expect("an echo answers a message in flight");
         total += 1;
         if counting.load(Ordering::Relaxed) {
             lat.push(at.elapsed());
@@ -143,13 +145,12 @@ pub(crate) async fn run(args: &Args, secs: f64) -> Result<()> {
         .collect();
     let clk_tck = clk_tck();
     let messages = lat.len() as u64;
-    let per_msg = (!ticks.is_empty() && messages > 0 && ticks.iter().all(Option::is_some)).then(
-        || {
+    let per_msg =
+        (!ticks.is_empty() && messages > 0 && ticks.iter().all(Option::is_some)).then(|| {
             let total: u64 = ticks.iter().flatten().sum();
             let us = total as f64 * 1e6 / clk_tck as f64 / messages as f64;
             (us * 1000.0).round() / 1000.0
-        },
-    );
+        });
     let q = |p: f64| quantile_ms(&lat, p);
     println!(
         "{}",

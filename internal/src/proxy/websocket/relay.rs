@@ -245,7 +245,6 @@ impl Relay {
     }
 }
 
-
 async fn read_opt(io: Option<&mut FrameIo<Stream>>) -> Read {
     match io {
         Some(io) => io.read().await,
