@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::config::{HealthConfig, NodeConfig, Protocol};
@@ -72,7 +72,17 @@ pub struct NodeRuntime {
     /// The nodes of its cluster in the newest table, for the passive-ejection cap; `None` until a
     /// table placed it (then no cap applies).
     peers: Mutex<Option<Arc<passive::Peers>>>,
+    /// Admission of WebSocket re-dials to this node ([`NodeRuntime::redial_slot`]).
+    redials: Semaphore,
 }
+
+/// Most WebSocket re-dials (connect plus handshake, until the node's answer head) in flight to one
+/// node. A hop storm re-dials thousands of sockets in the same instant; past the node's listen
+/// backlog its kernel drops the SYNs and each such socket waits for TCP's 1 s SYN retransmission
+/// (issue 16). Half of the smallest backlog in common use (128, Rust's `std` listener default)
+/// keeps a node's accept queue from overflowing, and is still far more than a node needs to stay
+/// busy (a loopback handshake takes well under a millisecond).
+pub(crate) const REDIALS_IN_FLIGHT: usize = 64;
 
 /// Settings a node's runtime needs from its cluster (refreshed on every table build).
 #[derive(Debug, Clone)]
@@ -144,6 +154,7 @@ impl NodeRuntime {
             signal,
             epoch: Instant::now(),
             peers: Mutex::new(None),
+            redials: Semaphore::new(REDIALS_IN_FLIGHT),
         }
     }
 
@@ -216,6 +227,15 @@ impl NodeRuntime {
     pub fn start_request(self: &Arc<Self>) -> InflightGuard {
         self.inflight.fetch_add(1, Ordering::Relaxed);
         InflightGuard(self.clone())
+    }
+
+    /// Waits for one of the node's [`REDIALS_IN_FLIGHT`] re-dial slots; they are handed out in the
+    /// order asked for (FIFO), and one is held until the returned permit drops.
+    pub async fn redial_slot(&self) -> SemaphorePermit<'_> {
+        self.redials
+            .acquire()
+            .await
+            .expect("the re-dial semaphore is never closed")
     }
 
     /// Subscribes to usable/drain changes (long-lived connections use this to hop).

@@ -297,3 +297,44 @@ fn concurrent_probe_degrade_never_undoes_a_passive_ejection() {
     }
     assert_eq!(lost, 0, "passive ejections lost to a racing probe");
 }
+
+/// Issue 16 (hop storms): a storm of re-dials to one node holds at most [`REDIALS_IN_FLIGHT`]
+/// slots at once, every waiter gets one in the end, and they are handed out in the order asked.
+#[tokio::test]
+async fn redial_slots_admit_at_most_the_limit_at_once_all_in_the_order_asked() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex as StdMutex;
+
+    let rt = Arc::new(runtime());
+    let storm = REDIALS_IN_FLIGHT * 3 + 5;
+    let held = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    // The first holders keep their slots until every task has asked (a storm arriving at once).
+    let (go, released) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for i in 0..storm {
+        let (rt, held, peak, order) = (rt.clone(), held.clone(), peak.clone(), order.clone());
+        let mut released = released.clone();
+        tasks.push(tokio::spawn(async move {
+            let _slot = rt.redial_slot().await;
+            order.lock().expect("not poisoned").push(i);
+            let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            released.wait_for(|r| *r).await.expect("the sender lives");
+            // Hold the slot across a scheduler turn, as a connect and a handshake would.
+            tokio::task::yield_now().await;
+            held.fetch_sub(1, Ordering::SeqCst);
+        }));
+        // Each asks in turn: the spawned task has queued on the semaphore before the next spawns.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(held.load(Ordering::SeqCst), REDIALS_IN_FLIGHT);
+    go.send(true).expect("receivers live");
+    for t in tasks {
+        t.await.expect("the task ran");
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), REDIALS_IN_FLIGHT);
+    let order = order.lock().expect("not poisoned").clone();
+    assert_eq!(order, (0..storm).collect::<Vec<_>>());
+}

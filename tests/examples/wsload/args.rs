@@ -34,6 +34,8 @@ pub(crate) struct Args {
     pub(crate) msg_bytes: usize,
     /// Message-rate mode: closed-loop warm-up before the window.
     pub(crate) msg_warmup: Duration,
+    /// Hop mode: how long the sockets stay open after the JSON is printed.
+    pub(crate) hold: Duration,
 }
 
 /// Reads the flags from `std::env::args`. Errors: a flag without a value, an unknown flag, a
@@ -60,6 +62,7 @@ pub(crate) fn parse_args() -> Result<Args> {
         msg_inflight: 4,
         msg_bytes: 64,
         msg_warmup: Duration::from_secs(1),
+        hold: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,6 +96,7 @@ pub(crate) fn parse_args() -> Result<Args> {
             "--msg-warmup-secs" => {
                 a.msg_warmup = Duration::from_secs_f64(value.parse().context("--msg-warmup-secs")?)
             }
+            "--hold-ms" => a.hold = Duration::from_millis(value.parse().context("--hold-ms")?),
             other => bail!("unknown flag {other}"),
         }
     }

@@ -27,19 +27,25 @@ enum Outcome {
     Waiting,
 }
 
+/// What a watcher returns: the outcome, the number of other data messages read (none are expected
+/// on idle sockets), and the socket unless it ended. The socket is kept open past its hop: a client
+/// that closed each socket as it hopped would add the gateway's teardown of it to the CPU time
+/// measured for the hops.
+type Watched = (Outcome, u64, Option<Ws>);
+
 /// Reads `ws` until a hello with `hopped_from == from` (only when `expect_hop`), a close, or
-/// `stop`; also returns the number of other data messages read (none are expected on idle sockets).
+/// `stop`.
 async fn watch_socket(
     mut ws: Ws,
     expect_hop: bool,
     from: String,
     mut stop: watch::Receiver<bool>,
-) -> (Outcome, u64) {
+) -> Watched {
     let mut unexpected = 0u64;
     loop {
         let msg = tokio::select! {
             m = ws.next() => m,
-            _ = stop.wait_for(|s| *s) => return (Outcome::Waiting, unexpected),
+            _ = stop.wait_for(|s| *s) => return (Outcome::Waiting, unexpected, Some(ws)),
         };
         let at = Instant::now();
         let text = match msg {
@@ -50,16 +56,22 @@ async fn watch_socket(
                     || "close frame without a code".to_owned(),
                     |c| format!("close {} {}", u16::from(c.code), c.reason),
                 );
-                return (Outcome::Closed(what), unexpected);
+                return (Outcome::Closed(what), unexpected, None);
             }
             Some(Ok(_)) => continue,
-            Some(Err(e)) => return (Outcome::Closed(format!("error: {e}")), unexpected),
-            None => return (Outcome::Closed("end of stream".to_owned()), unexpected),
+            Some(Err(e)) => return (Outcome::Closed(format!("error: {e}")), unexpected, None),
+            None => {
+                return (
+                    Outcome::Closed("end of stream".to_owned()),
+                    unexpected,
+                    None,
+                )
+            }
         };
         let hello: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if expect_hop && hello["hopped_from"].as_str() == Some(from.as_str()) {
             let to = hello["node"].as_str().map(str::to_owned);
-            return (Outcome::Hopped(at, to), unexpected);
+            return (Outcome::Hopped(at, to), unexpected, Some(ws));
         }
         unexpected += 1;
     }
@@ -77,15 +89,18 @@ struct Tally {
     /// Sockets of the killed node without a hop when the watch stopped.
     waiting: usize,
     unexpected: u64,
+    /// The sockets still open, dropped only after the figures are taken.
+    open: Vec<Ws>,
 }
 
 impl Tally {
     /// Adds one watcher's result `r`; `mine`: the socket was on the killed node (only there is a
     /// missing hop counted as waiting); `t0`: the kill.
-    fn add(&mut self, r: Result<(Outcome, u64), JoinError>, mine: bool, t0: Instant) {
+    fn add(&mut self, r: Result<Watched, JoinError>, mine: bool, t0: Instant) {
         match r {
-            Ok((outcome, extra)) => {
+            Ok((outcome, extra, ws)) => {
                 self.unexpected += extra;
+                self.open.extend(ws);
                 match outcome {
                     Outcome::Hopped(at, to) => {
                         self.hops.push(at.saturating_duration_since(t0));
@@ -202,5 +217,8 @@ pub(crate) async fn run(args: &Args, pid: u32) -> Result<()> {
             "pids": args.pids, "cpu_ms_during_hops": cpu,
         })
     );
+    // A profiler of the gateway stops now, before the sockets close (`--hold-ms`).
+    tokio::time::sleep(args.hold).await;
+    drop(t.open);
     Ok(())
 }

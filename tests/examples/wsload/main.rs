@@ -35,7 +35,8 @@
 //! sockets (on any node) that saw a Close or the end of the stream, and should be 0; `waiting`
 //! counts sockets of the node still without a hop at the deadline. With `--pid PID` (repeatable),
 //! `cpu_ms_during_hops` gives each process's CPU time (user + system) from the kill until the
-//! last hop or the deadline, in the order of `pids`.
+//! last hop or the deadline, in the order of `pids`. Every socket stays open until the JSON is
+//! printed, and `--hold-ms N` (default 0) more, so a profiler of the gateway can stop first.
 //!
 //! Message-rate mode (`bench/ws-msg.sh`, issue 16), selected by `--msg-secs N`: `--msg-conns 64`
 //! sockets with `--msg-inflight 4` messages of `--msg-bytes 64` in flight each, closed loop, and

@@ -8,6 +8,7 @@
 
 mod drain;
 mod kill;
+mod storm;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use integration_tests::check::Ws;

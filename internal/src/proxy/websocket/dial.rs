@@ -1,21 +1,17 @@
 //! Dialling a node for a WebSocket (RFC 6455 section 4.1, always HTTP/1.1): the first handshake
-//! with its connect-failure retries ([`first`]), and the re-dial of a hop ([`redial_node`]), which
-//! must get the same subprotocol and extensions the first node agreed to.
+//! with its connect-failure retries ([`first`], through hyper: a non-`101` answer is relayed to the
+//! client as an ordinary response), what the first node agreed to ([`Negotiated`]), and the node
+//! choice of a re-dial ([`pick_other`]). The re-dial itself is [`super::redial`].
 
 use std::sync::Arc;
 
-use http::header::{
-    SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL,
-};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http::header::SEC_WEBSOCKET_KEY;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::stored::StoredHeaders;
-use super::Stream;
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::error::ProxyError;
@@ -25,58 +21,17 @@ use crate::registry::{Node, NodeId};
 use crate::routing::RouteTable;
 use crate::selection;
 
-/// Header naming the node a re-dialled socket came from (SPEC section 5).
-const HOPPED_FROM: HeaderName = HeaderName::from_static("x-hopped-from");
+pub(crate) use super::outcome::{DialError, Negotiated};
+pub(crate) use super::redial::Handshake;
 
-/// What the gateway needs to open, and later re-open, the node side.
-#[derive(Debug, Clone)]
-pub(super) struct Handshake {
+/// What the gateway sends the first node; kept for the socket's life as a [`Handshake`].
+#[derive(Debug)]
+pub(super) struct FirstHandshake {
     pub(super) method: Method,
     pub(super) path_and_query: String,
     /// Upstream request headers: the client's minus hop-by-hop, plus `X-Forwarded-*`, the affinity
     /// header and the upgrade pair. Replayed on every re-dial (cookies and `Authorization` included).
-    /// One compact block per socket ([`StoredHeaders`]).
-    pub(super) headers: StoredHeaders,
-}
-
-/// What the first node agreed to; a re-dialled node must agree to the same.
-#[derive(Debug, Clone)]
-pub(super) struct Negotiated {
-    /// The node's `Sec-WebSocket-Protocol`, if any.
-    pub(super) protocol: Option<HeaderValue>,
-    /// True if the node accepted an extension: frames then carry per-socket state (e.g.
-    /// permessage-deflate's context), so the socket cannot move to another node.
-    pub(super) extensions: bool,
-}
-
-impl Negotiated {
-    /// What a node's 101 answer `head` agreed to.
-    pub(super) fn of(head: &HeaderMap) -> Self {
-        Negotiated {
-            // Copied, not shared: a shared value would pin the node connection's read buffer.
-            protocol: head
-                .get(SEC_WEBSOCKET_PROTOCOL)
-                .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
-            extensions: head
-                .get_all(SEC_WEBSOCKET_EXTENSIONS)
-                .iter()
-                .any(|v| !v.as_bytes().trim_ascii().is_empty()),
-        }
-    }
-}
-
-/// Why opening an node side failed.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum DialError {
-    /// TCP connect (or the TLS handshake) failed or timed out: nothing was sent.
-    #[error("{}", crate::proxy::upstream::connect_detail(.0))]
-    Connect(#[source] std::io::Error),
-    /// The HTTP/1.1 exchange failed after the request went out.
-    #[error("handshake: {}", crate::proxy::upstream::describe(.0))]
-    Handshake(#[source] hyper::Error),
-    /// A re-dialled node answered, but not with a matching 101.
-    #[error("node refused the re-dial: {0}")]
-    Refused(String),
+    pub(super) headers: HeaderMap,
 }
 
 /// Sends the handshake `hs` of the request in `ctx` to `node`, and on a connect failure to other
@@ -90,7 +45,7 @@ pub(super) async fn first(
     p: &Proxy,
     ctx: &RequestCtx,
     mut node: Arc<Node>,
-    hs: &Handshake,
+    hs: &FirstHandshake,
     log: &mut LogCtx,
 ) -> Result<(Arc<Node>, Response<Incoming>), ProxyError> {
     let deadline = ctx.deadline();
@@ -102,7 +57,7 @@ pub(super) async fn first(
     loop {
         log.node = Some(node.id.clone());
         let mark = node.runtime.passive_mark();
-        let err = match tokio::time::timeout_at(deadline, dial(p, &node, hs, None)).await {
+        let err = match tokio::time::timeout_at(deadline, dial(p, &node, hs)).await {
             Err(_) => {
                 return Err(ProxyError::Timeout {
                     node: node.id.to_string(),
@@ -170,12 +125,11 @@ pub(super) fn h1_handshake_from_h2(h: &mut HeaderMap) {
     );
 }
 
-/// Sends the handshake to `node` on a new connection; `hopped_from` adds `X-Hopped-From`.
+/// Sends the handshake to `node` on a new connection.
 async fn dial(
     p: &Proxy,
     node: &Node,
-    hs: &Handshake,
-    hopped_from: Option<&str>,
+    hs: &FirstHandshake,
 ) -> Result<Response<Incoming>, DialError> {
     let body: ProxyBody = Empty::new().map_err(|never| match never {}).boxed_unsync();
     let tcp = p.upstream.connect(node).await.map_err(DialError::Connect)?;
@@ -188,10 +142,7 @@ async fn dial(
             tracing::debug!(error = %e, "upstream websocket handshake connection ended");
         }
     });
-    let mut headers = hs.headers.to_map();
-    if let Some(from) = hopped_from.and_then(|f| HeaderValue::from_str(f).ok()) {
-        headers.insert(HOPPED_FROM, from);
-    }
+    let mut headers = hs.headers.clone();
     if !headers.contains_key(header::HOST) {
         if let Ok(h) = HeaderValue::from_str(&node.addr) {
             headers.insert(header::HOST, h);
@@ -206,53 +157,6 @@ async fn dial(
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     *req.headers_mut() = headers;
     send.send_request(req).await.map_err(DialError::Handshake)
-}
-
-/// Re-dials `node` for a hop: the original handshake plus `X-Hopped-From: <from>`, without an
-/// extension offer when none was accepted the first time. The node must answer 101 with a valid
-/// accept key and the same subprotocol, or the dial counts as failed.
-pub(super) async fn redial_node(
-    p: &Proxy,
-    node: &Node,
-    hs: &Handshake,
-    negotiated: &Negotiated,
-    from: &str,
-) -> Result<Stream, DialError> {
-    let mut hs = hs.clone();
-    if !negotiated.extensions {
-        hs.headers = hs.headers.without(&SEC_WEBSOCKET_EXTENSIONS);
-    }
-    let mut resp = dial(p, node, &hs, Some(from)).await?;
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return Err(DialError::Refused(format!(
-            "status {}",
-            resp.status().as_u16()
-        )));
-    }
-    let expected = hs.headers.get(&SEC_WEBSOCKET_KEY).map(derive_accept_key);
-    let accept = resp
-        .headers()
-        .get(SEC_WEBSOCKET_ACCEPT)
-        .and_then(|v| v.to_str().ok());
-    if expected.as_deref() != accept {
-        return Err(DialError::Refused(
-            "Sec-WebSocket-Accept does not match the key".into(),
-        ));
-    }
-    if resp.headers().get(SEC_WEBSOCKET_PROTOCOL) != negotiated.protocol.as_ref() {
-        return Err(DialError::Refused(
-            "the node selected a different subprotocol".into(),
-        ));
-    }
-    if !negotiated.extensions && resp.headers().contains_key(SEC_WEBSOCKET_EXTENSIONS) {
-        return Err(DialError::Refused(
-            "the node accepted an extension that was not offered".into(),
-        ));
-    }
-    let up = hyper::upgrade::on(&mut resp)
-        .await
-        .map_err(DialError::Handshake)?;
-    Ok(TokioIo::new(up))
 }
 
 /// Picks a node of the route's cluster other than those in `exclude`, from the live table (the

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::dial::{pick_other, redial_node, DialError, Handshake, Negotiated};
+use super::dial::{pick_other, DialError, Negotiated};
 use super::frame::{FrameError, Kind};
+use super::redial::{redial_node, Handshake};
 use super::relay::{Flow, NodeSide, Relay};
 use super::Stream;
 use crate::hopper::{Follow, HopReason};
@@ -182,10 +183,16 @@ async fn redial(
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
+        // Paced: at most REDIALS_IN_FLIGHT re-dials per node, in order (issue 16: hop storms).
+        let Ok(slot) = tokio::time::timeout_at(deadline, node.runtime.redial_slot()).await else {
+            return None;
+        };
         let mark = node.runtime.passive_mark();
-        match tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from))
-            .await
-        {
+        let dialled =
+            tokio::time::timeout_at(deadline, redial_node(&p, &node, &hs, &negotiated, &from))
+                .await;
+        drop(slot);
+        match dialled {
             Err(_) => return None,
             Ok(Ok(io)) => {
                 node.runtime.record_passive_success();

@@ -19,13 +19,15 @@ mod hop;
 mod io;
 mod message;
 mod node;
+mod outcome;
 mod pass;
 mod pump;
+mod redial;
 mod relay;
-mod stored;
+mod stream;
 
-use dial::{h1_handshake_from_h2, Handshake, Negotiated};
-use stored::StoredHeaders;
+use dial::{h1_handshake_from_h2, FirstHandshake, Handshake, Negotiated};
+use stream::Stream;
 
 use std::sync::Arc;
 
@@ -33,17 +35,13 @@ use http::header::SEC_WEBSOCKET_ACCEPT;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::upgrade::{OnUpgrade, Upgraded};
-use hyper_util::rt::TokioIo;
+use hyper::upgrade::OnUpgrade;
 
 use super::context::RequestCtx;
 use super::error::ProxyError;
 use super::headers::is_extended_connect;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::Node;
-
-/// The upgraded stream of either side.
-type Stream = TokioIo<Upgraded>;
 
 /// Proxies a WebSocket handshake to `node` (or another node if it refuses the connection) and, on
 /// 101, spawns the relay task over both upgraded streams. Returns the node's answer for the client.
@@ -68,18 +66,15 @@ pub(crate) async fn proxy(
     if over_h2 {
         h1_handshake_from_h2(&mut up_headers);
     }
-    let hs = Handshake {
+    let hs = FirstHandshake {
         method: if over_h2 {
             Method::GET
         } else {
             req.method().clone()
         },
         path_and_query,
-        // Copied into one block: hyper's header values share the connection's read buffer (8 to
-        // 16 KiB), which a kept map would hold for the socket's life (issues 7 and 16).
-        headers: StoredHeaders::new(&up_headers),
+        headers: up_headers,
     };
-    drop(up_headers);
     drop(req);
     let (node, mut resp) = dial::first(&p, &ctx, node, &hs, log).await?;
     let upgraded = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -102,6 +97,9 @@ pub(crate) async fn proxy(
         ));
     };
     let negotiated = Negotiated::of(&parts.headers);
+    // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
+    // (issue 7: memory per idle WebSocket).
+    let hs = Handshake::replay(&hs.method, &hs.path_and_query, &hs.headers, &negotiated);
     let session = relay::Session {
         p: p.clone(),
         ctx,
@@ -122,8 +120,8 @@ pub(crate) async fn proxy(
         };
         session
             .relay(
-                TokioIo::new(down),
-                relay::NodeSide::new(node, TokioIo::new(up), inflight),
+                Stream::from(down),
+                relay::NodeSide::new(node, Stream::from(up), inflight),
             )
             .await;
     });

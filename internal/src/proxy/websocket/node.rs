@@ -32,7 +32,13 @@ impl Relay {
                 &format!("websocket: {detail}"),
                 Instant::now(),
             );
-            tracing::info!(node = %side.node.id, detail, "websocket node connection lost");
+            if self.mode == WsMode::Hop {
+                // The hop's own line says it (reason node_lost); one line per socket of a storm
+                // is enough (issue 16).
+                tracing::debug!(node = %side.node.id, detail, "websocket node connection lost");
+            } else {
+                tracing::info!(node = %side.node.id, detail, "websocket node connection lost");
+            }
         }
         Box::pin(self.node_gone(HopReason::NodeLost, false)).await
     }
@@ -77,16 +83,21 @@ impl Relay {
     /// answers to messages it already received reach the client instead of being dropped with the
     /// side. Bounded by [`CLOSE_REPLY_WAIT`]; the node's pings, pongs and Close stay on the old side
     /// (the client's next peer is another node). Client frames wait in the client socket meanwhile.
+    /// A node already gone (its FIN or reset arrived: e.g. killed, and ejected by the errors of its
+    /// other sockets before this one read its end) gets no Close; the frames it sent before going
+    /// are still relayed (issue 16: a hop storm then costs no write to a dead socket).
     pub(super) async fn retire(&mut self, side: &mut NodeSide) {
-        let sent = tokio::time::timeout(
-            CLOSE_REPLY_WAIT,
-            side.io.write(&frame::close(1001, "going away")),
-        )
-        .await;
-        if !matches!(sent, Ok(Ok(_))) {
-            return;
+        if !side.io.peer_gone() {
+            let sent = tokio::time::timeout(
+                CLOSE_REPLY_WAIT,
+                side.io.write(&frame::close(1001, "going away")),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(_))) {
+                return;
+            }
+            side.close_sent = true;
         }
-        side.close_sent = true;
         let deadline = Instant::now() + CLOSE_REPLY_WAIT;
         while let Ok(Ok(Some(f))) = tokio::time::timeout_at(deadline, side.io.read()).await {
             match f.kind() {

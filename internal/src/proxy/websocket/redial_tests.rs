@@ -1,0 +1,246 @@
+//! The re-dial's request head and answer checks, against a scripted node on a loopback socket.
+
+use super::*;
+use http::HeaderMap;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// RFC 6455 section 1.3's example key and its accept value.
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        h.append(*n, HeaderValue::from_static(v));
+    }
+    h
+}
+
+fn negotiated(protocol: Option<&'static str>, extensions: bool) -> Negotiated {
+    Negotiated {
+        protocol: protocol.map(HeaderValue::from_static),
+        extensions,
+    }
+}
+
+fn handshake(extra: &[(&'static str, &'static str)], n: &Negotiated) -> Handshake {
+    let mut pairs = vec![
+        ("host", "gw.example"),
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        ("sec-websocket-key", KEY),
+        ("sec-websocket-version", "13"),
+    ];
+    pairs.extend_from_slice(extra);
+    Handshake::replay(&Method::GET, "/ws?x=1", &headers(&pairs), n)
+}
+
+#[test]
+fn the_replayed_head_is_the_first_request_plus_x_hopped_from_without_a_refused_extension_offer() {
+    let n = negotiated(None, false);
+    let hs = handshake(
+        &[
+            ("sec-websocket-extensions", "permessage-deflate"),
+            ("x-hopped-from", "spoofed"),
+            ("cookie", "a=1"),
+        ],
+        &n,
+    );
+    let head = String::from_utf8(hs.request("127.0.0.1:9", "node-1")).expect("ascii");
+    assert_eq!(
+        head,
+        "GET /ws?x=1 HTTP/1.1\r\nhost: gw.example\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+         sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\ncookie: a=1\r\n\
+         x-hopped-from: node-1\r\n\r\n"
+    );
+}
+
+#[test]
+fn without_a_host_each_redial_names_the_node_address_and_an_accepted_extension_stays_offered() {
+    let n = negotiated(Some("chat"), true);
+    let hs = Handshake::replay(
+        &Method::GET,
+        "/",
+        &headers(&[
+            ("sec-websocket-key", KEY),
+            ("sec-websocket-extensions", "x-ext"),
+        ]),
+        &n,
+    );
+    let head = String::from_utf8(hs.request("10.0.0.2:8080", "a")).expect("ascii");
+    assert_eq!(
+        head,
+        "GET / HTTP/1.1\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         sec-websocket-extensions: x-ext\r\nx-hopped-from: a\r\nhost: 10.0.0.2:8080\r\n\r\n"
+    );
+}
+
+/// A connected pair: the gateway's end as a [`NodeStream`] and the scripted node's end.
+async fn pair() -> (NodeStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let gw = TcpStream::connect(addr).await.expect("connect");
+    let (node, _) = listener.accept().await.expect("accept");
+    (NodeStream::Plain(gw), node)
+}
+
+/// Runs one exchange of `hs` against a node that answers with the `answer` chunks (yielding in
+/// between, so the head may arrive split) and then closes; returns the result and the request head
+/// the node received.
+async fn exchange_with(
+    hs: &Handshake,
+    n: &Negotiated,
+    answer: Vec<&'static [u8]>,
+) -> (Result<Stream, DialError>, String) {
+    let (gw, mut node) = pair().await;
+    let script = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"\r\n\r\n") {
+            let n = node.read(&mut buf).await.expect("read the request");
+            assert!(n > 0, "the request head ended early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        for chunk in answer {
+            node.write_all(chunk).await.expect("write");
+            tokio::task::yield_now().await;
+        }
+        String::from_utf8(got).expect("ascii")
+    });
+    let r = exchange(gw, hs.request("127.0.0.1:1", "node-1"), hs, n).await;
+    let request = script.await.expect("the script ran");
+    (r, request)
+}
+
+#[tokio::test]
+async fn a_matching_101_split_over_reads_gives_a_stream_that_starts_with_the_bytes_past_the_head() {
+    let n = negotiated(Some("chat"), false);
+    let hs = handshake(&[("sec-websocket-protocol", "chat, superchat")], &n);
+    let (r, request) = exchange_with(
+        &hs,
+        &n,
+        vec![
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n",
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+            b"Sec-WebSocket-Protocol: chat\r\n\r\n\x81\x02hi",
+        ],
+    )
+    .await;
+    assert!(
+        request.contains("\r\nx-hopped-from: node-1\r\n"),
+        "{request}"
+    );
+    let mut stream = r.expect("a matching 101");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).await.expect("read");
+    assert_eq!(rest, b"\x81\x02hi");
+    assert_eq!(
+        hs.accept.as_ref().map(|a| a.as_slice()),
+        Some(ACCEPT.as_bytes())
+    );
+}
+
+/// The refusal reason of an exchange answered with `answer` (`Refused` expected).
+async fn refused(n: &Negotiated, answer: &'static [u8]) -> String {
+    let hs = handshake(&[], n);
+    match exchange_with(&hs, n, vec![answer]).await.0 {
+        Err(DialError::Refused(why)) => why,
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(_) => panic!("expected a refusal, got a stream"),
+    }
+}
+
+#[tokio::test]
+async fn answers_an_rfc_6455_client_must_fail_are_refused() {
+    let plain = negotiated(None, false);
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
+        )
+        .await,
+        "status 503"
+    );
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: d3Jvbmc=\r\n\r\n"
+        )
+        .await,
+        "Sec-WebSocket-Accept does not match the key"
+    );
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+              Sec-WebSocket-Protocol: chat\r\n\r\n"
+        )
+        .await,
+        "the node selected a different subprotocol"
+    );
+    assert_eq!(
+        refused(
+            &negotiated(Some("chat"), false),
+            b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        )
+        .await,
+        "the node selected a different subprotocol"
+    );
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+              Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+        )
+        .await,
+        "the node accepted an extension that was not offered"
+    );
+    assert!(refused(&plain, b"HTTP/1.1 1O1 bad\r\n\r\n")
+        .await
+        .starts_with("malformed answer head"),);
+}
+
+#[tokio::test]
+async fn a_node_that_closes_before_its_answer_head_is_an_exchange_error() {
+    let n = negotiated(None, false);
+    let hs = handshake(&[], &n);
+    let (r, _) = exchange_with(&hs, &n, vec![b"HTTP/1.1 101 Swit"]).await;
+    match r {
+        Err(DialError::Exchange(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+        Err(e) => panic!("expected an exchange error, got {e}"),
+        Ok(_) => panic!("expected an exchange error, got a stream"),
+    }
+}
+
+#[tokio::test]
+async fn an_endless_answer_head_is_refused_at_the_bound() {
+    let n = negotiated(None, false);
+    let hs = handshake(&[], &n);
+    let (gw, mut node) = pair().await;
+    let script = tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        let _ = node.read(&mut buf).await;
+        let _ = node.write_all(b"HTTP/1.1 101 OK\r\n").await;
+        let line = [b'a'; 1000];
+        for _ in 0..MAX_ANSWER_HEAD / 1000 + 2 {
+            if node.write_all(b"x-long: ").await.is_err()
+                || node.write_all(&line).await.is_err()
+                || node.write_all(b"\r\n").await.is_err()
+            {
+                break;
+            }
+        }
+        node
+    });
+    let r = exchange(gw, hs.request("127.0.0.1:1", "n"), &hs, &n).await;
+    drop(script.await);
+    match r {
+        Err(DialError::Refused(why)) => assert_eq!(
+            why,
+            format!("answer head larger than {MAX_ANSWER_HEAD} bytes")
+        ),
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(_) => panic!("expected a refusal, got a stream"),
+    }
+}

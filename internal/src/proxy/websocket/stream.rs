@@ -1,0 +1,130 @@
+//! The byte stream of one WebSocket side ([`Stream`]): a connection hyper upgraded (the client
+//! side, the first node side), or a node connection the gateway re-dialled itself for a hop
+//! ([`super::redial`]), whose first bytes past the `101` head were read with it. Spawns nothing.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::tls::client::NodeStream;
+
+/// One side of a relayed WebSocket, read and written as bytes.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    /// Upgraded by hyper (it keeps the bytes it read past the handshake itself).
+    Upgraded(TokioIo<Upgraded>),
+    /// A re-dialled node connection (cleartext or TLS) and the bytes read past its `101` head,
+    /// delivered before anything else (often the node's first frame came in the same read).
+    Redialled {
+        /// The node connection.
+        io: NodeStream,
+        /// Bytes read past the head, not yet delivered; empty once they are.
+        early: Bytes,
+    },
+}
+
+impl From<Upgraded> for Stream {
+    fn from(up: Upgraded) -> Self {
+        Stream::Upgraded(TokioIo::new(up))
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Upgraded(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Redialled { io, early } => {
+                if !early.is_empty() {
+                    let n = early.len().min(buf.remaining());
+                    buf.put_slice(&early[..n]);
+                    early.advance(n);
+                    if early.is_empty() {
+                        // Release the read block: an idle socket keeps no buffer.
+                        *early = Bytes::new();
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Pin::new(io).poll_read(cx, buf)
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Upgraded(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Redialled { io, .. } => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Upgraded(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Redialled { io, .. } => Pin::new(io).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Upgraded(s) => s.is_write_vectored(),
+            Stream::Redialled { io, .. } => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Upgraded(s) => Pin::new(s).poll_flush(cx),
+            Stream::Redialled { io, .. } => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Upgraded(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Redialled { io, .. } => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_redialled_stream_delivers_its_early_bytes_first_then_the_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut server, _) = listener.accept().await.expect("accept");
+        let mut s = Stream::Redialled {
+            io: NodeStream::Plain(client),
+            early: Bytes::from_static(b"early "),
+        };
+        server.write_all(b"late").await.expect("write");
+        drop(server);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.expect("read");
+        assert_eq!(got, b"early late");
+    }
+}
