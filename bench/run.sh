@@ -7,7 +7,8 @@
 # share the other core. Figures: max req/s at BENCH_CONNS keep-alive connections (wrk), p50/p99/p99.9
 # at a fixed BENCH_RATE req/s (oha), proxy CPU µs per request (utime+stime from /proc/<pid>/stat over
 # the requests served), peak RSS (VmHWM), upstream connection reuse (backend nginx stub_status:
-# accepts vs requests), and WebSocket RSS per idle connection plus echo p99 (bench wsload client).
+# accepts vs requests), WebSocket RSS per idle connection plus echo p99 (bench wsload client), and
+# proxy CPU per WebSocket message in a closed loop (bench/ws-msg.sh).
 #
 # Env: BENCH_SECONDS (10) per measurement, BENCH_ROUNDS (3), BENCH_RATE (2000), BENCH_CONNS (64),
 # BENCH_RATE_CONNS (16), BENCH_WS_STEPS ("2000,10000", capped by the open-files limit), BENCH_WS_RATE
@@ -26,6 +27,7 @@ RATE_CONNS=${BENCH_RATE_CONNS:-16}
 WS=${BENCH_WS:-1}
 WS_STEPS=${BENCH_WS_STEPS:-2000,10000}
 WS_RATE=${BENCH_WS_RATE:-1000}
+WS_MSG_DESC="${WS_MSG_CONNS:-64} sockets × ${WS_MSG_INFLIGHT:-4} in flight, ${WS_MSG_BYTES:-64} B"
 PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 CONN_ID=bench-conn-0001
@@ -366,6 +368,12 @@ if [ "$WS" = 1 ]; then
   start_pingora "$WS_NODE_PORT"
   ws_run pingora "ws://127.0.0.1:$PINGORA_PORT/ws" "$PINGORA_PID"
   stop "$PINGORA_PID"; stop "$node"
+  # CPU per WebSocket message (issue 16): bench/ws-msg.sh starts its own node and proxies, same
+  # pinning and rounds; each line is "target round wsload-JSON".
+  log "websocket messages: $WS_MSG_DESC, $ROUNDS rounds x ${SECS}s (bench/ws-msg.sh)"
+  WS_MSG_SECS=$SECS WS_MSG_ROUNDS=$ROUNDS WS_MSG_PROXY_CPU=$PCPU WS_MSG_LOAD_CPU=$LCPU WS_MSG_GW=$GW \
+    "$ROOT/bench/ws-msg.sh" >"$W/ws-msg.tsv" 2>"$W/ws-msg.err" || log "ws-msg.sh failed: $(tail -1 "$W/ws-msg.err")"
+  while IFS=$'\t' read -r t r js; do emit "$t" "$r" wsmsg "$(printf '%s' "$js" | base64 -w0)"; done <"$W/ws-msg.tsv"
 fi
 
 # ---------------------------------------------------------------- report
@@ -373,7 +381,7 @@ versions="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | h
 python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.md" \
   --readme "$( [ "${BENCH_UPDATE_README:-1}" = 1 ] && echo "$ROOT/bench/README.md" )" \
   --seconds "$SECS" --rounds "$ROUNDS" --rate "$RATE" --conns "$CONNS" --rate-conns "$RATE_CONNS" \
-  --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
+  --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --ws-msg "$WS_MSG_DESC" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
 log "wrote bench/results/latest.md"
 cat "$ROOT/bench/results/latest.md"
 
