@@ -11,10 +11,16 @@
 //! count, header list size); the lifetime cap on resets it sends is turned off in favour of the
 //! rate here (hyperium/h2 #856).
 //!
-//! Spawns nothing; the header-block deadline is a timer polled by the reads themselves.
+//! With a source address ([`H2Watch::from_source`]), every trip is a strike against that address
+//! ([`super::h2_penalty`]), and a connection from an address that has earned a hold waits for it
+//! before its first byte is read (HTTP/1.x or HTTP/2 alike: the hold comes before detection).
+//!
+//! Spawns nothing; the header-block deadline and the hold are timers polled by the reads
+//! themselves.
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -24,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::h2_frames::{goaway, Abuse, FrameScanner, Meter, ENHANCE_YOUR_CALM};
+use super::h2_penalty::{HeldSlot, SOURCES};
 
 /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -41,6 +48,20 @@ enum Mode {
     Plain,
     /// HTTP/2: frames are accounted.
     H2,
+}
+
+/// Where the connection is in its source's hold (see the module docs).
+enum Hold {
+    /// Not looked up yet (nothing read).
+    Unchecked,
+    /// Waiting until the source's hold has passed; the slot counts it among the source's held
+    /// connections until then.
+    Holding {
+        sleep: Pin<Box<Sleep>>,
+        _slot: HeldSlot,
+    },
+    /// Reading freely.
+    Done,
 }
 
 struct Trip {
@@ -72,6 +93,9 @@ pin_project_lite::pin_project! {
         header_timer: Option<Pin<Box<Sleep>>>,
         trip: Option<Trip>,
         on_abuse: OnAbuse,
+        // The client's address, for strikes and holds; `None`: neither.
+        source: Option<IpAddr>,
+        hold: Hold,
     }
 }
 
@@ -93,6 +117,62 @@ impl<T> H2Watch<T> {
             header_timer: None,
             trip: None,
             on_abuse,
+            source: None,
+            hold: Hold::Done,
+        }
+    }
+
+    /// Counts this connection's trips against `ip` and holds it first if `ip` has earned a hold
+    /// (SPEC section 4; [`super::h2_penalty`]).
+    pub fn from_source(mut self, ip: IpAddr) -> Self {
+        self.source = Some(ip);
+        self.hold = Hold::Unchecked;
+        self
+    }
+
+    /// Ready once the source's hold (if any) has passed; an error if the source has too many
+    /// connections held already (this one is refused).
+    fn poll_hold(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.project();
+        loop {
+            match this.hold {
+                Hold::Done => return Poll::Ready(Ok(())),
+                Hold::Unchecked => {
+                    let Some(ip) = *this.source else {
+                        *this.hold = Hold::Done;
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let Some(until) = SOURCES.held_until(ip, now) else {
+                        *this.hold = Hold::Done;
+                        continue;
+                    };
+                    let Some(slot) = SOURCES.hold_slot(ip) else {
+                        *this.hold = Hold::Done;
+                        tracing::info!(source = %ip, "connection refused: its source has too many connections held");
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            "source held for h2 abuse",
+                        )));
+                    };
+                    tracing::info!(
+                        source = %ip,
+                        strikes = SOURCES.strikes(ip),
+                        hold_ms = until.saturating_duration_since(now).as_millis() as u64,
+                        "connection from a source that keeps breaking h2 abuse limits held before it is read"
+                    );
+                    *this.hold = Hold::Holding {
+                        sleep: Box::pin(tokio::time::sleep_until(until)),
+                        _slot: slot,
+                    };
+                }
+                Hold::Holding { sleep, .. } => {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    *this.hold = Hold::Done;
+                }
+            }
         }
     }
 }
@@ -112,9 +192,12 @@ impl<T: AsyncWrite> H2Watch<T> {
             return;
         }
         let last_stream = this.h2.as_ref().map_or(0, |h| h.meter.last_client_stream());
+        let strikes = this.source.map(|ip| SOURCES.strike(ip, Instant::now()));
         tracing::warn!(
             reason = abuse.reason(),
             last_stream,
+            source = this.source.map(tracing::field::display),
+            strikes,
             "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)"
         );
         (this.on_abuse)(abuse);
@@ -169,6 +252,11 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for H2Watch<T> {
     ) -> Poll<io::Result<()>> {
         if self.trip.is_some() {
             return self.drive_trip(cx).map(Err);
+        }
+        if !matches!(self.hold, Hold::Done) {
+            if let Err(e) = std::task::ready!(self.as_mut().poll_hold(cx)) {
+                return Poll::Ready(Err(e));
+            }
         }
         let before = buf.filled().len();
         let this = self.as_mut().project();

@@ -243,7 +243,8 @@ pub(super) async fn serve_data<I>(
                 .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
                 .inc();
         }),
-    );
+    )
+    .from_source(peer.ip());
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();
