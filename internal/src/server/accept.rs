@@ -221,7 +221,11 @@ pub(super) async fn serve_data<I>(
     let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
     let svc_proxy = proxy.clone();
     let svc_dc = dc.clone();
-    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
+    // Boxed: hyper's h2 server spawns one task per stream and moves the service future into it
+    // (and tokio moves it again into the task cell and its output stage); the request's future is
+    // tens of KiB, so unboxed those moves were half of the instructions of a gRPC call (issue 16,
+    // bench/README "HTTP/2 and gRPC per call").
+    let svc = service_fn(move |req| Box::pin(svc_proxy.clone().handle(req, svc_dc.clone())));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
     // It also judges each head before hyper reads it, so malformed heads get JSON answers.
     let limits = &proxy.settings.limits;
