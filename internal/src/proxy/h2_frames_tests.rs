@@ -102,7 +102,11 @@ fn late_data_on_early_answered_streams_is_not_charged() {
             );
         }
     }
-    assert_eq!(m.gateway_frame(rst(1001, STREAM_CLOSED), t0), Ok(()), "the budget of 1");
+    assert_eq!(
+        m.gateway_frame(rst(1001, STREAM_CLOSED), t0),
+        Ok(()),
+        "the budget of 1"
+    );
     assert_eq!(
         m.gateway_frame(rst(1003, STREAM_CLOSED), t0),
         Err(Abuse::Resets)

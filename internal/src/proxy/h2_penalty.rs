@@ -80,9 +80,8 @@ impl Penalties {
     pub fn strike(&self, ip: IpAddr, now: Instant) -> u32 {
         let mut sources = self.sources();
         if sources.len() >= MAX_SOURCES && !sources.contains_key(&ip) {
-            sources.retain(|_, r| {
-                r.held > 0 || now.saturating_duration_since(r.last) < FORGIVE_AFTER
-            });
+            sources
+                .retain(|_, r| r.held > 0 || now.saturating_duration_since(r.last) < FORGIVE_AFTER);
             if sources.len() >= MAX_SOURCES {
                 return 0;
             }
@@ -162,7 +161,11 @@ mod tests {
         assert_eq!(p.strike(bad, t0), 4);
         assert_eq!(p.held_until(bad, t0), Some(t0 + 2 * FIRST_PENALTY));
         assert_eq!(p.held_until(good, t0), None);
-        assert_eq!(p.held_until(bad, t0 + 2 * FIRST_PENALTY), None, "served once it passed");
+        assert_eq!(
+            p.held_until(bad, t0 + 2 * FIRST_PENALTY),
+            None,
+            "served once it passed"
+        );
         for _ in 0..100 {
             p.strike(bad, t0);
         }
