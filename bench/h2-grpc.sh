@@ -167,16 +167,20 @@ for r in $(seq 1 "$ROUNDS"); do
     c0=$(cpu_ticks $TPIDS)
     load -D "$SECS" >"$W/h2load.$t.$r" 2>&1 || die "h2load against $t failed: $(tail -3 "$W/h2load.$t.$r")"
     c1=$(cpu_ticks $TPIDS)
-    ok=$(awk '/^status codes:/ {gsub(",", ""); print $3}' "$W/h2load.$t.$r")
-    done_=$(awk '/^requests:/ {print $8}' "$W/h2load.$t.$r")
+    # "requests: T total, S started, D done, OK succeeded, F failed, E errored, X timeout" and
+    # "status codes: N 2xx, A 3xx, B 4xx, C 5xx" (a call cut by the end of -D has its status counted
+    # but is not done): calls = succeeded (status < 400, complete) minus 3xx; the rest is "not 2xx".
+    read -r ok bad <<<"$(awk '/^requests:/ {s = $8; f = $10 + $12 + $14}
+      /^status codes:/ {gsub(",", ""); r = $5; e = $7 + $9}
+      END {print s - r, f + r + e}' "$W/h2load.$t.$r")"
     rps=$(awk '/^finished in/ {gsub(",", ""); print $4}' "$W/h2load.$t.$r")
     [ "${ok:-0}" -gt 0 ] || die "no 2xx from $t: $(cat "$W/h2load.$t.$r")"
     us=$(awk -v d=$((c1 - c0)) -v n="$ok" -v hz="$CLK_TCK" 'BEGIN {printf "%.2f", d / hz * 1e6 / n}')
     emit "$t" "$r" grpc.calls "$ok"
-    emit "$t" "$r" grpc.failed $((done_ - ok))
+    emit "$t" "$r" grpc.failed "$bad"
     emit "$t" "$r" grpc.cpu_us "$us"
     emit "$t" "$r" grpc.rps "$rps"
-    log "round $r $t: $ok calls (${rps} calls/s), $us µs CPU per call, $((done_ - ok)) not 2xx"
+    log "round $r $t: $ok calls (${rps} calls/s), $us µs CPU per call, $bad not 2xx"
     stop_target
   done
 done
