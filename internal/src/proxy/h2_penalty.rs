@@ -8,6 +8,9 @@
 //! (doubling per strike, at most [`MAX_PENALTY`]). A source with no strike for [`FORGIVE_AFTER`]
 //! starts again from zero.
 //!
+//! A source is an IPv4 address, or an IPv6 /64 (one host usually holds a whole /64 and can pick
+//! any address in it); IPv4-mapped IPv6 addresses count as their IPv4 address.
+//!
 //! Only connections the gateway ended for abuse count: an honest client that cancels streams
 //! below the reset rate, or gets early answers, is never struck. Clients behind one NAT address
 //! share its strikes (they are held too while one of them floods). A held connection keeps its
@@ -65,6 +68,19 @@ pub struct Penalties {
     sources: Mutex<HashMap<IpAddr, Record>>,
 }
 
+/// The source `ip` belongs to: itself for IPv4, the /64 for IPv6 (see the module docs).
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
 /// The gateway process's penalties, shared by every listener and worker.
 pub static SOURCES: LazyLock<Penalties> = LazyLock::new(Penalties::default);
 
@@ -78,6 +94,7 @@ impl Penalties {
     /// Records that a connection from `ip` was ended for abuse at `now`; returns the address's
     /// strikes (0 if it could not be recorded: the table is full of unforgiven addresses).
     pub fn strike(&self, ip: IpAddr, now: Instant) -> u32 {
+        let ip = source_of(ip);
         let mut sources = self.sources();
         if sources.len() >= MAX_SOURCES && !sources.contains_key(&ip) {
             sources
@@ -101,6 +118,7 @@ impl Penalties {
 
     /// Until when a connection from `ip` accepted at `now` is held before it is read, if it is.
     pub fn held_until(&self, ip: IpAddr, now: Instant) -> Option<Instant> {
+        let ip = source_of(ip);
         let sources = self.sources();
         let r = sources.get(&ip)?;
         if now.saturating_duration_since(r.last) >= FORGIVE_AFTER {
@@ -112,12 +130,13 @@ impl Penalties {
 
     /// The strikes recorded against `ip` (0 if none).
     pub fn strikes(&self, ip: IpAddr) -> u32 {
-        self.sources().get(&ip).map_or(0, |r| r.strikes)
+        self.sources().get(&source_of(ip)).map_or(0, |r| r.strikes)
     }
 
     /// Counts one more held connection of `ip` until the returned slot is dropped; `None` if
     /// `ip` has [`MAX_HELD_PER_SOURCE`] held already (or is not recorded).
     pub fn hold_slot(&'static self, ip: IpAddr) -> Option<HeldSlot> {
+        let ip = source_of(ip);
         let mut sources = self.sources();
         let r = sources.get_mut(&ip)?;
         if r.held >= MAX_HELD_PER_SOURCE {
@@ -188,6 +207,24 @@ mod tests {
         assert!(P.hold_slot(ip).is_none(), "past the bound");
         drop(slots);
         assert!(P.hold_slot(ip).is_some(), "released with the slots");
+    }
+
+    #[test]
+    fn ipv6_sources_are_64s_and_mapped_ipv4_is_ipv4() {
+        let ip = |s: &str| -> IpAddr { s.parse().expect("test value") };
+        assert_eq!(source_of(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(source_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source_of(ip("192.0.2.7")), ip("192.0.2.7"));
+        let p = Penalties::default();
+        let t0 = Instant::now();
+        for i in 0..3 {
+            p.strike(ip(&format!("2001:db8:1:2::{i}")), t0);
+        }
+        assert!(
+            p.held_until(ip("2001:db8:1:2:ffff::9"), t0).is_some(),
+            "same /64"
+        );
+        assert_eq!(p.held_until(ip("2001:db8:1:3::1"), t0), None, "another /64");
     }
 
     #[test]
