@@ -7,9 +7,10 @@
 //! writes `GOAWAY(ENHANCE_YOUR_CALM)` at the next frame boundary of its own output, closes the
 //! socket, and fails hyper's IO so that the connection and all of its streams end at once (their
 //! upstream requests are dropped, i.e. cancelled). The work a flood costs is bounded by one read
-//! buffer past the budget. hyper's h2 keeps its own caps (pending-accept resets, CONTINUATION
-//! count, header list size); the lifetime cap on resets it sends is turned off in favour of the
-//! rate here (hyperium/h2 #856).
+//! buffer past the budget. hyper's h2 keeps its own caps (CONTINUATION count, header list size,
+//! and pending-accept resets, set above this meter's burst in `server::accept` so the meter trips
+//! first); the lifetime cap on resets it sends is turned off in favour of the rate here
+//! (hyperium/h2 #856).
 //!
 //! With a source address ([`H2Watch::from_source`]), every trip is a strike against that address
 //! ([`super::h2_penalty`]), and a connection from an address that has earned a hold waits for it

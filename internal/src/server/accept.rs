@@ -41,6 +41,17 @@ pub(super) fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
         // A lifetime count of resets the library sends cuts honest long-lived connections
         // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
         .max_local_error_reset_streams(None)
+        // h2 ends a connection with more than 20 client-reset streams waiting to be accepted
+        // (its rapid-reset guard). Every client RST_STREAM is already charged by proxy::h2_watch at
+        // read time, within a burst of `h2_max_resets_per_second`; h2's cap of 20 only cut honest
+        // cancellers whose frames queued up while the gateway's worker was busy for ~130 ms
+        // (h2_abuse::honest_canceller_below_the_cap_is_never_cut on a loaded machine). Twice the
+        // burst keeps it as a backstop the meter always reaches first.
+        .max_pending_accept_reset_streams(
+            (l.h2.max_resets_per_second.get() as usize)
+                .saturating_mul(2)
+                .max(20),
+        )
         .keep_alive_interval(Duration::from_secs(30));
     b
 }
