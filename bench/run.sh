@@ -13,7 +13,8 @@
 # Env: BENCH_SECONDS (10) per measurement, BENCH_ROUNDS (3), BENCH_RATE (2000), BENCH_CONNS (64),
 # BENCH_RATE_CONNS (16), BENCH_WS_STEPS ("2000,10000", capped by the open-files limit), BENCH_WS_RATE
 # (1000 echo messages/s), BENCH_WS_CONCURRENCY (128 handshakes in flight), BENCH_WS (1; 0 skips the WebSocket part), BENCH_NOTE (a line for the report),
-# BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1).
+# BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1),
+# BENCH_GRPC (1; 0 skips the h2/gRPC row, bench/h2-grpc.sh).
 # Quick run: BENCH_SECONDS=3 BENCH_ROUNDS=1 make bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,7 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # libz-ng-sys (zlib-ng).
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} with apt-get"
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -374,6 +376,15 @@ if [ "$WS" = 1 ]; then
   WS_MSG_SECS=$SECS WS_MSG_ROUNDS=$ROUNDS WS_MSG_PROXY_CPU=$PCPU WS_MSG_LOAD_CPU=$LCPU WS_MSG_GW=$GW \
     "$ROOT/bench/ws-msg.sh" >"$W/ws-msg.tsv" 2>"$W/ws-msg.err" || log "ws-msg.sh failed: $(tail -1 "$W/ws-msg.err")"
   while IFS=$'\t' read -r t r js; do emit "$t" "$r" wsmsg "$(printf '%s' "$js" | base64 -w0)"; done <"$W/ws-msg.tsv"
+fi
+
+# ---------------------------------------------------------------- h2/gRPC row (issue 16; BENCH_GRPC=0 skips it)
+if [ "${BENCH_GRPC:-1}" = 1 ]; then
+  if command -v h2load >/dev/null 2>&1; then
+    BENCH_RAW=$RAW BENCH_SECONDS=$SECS BENCH_ROUNDS=$ROUNDS "$ROOT/bench/h2-grpc.sh" || log "h2/gRPC row failed"
+  else
+    log "h2load missing (apt-get install nghttp2-client): no h2/gRPC row"
+  fi
 fi
 
 # ---------------------------------------------------------------- report

@@ -41,6 +41,17 @@ pub(super) fn data_builder(p: &Proxy) -> auto::Builder<TokioExecutor> {
         // A lifetime count of resets the library sends cuts honest long-lived connections
         // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
         .max_local_error_reset_streams(None)
+        // h2 ends a connection with more than 20 client-reset streams waiting to be accepted
+        // (its rapid-reset guard). Every client RST_STREAM is already charged by proxy::h2_watch at
+        // read time, within a burst of `h2_max_resets_per_second`; h2's cap of 20 only cut honest
+        // cancellers whose frames queued up while the gateway's worker was busy for ~130 ms
+        // (h2_abuse::honest_canceller_below_the_cap_is_never_cut on a loaded machine). Twice the
+        // burst keeps it as a backstop the meter always reaches first.
+        .max_pending_accept_reset_streams(
+            (l.h2.max_resets_per_second.get() as usize)
+                .saturating_mul(2)
+                .max(20),
+        )
         .keep_alive_interval(Duration::from_secs(30));
     b
 }
@@ -221,7 +232,11 @@ pub(super) async fn serve_data<I>(
     let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
     let svc_proxy = proxy.clone();
     let svc_dc = dc.clone();
-    let svc = service_fn(move |req| svc_proxy.clone().handle(req, svc_dc.clone()));
+    // Boxed: hyper's h2 server spawns one task per stream and moves the service future into it
+    // (and tokio moves it again into the task cell and its output stage); the request's future is
+    // tens of KiB, so unboxed those moves were half of the instructions of a gRPC call (issue 16,
+    // bench/README "HTTP/2 and gRPC per call").
+    let svc = service_fn(move |req| Box::pin(svc_proxy.clone().handle(req, svc_dc.clone())));
     // The framing watch follows HTTP/1.x framing on the raw bytes (CASE-13: CL together with TE).
     // It also judges each head before hyper reads it, so malformed heads get JSON answers.
     let limits = &proxy.settings.limits;
@@ -243,7 +258,8 @@ pub(super) async fn serve_data<I>(
                 .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
                 .inc();
         }),
-    );
+    )
+    .from_source(peer.ip());
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut bound = dc.bound.subscribe();
