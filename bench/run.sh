@@ -7,12 +7,14 @@
 # share the other core. Figures: max req/s at BENCH_CONNS keep-alive connections (wrk), p50/p99/p99.9
 # at a fixed BENCH_RATE req/s (oha), proxy CPU µs per request (utime+stime from /proc/<pid>/stat over
 # the requests served), peak RSS (VmHWM), upstream connection reuse (backend nginx stub_status:
-# accepts vs requests), and WebSocket RSS per idle connection plus echo p99 (bench wsload client).
+# accepts vs requests), WebSocket RSS per idle connection plus echo p99 (bench wsload client), and
+# proxy CPU per WebSocket message in a closed loop (bench/ws-msg.sh).
 #
 # Env: BENCH_SECONDS (10) per measurement, BENCH_ROUNDS (3), BENCH_RATE (2000), BENCH_CONNS (64),
 # BENCH_RATE_CONNS (16), BENCH_WS_STEPS ("2000,10000", capped by the open-files limit), BENCH_WS_RATE
 # (1000 echo messages/s), BENCH_WS_CONCURRENCY (128 handshakes in flight), BENCH_WS (1; 0 skips the WebSocket part), BENCH_NOTE (a line for the report),
-# BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1).
+# BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0), BENCH_KEEP (1 keeps the work directory), BENCH_UPDATE_README (1),
+# BENCH_GRPC (1; 0 skips the h2/gRPC row, bench/h2-grpc.sh).
 # Quick run: BENCH_SECONDS=3 BENCH_ROUNDS=1 make bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ RATE_CONNS=${BENCH_RATE_CONNS:-16}
 WS=${BENCH_WS:-1}
 WS_STEPS=${BENCH_WS_STEPS:-2000,10000}
 WS_RATE=${BENCH_WS_RATE:-1000}
+WS_MSG_DESC="${WS_MSG_CONNS:-64} sockets × ${WS_MSG_INFLIGHT:-4} in flight, ${WS_MSG_BYTES:-64} B"
 PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 CONN_ID=bench-conn-0001
@@ -46,6 +49,7 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # libz-ng-sys (zlib-ng).
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} with apt-get"
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -366,6 +370,21 @@ if [ "$WS" = 1 ]; then
   start_pingora "$WS_NODE_PORT"
   ws_run pingora "ws://127.0.0.1:$PINGORA_PORT/ws" "$PINGORA_PID"
   stop "$PINGORA_PID"; stop "$node"
+  # CPU per WebSocket message (issue 16): bench/ws-msg.sh starts its own node and proxies, same
+  # pinning and rounds; each line is "target round wsload-JSON".
+  log "websocket messages: $WS_MSG_DESC, $ROUNDS rounds x ${SECS}s (bench/ws-msg.sh)"
+  WS_MSG_SECS=$SECS WS_MSG_ROUNDS=$ROUNDS WS_MSG_PROXY_CPU=$PCPU WS_MSG_LOAD_CPU=$LCPU WS_MSG_GW=$GW \
+    "$ROOT/bench/ws-msg.sh" >"$W/ws-msg.tsv" 2>"$W/ws-msg.err" || log "ws-msg.sh failed: $(tail -1 "$W/ws-msg.err")"
+  while IFS=$'\t' read -r t r js; do emit "$t" "$r" wsmsg "$(printf '%s' "$js" | base64 -w0)"; done <"$W/ws-msg.tsv"
+fi
+
+# ---------------------------------------------------------------- h2/gRPC row (issue 16; BENCH_GRPC=0 skips it)
+if [ "${BENCH_GRPC:-1}" = 1 ]; then
+  if command -v h2load >/dev/null 2>&1; then
+    BENCH_RAW=$RAW BENCH_SECONDS=$SECS BENCH_ROUNDS=$ROUNDS "$ROOT/bench/h2-grpc.sh" || log "h2/gRPC row failed"
+  else
+    log "h2load missing (apt-get install nghttp2-client): no h2/gRPC row"
+  fi
 fi
 
 # ---------------------------------------------------------------- report
@@ -373,7 +392,7 @@ versions="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | h
 python3 "$ROOT/bench/report.py" --raw "$RAW" --out "$ROOT/bench/results/latest.md" \
   --readme "$( [ "${BENCH_UPDATE_README:-1}" = 1 ] && echo "$ROOT/bench/README.md" )" \
   --seconds "$SECS" --rounds "$ROUNDS" --rate "$RATE" --conns "$CONNS" --rate-conns "$RATE_CONNS" \
-  --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
+  --ws-steps "$WS_STEPS" --ws-rate "$WS_RATE" --ws-msg "$WS_MSG_DESC" --clk-tck "$CLK_TCK" --versions "$versions" --note "${BENCH_NOTE:-}"
 log "wrote bench/results/latest.md"
 cat "$ROOT/bench/results/latest.md"
 

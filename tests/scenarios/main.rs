@@ -24,6 +24,7 @@ mod grpc_errors;
 mod grpc_health;
 mod h2;
 mod h2_abuse;
+mod h2_penalty;
 mod h2_upstream_cancel;
 mod health;
 mod hop;

@@ -168,6 +168,23 @@ impl Reader {
 /// A connection that has sent the preface and an empty SETTINGS frame.
 pub async fn connect(addr: &str) -> (Reader, OwnedWriteHalf) {
     let tcp = TcpStream::connect(addr).await.expect("connect to gateway");
+    hello(tcp).await
+}
+
+/// As [`connect`], from source address `src` (a loopback address such as `127.0.0.2`, so that
+/// one test can be several clients).
+pub async fn connect_from(addr: &str, src: std::net::IpAddr) -> (Reader, OwnedWriteHalf) {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(std::net::SocketAddr::new(src, 0))
+        .expect("bind the source address");
+    let tcp = sock
+        .connect(addr.parse().expect("gateway address"))
+        .await
+        .expect("connect to gateway");
+    hello(tcp).await
+}
+
+async fn hello(tcp: TcpStream) -> (Reader, OwnedWriteHalf) {
     tcp.set_nodelay(true).expect("nodelay");
     let (rd, mut wr) = tcp.into_split();
     let mut hello = PREFACE.to_vec();

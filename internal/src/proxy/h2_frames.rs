@@ -6,7 +6,9 @@
 //! - resets: every RST_STREAM the client sends, and every RST_STREAM the gateway sends for a
 //!   reason other than NO_ERROR or CANCEL (a reset the client provoked: WINDOW_UPDATE 0, DATA on a
 //!   closed stream, "MadeYouReset", CVE-2025-8671), and WINDOW_UPDATE(0) on a stream as soon as
-//!   it is read (it provokes such a reset); one charge per stream at most;
+//!   it is read (it provokes such a reset); one charge per stream at most, and none on a stream
+//!   the gateway itself reset with NO_ERROR or CANCEL (an early answer: the client's DATA in
+//!   flight draws STREAM_CLOSED once h2 has forgotten the stream, CASE-25 D);
 //! - control frames: PING and SETTINGS (not ACKs), PRIORITY, and empty DATA/HEADERS/CONTINUATION
 //!   frames that end nothing (the 2019 "ping/settings/empty frames" floods, CVE-2019-9512/9515/9518);
 //! - the time a header block stays open (HEADERS without END_HEADERS, then CONTINUATIONs): it must
@@ -43,9 +45,13 @@ pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 /// cap on queued outbound control frames is the same 1,000.
 pub const MAX_CONTROL_FRAMES_PER_SECOND: u32 = 1000;
 
-/// Stream ids remembered as already charged, so one stream costs at most one reset charge
-/// (a client's CANCEL and the STREAM_CLOSED its late DATA draws are one event).
-const CHARGED_STREAMS: usize = 64;
+/// Stream ids remembered as settled, so one stream costs at most one reset charge (a client's
+/// CANCEL and the STREAM_CLOSED its late DATA draws are one event), and a stream the gateway
+/// closed itself costs none. hyper's h2 server remembers at most 50 streams it reset, for 1 s
+/// (h2 0.4 `DEFAULT_RESET_STREAM_MAX`/`_SECS`, not settable through hyper), and ignores the
+/// DATA that arrives on them; DATA on one it has forgotten draws RST_STREAM(STREAM_CLOSED), so
+/// this ring must hold more than those 50.
+const SETTLED_STREAMS: usize = 64;
 
 /// One frame head (RFC 9113 section 4.1) and, for RST_STREAM and WINDOW_UPDATE, the 32-bit word
 /// that starts its payload (error code / increment).
@@ -209,8 +215,9 @@ impl Bucket {
 pub struct Meter {
     resets: Bucket,
     control: Bucket,
-    charged: [u32; CHARGED_STREAMS],
-    next_charged: usize,
+    /// Streams charged once, or reset by the gateway with NO_ERROR / CANCEL: charged no more.
+    settled: [u32; SETTLED_STREAMS],
+    next_settled: usize,
     /// Highest stream id the client opened (for GOAWAY's last-stream-id).
     last_client_stream: u32,
     block_open_since: Option<Instant>,
@@ -224,8 +231,8 @@ impl Meter {
         Meter {
             resets: Bucket::new(resets_per_second, now),
             control: Bucket::new(MAX_CONTROL_FRAMES_PER_SECOND, now),
-            charged: [0; CHARGED_STREAMS],
-            next_charged: 0,
+            settled: [0; SETTLED_STREAMS],
+            next_settled: 0,
             last_client_stream: 0,
             block_open_since: None,
             header_timeout,
@@ -242,12 +249,20 @@ impl Meter {
         self.block_open_since.map(|t| t + self.header_timeout)
     }
 
+    /// True if `stream` is settled already; else settles it and returns false.
+    fn settle(&mut self, stream: u32) -> bool {
+        if stream != 0 && self.settled.contains(&stream) {
+            return true;
+        }
+        self.settled[self.next_settled] = stream;
+        self.next_settled = (self.next_settled + 1) % SETTLED_STREAMS;
+        false
+    }
+
     fn charge_reset(&mut self, stream: u32, now: Instant) -> Result<(), Abuse> {
-        if stream != 0 && self.charged.contains(&stream) {
+        if self.settle(stream) {
             return Ok(());
         }
-        self.charged[self.next_charged] = stream;
-        self.next_charged = (self.next_charged + 1) % CHARGED_STREAMS;
         if self.resets.take(now) {
             Ok(())
         } else {
@@ -302,15 +317,20 @@ impl Meter {
         }
     }
 
-    /// Accounts a frame the gateway sent to the client.
+    /// Accounts a frame the gateway sent to the client. A reset with NO_ERROR or CANCEL is the
+    /// gateway's own doing (an answer that ended before the request body did, RFC 9113 section
+    /// 8.1, or a stream it dropped): it settles the stream, so the STREAM_CLOSED resets that the
+    /// client's DATA already in flight on it draws later are not charged (CASE-25 D).
     ///
     /// # Errors
     /// [`Abuse::Resets`] when the client has provoked more resets than its budget allows.
     pub fn gateway_frame(&mut self, f: Frame, now: Instant) -> Result<(), Abuse> {
         match (f.kind, f.word) {
-            (RST_STREAM, Some(code)) if code != NO_ERROR && code != CANCEL => {
-                self.charge_reset(f.stream, now)
+            (RST_STREAM, Some(NO_ERROR | CANCEL)) => {
+                self.settle(f.stream);
+                Ok(())
             }
+            (RST_STREAM, Some(_)) => self.charge_reset(f.stream, now),
             _ => Ok(()),
         }
     }

@@ -75,7 +75,42 @@ fn one_charge_per_stream_and_gateway_resets_by_code() {
     assert_eq!(m.client_frame(rst(5, CANCEL), t0), Ok(()));
     assert_eq!(m.gateway_frame(rst(5, 0x5), t0), Ok(()), "same stream");
     assert_eq!(m.gateway_frame(rst(7, NO_ERROR), t0), Ok(()));
-    assert_eq!(m.gateway_frame(rst(7, 0x1), t0), Err(Abuse::Resets));
+    assert_eq!(m.gateway_frame(rst(9, 0x1), t0), Err(Abuse::Resets));
+}
+
+/// CASE-25 D: 300 early answers (the gateway's RST_STREAM(NO_ERROR)) whose in-flight DATA each
+/// draws RST_STREAM(STREAM_CLOSED) once h2 forgot the stream, all in one instant, cost nothing;
+/// a STREAM_CLOSED on a stream the gateway never closed is still charged.
+#[test]
+fn late_data_on_early_answered_streams_is_not_charged() {
+    const STREAM_CLOSED: u32 = 0x5;
+    let t0 = Instant::now();
+    let mut m = Meter::new(1, Duration::from_secs(10), t0);
+    // h2 remembers the last 50 streams it reset: DATA in flight on older ones draws
+    // STREAM_CLOSED, here 50 streams after their early answer.
+    for i in 0..350u32 {
+        if i < 300 {
+            let s = 2 * i + 1;
+            assert_eq!(m.gateway_frame(rst(s, NO_ERROR), t0), Ok(()), "stream {s}");
+        }
+        if i >= 50 {
+            let late = 2 * (i - 50) + 1;
+            assert_eq!(
+                m.gateway_frame(rst(late, STREAM_CLOSED), t0),
+                Ok(()),
+                "stream {late}"
+            );
+        }
+    }
+    assert_eq!(
+        m.gateway_frame(rst(1001, STREAM_CLOSED), t0),
+        Ok(()),
+        "the budget of 1"
+    );
+    assert_eq!(
+        m.gateway_frame(rst(1003, STREAM_CLOSED), t0),
+        Err(Abuse::Resets)
+    );
 }
 
 #[test]

@@ -7,14 +7,21 @@
 //! writes `GOAWAY(ENHANCE_YOUR_CALM)` at the next frame boundary of its own output, closes the
 //! socket, and fails hyper's IO so that the connection and all of its streams end at once (their
 //! upstream requests are dropped, i.e. cancelled). The work a flood costs is bounded by one read
-//! buffer past the budget. hyper's h2 keeps its own caps (pending-accept resets, CONTINUATION
-//! count, header list size); the lifetime cap on resets it sends is turned off in favour of the
-//! rate here (hyperium/h2 #856).
+//! buffer past the budget. hyper's h2 keeps its own caps (CONTINUATION count, header list size,
+//! and pending-accept resets, set above this meter's burst in `server::accept` so the meter trips
+//! first); the lifetime cap on resets it sends is turned off in favour of the rate here
+//! (hyperium/h2 #856).
 //!
-//! Spawns nothing; the header-block deadline is a timer polled by the reads themselves.
+//! With a source address ([`H2Watch::from_source`]), every trip is a strike against that address
+//! ([`super::h2_penalty`]), and a connection from an address that has earned a hold waits for it
+//! before its first byte is read (HTTP/1.x or HTTP/2 alike: the hold comes before detection).
+//!
+//! Spawns nothing; the header-block deadline and the hold are timers polled by the reads
+//! themselves.
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -24,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::h2_frames::{goaway, Abuse, FrameScanner, Meter, ENHANCE_YOUR_CALM};
+use super::h2_penalty::{HeldSlot, SOURCES};
 
 /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -41,6 +49,20 @@ enum Mode {
     Plain,
     /// HTTP/2: frames are accounted.
     H2,
+}
+
+/// Where the connection is in its source's hold (see the module docs).
+enum Hold {
+    /// Not looked up yet (nothing read).
+    Unchecked,
+    /// Waiting until the source's hold has passed; the slot counts it among the source's held
+    /// connections until then.
+    Holding {
+        sleep: Pin<Box<Sleep>>,
+        _slot: HeldSlot,
+    },
+    /// Reading freely.
+    Done,
 }
 
 struct Trip {
@@ -72,6 +94,9 @@ pin_project_lite::pin_project! {
         header_timer: Option<Pin<Box<Sleep>>>,
         trip: Option<Trip>,
         on_abuse: OnAbuse,
+        // The client's address, for strikes and holds; `None`: neither.
+        source: Option<IpAddr>,
+        hold: Hold,
     }
 }
 
@@ -93,6 +118,62 @@ impl<T> H2Watch<T> {
             header_timer: None,
             trip: None,
             on_abuse,
+            source: None,
+            hold: Hold::Done,
+        }
+    }
+
+    /// Counts this connection's trips against `ip` and holds it first if `ip` has earned a hold
+    /// (SPEC section 4; [`super::h2_penalty`]).
+    pub fn from_source(mut self, ip: IpAddr) -> Self {
+        self.source = Some(ip);
+        self.hold = Hold::Unchecked;
+        self
+    }
+
+    /// Ready once the source's hold (if any) has passed; an error if the source has too many
+    /// connections held already (this one is refused).
+    fn poll_hold(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.project();
+        loop {
+            match this.hold {
+                Hold::Done => return Poll::Ready(Ok(())),
+                Hold::Unchecked => {
+                    let Some(ip) = *this.source else {
+                        *this.hold = Hold::Done;
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let Some(until) = SOURCES.held_until(ip, now) else {
+                        *this.hold = Hold::Done;
+                        continue;
+                    };
+                    let Some(slot) = SOURCES.hold_slot(ip) else {
+                        *this.hold = Hold::Done;
+                        tracing::info!(source = %ip, "connection refused: its source has too many connections held");
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            "source held for h2 abuse",
+                        )));
+                    };
+                    tracing::info!(
+                        source = %ip,
+                        strikes = SOURCES.strikes(ip),
+                        hold_ms = until.saturating_duration_since(now).as_millis() as u64,
+                        "connection from a source that keeps breaking h2 abuse limits held before it is read"
+                    );
+                    *this.hold = Hold::Holding {
+                        sleep: Box::pin(tokio::time::sleep_until(until)),
+                        _slot: slot,
+                    };
+                }
+                Hold::Holding { sleep, .. } => {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    *this.hold = Hold::Done;
+                }
+            }
         }
     }
 }
@@ -112,9 +193,12 @@ impl<T: AsyncWrite> H2Watch<T> {
             return;
         }
         let last_stream = this.h2.as_ref().map_or(0, |h| h.meter.last_client_stream());
+        let strikes = this.source.map(|ip| SOURCES.strike(ip, Instant::now()));
         tracing::warn!(
             reason = abuse.reason(),
             last_stream,
+            source = this.source.map(tracing::field::display),
+            strikes,
             "h2 client broke an abuse limit; sending GOAWAY(ENHANCE_YOUR_CALM)"
         );
         (this.on_abuse)(abuse);
@@ -169,6 +253,11 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for H2Watch<T> {
     ) -> Poll<io::Result<()>> {
         if self.trip.is_some() {
             return self.drive_trip(cx).map(Err);
+        }
+        if !matches!(self.hold, Hold::Done) {
+            if let Err(e) = std::task::ready!(self.as_mut().poll_hold(cx)) {
+                return Poll::Ready(Err(e));
+            }
         }
         let before = buf.filled().len();
         let this = self.as_mut().project();
@@ -285,53 +374,5 @@ impl<T: AsyncRead + AsyncWrite> AsyncWrite for H2Watch<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    use crate::proxy::h2_frames::tests::frame;
-
-    #[tokio::test]
-    async fn ping_flood_gets_goaway_and_plain_bytes_pass() {
-        let (client, server) = tokio::io::duplex(1 << 20);
-        let tripped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let t = tripped.clone();
-        let mut w = H2Watch::new(
-            server,
-            200,
-            Duration::from_secs(10),
-            Arc::new(move |_| t.store(true, std::sync::atomic::Ordering::SeqCst)),
-        );
-        let (mut cr, mut cw) = tokio::io::split(client);
-        let mut flood = PREFACE.to_vec();
-        for _ in 0..2000 {
-            flood.extend(frame(6, 0, 0, &[0; 8]));
-        }
-        cw.write_all(&flood).await.expect("test value");
-        let mut sink = vec![0; 1 << 16];
-        let err = loop {
-            match w.read(&mut sink).await {
-                Ok(_) => continue,
-                Err(e) => break e,
-            }
-        };
-        assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
-        assert!(tripped.load(std::sync::atomic::Ordering::SeqCst));
-        let mut got = Vec::new();
-        cr.read_to_end(&mut got).await.expect("test value");
-        assert_eq!(
-            got,
-            goaway(0, ENHANCE_YOUR_CALM, b"too_many_control_frames")
-        );
-
-        let (mut client, server) = tokio::io::duplex(1024);
-        let mut w = H2Watch::new(server, 200, Duration::from_secs(10), Arc::new(|_| {}));
-        client
-            .write_all(b"GET / HTTP/1.1\r\n\r\n")
-            .await
-            .expect("test value");
-        let mut b = [0u8; 18];
-        w.read_exact(&mut b).await.expect("test value");
-        assert_eq!(&b, b"GET / HTTP/1.1\r\n\r\n");
-    }
-}
+#[path = "h2_watch_tests.rs"]
+mod tests;

@@ -27,6 +27,7 @@ pub(crate) mod grpc_call;
 pub mod guard;
 pub(crate) mod h2;
 pub mod h2_frames;
+pub mod h2_penalty;
 pub mod h2_watch;
 pub mod head;
 pub(crate) mod headers;

@@ -52,6 +52,17 @@ pub(super) fn data_builder(p: &Proxy) -> DataServers {
         // A lifetime count of resets the library sends cuts honest long-lived connections
         // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
         .max_local_error_reset_streams(None)
+        // h2 ends a connection with more than 20 client-reset streams waiting to be accepted
+        // (its rapid-reset guard). Every client RST_STREAM is already charged by proxy::h2_watch at
+        // read time, within a burst of `h2_max_resets_per_second`; h2's cap of 20 only cut honest
+        // cancellers whose frames queued up while the gateway's worker was busy for ~130 ms
+        // (h2_abuse::honest_canceller_below_the_cap_is_never_cut on a loaded machine). Twice the
+        // burst keeps it as a backstop the meter always reaches first.
+        .max_pending_accept_reset_streams(
+            (l.h2.max_resets_per_second.get() as usize)
+                .saturating_mul(2)
+                .max(20),
+        )
         .keep_alive_interval(Duration::from_secs(30));
     DataServers { h2, h1_upgrade }
 }
@@ -282,7 +293,11 @@ fn service(
     let (proxy, dc) = (proxy.clone(), dc.clone());
     service_fn(move |req: http::Request<Incoming>| {
         let req = req.map(|b| b.map_err(Into::into).boxed_unsync());
-        proxy.clone().handle(req, dc.clone())
+        // Boxed: hyper's h2 server spawns one task per stream and moves the service future into
+        // it (and tokio moves it again into the task cell and its output stage); the request's
+        // future is tens of KiB, so unboxed those moves were half of the instructions of a gRPC
+        // call (issue 16, bench/README "HTTP/2 and gRPC per call").
+        Box::pin(proxy.clone().handle(req, dc.clone()))
     })
 }
 
@@ -347,7 +362,8 @@ async fn serve_h2<I>(
                 .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })
                 .inc();
         }),
-    );
+    )
+    .from_source(peer.ip());
     // The watch must see the preface before hyper writes its SETTINGS (it takes a connection
     // the gateway speaks on first for HTTP/1.x): it is read through the watch here, then
     // replayed to hyper, as hyper-util's version detection did.

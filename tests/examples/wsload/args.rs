@@ -24,6 +24,16 @@ pub(crate) struct Args {
     pub(crate) hop_node: String,
     /// Hop mode: how long after the kill to wait for every hop.
     pub(crate) hop_wait: Duration,
+    /// Message-rate mode: the measured window, seconds.
+    pub(crate) msg_secs: Option<f64>,
+    /// Message-rate mode: sockets.
+    pub(crate) msg_conns: usize,
+    /// Message-rate mode: messages in flight per socket.
+    pub(crate) msg_inflight: usize,
+    /// Message-rate mode: payload bytes per message.
+    pub(crate) msg_bytes: usize,
+    /// Message-rate mode: closed-loop warm-up before the window.
+    pub(crate) msg_warmup: Duration,
     /// Hop mode: how long the sockets stay open after the JSON is printed.
     pub(crate) hold: Duration,
 }
@@ -47,6 +57,11 @@ pub(crate) fn parse_args() -> Result<Args> {
         hop_kill: None,
         hop_node: "node-1".to_owned(),
         hop_wait: Duration::from_secs(60),
+        msg_secs: None,
+        msg_conns: 64,
+        msg_inflight: 4,
+        msg_bytes: 64,
+        msg_warmup: Duration::from_secs(1),
         hold: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
@@ -74,6 +89,13 @@ pub(crate) fn parse_args() -> Result<Args> {
             "--hop-wait-secs" => {
                 a.hop_wait = Duration::from_secs_f64(value.parse().context("--hop-wait-secs")?)
             }
+            "--msg-secs" => a.msg_secs = Some(value.parse().context("--msg-secs")?),
+            "--msg-conns" => a.msg_conns = value.parse().context("--msg-conns")?,
+            "--msg-inflight" => a.msg_inflight = value.parse().context("--msg-inflight")?,
+            "--msg-bytes" => a.msg_bytes = value.parse().context("--msg-bytes")?,
+            "--msg-warmup-secs" => {
+                a.msg_warmup = Duration::from_secs_f64(value.parse().context("--msg-warmup-secs")?)
+            }
             "--hold-ms" => a.hold = Duration::from_millis(value.parse().context("--hold-ms")?),
             other => bail!("unknown flag {other}"),
         }
@@ -82,6 +104,9 @@ pub(crate) fn parse_args() -> Result<Args> {
         bail!("--url is required");
     }
     a.target = Target::new(&a.url, a.ca.as_deref())?;
+    if a.msg_inflight == 0 {
+        bail!("--msg-inflight must be at least 1");
+    }
     if a.steps.windows(2).any(|w| w[1] < w[0]) {
         bail!("--steps must not decrease");
     }

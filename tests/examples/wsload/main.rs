@@ -38,13 +38,18 @@
 //! last hop or the deadline, in the order of `pids`. Every socket stays open until the JSON is
 //! printed, and `--hold-ms N` (default 0) more, so a profiler of the gateway can stop first.
 //!
+//! Message-rate mode (`bench/ws-msg.sh`, issue 16), selected by `--msg-secs N`: `--msg-conns 64`
+//! sockets with `--msg-inflight 4` messages of `--msg-bytes 64` in flight each, closed loop, and
+//! the proxies' CPU per round trip over the window (`msg.rs` documents its JSON).
+//!
 //! Modules: `args` (the flags), `conn` (dialing `ws://`/`wss://` and the hello), `idle` (idle +
-//! echo mode), `hop` (hop mode), `stats` (/proc reads and quantiles).
+//! echo mode), `hop` (hop mode), `msg` (message-rate mode), `stats` (/proc reads and quantiles).
 
 mod args;
 mod conn;
 mod hop;
 mod idle;
+mod msg;
 mod stats;
 
 use anyhow::Result;
@@ -52,8 +57,9 @@ use anyhow::Result;
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = args::parse_args()?;
-    match args.hop_kill {
-        Some(pid) => hop::run(&args, pid).await,
-        None => idle::run(&args).await,
+    match (args.hop_kill, args.msg_secs) {
+        (Some(pid), _) => hop::run(&args, pid).await,
+        (None, Some(secs)) => msg::run(&args, secs).await,
+        (None, None) => idle::run(&args).await,
     }
 }

@@ -7,13 +7,19 @@ use serde_json::{json, Value};
 /// CPU time (user + system, all threads) of `pid` so far in milliseconds, from `/proc/<pid>/stat`
 /// (fields 14 and 15, in clock ticks of 10 ms: `CLK_TCK` is 100 on Linux); None when unreadable.
 pub(crate) fn cpu_ms(pid: u32) -> Option<u64> {
+    Some(cpu_ticks(pid)? * 10)
+}
+
+/// CPU time (user + system, all threads) of `pid` so far in clock ticks (`CLK_TCK`), from
+/// `/proc/<pid>/stat` fields 14 and 15; None when unreadable.
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces; the fields after it follow its closing ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     let mut f = rest.split_whitespace().skip(11);
     let utime: u64 = f.next()?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
-    Some((utime + stime) * 10)
+    Some(utime + stime)
 }
 
 /// Sum of VmRSS (KiB) over `pids` (from /proc/<pid>/status, unreadable ones count 0); 0 when

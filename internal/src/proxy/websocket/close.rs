@@ -4,10 +4,9 @@
 
 use crate::proxy::respond::{render, Dialect, ProxyError};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 
 use super::dial::pick_other;
-use super::frame::{self, FrameError, Kind};
+use super::frame::{self, Frame, FrameError, Kind};
 use super::relay::{Flow, Relay, CLOSE_REPLY_WAIT};
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::hop_clock::HopClock;
@@ -54,11 +53,11 @@ impl Relay {
         Flow::End
     }
 
-    /// Writes `frame` to the client, counting bytes.
+    /// Writes `frame` to the client (unmasked: [`Frame::for_peer`]), counting bytes.
     pub(super) async fn send_client(&mut self, frame: &Frame) -> Result<(), FrameError> {
         let n = self.down.write(frame).await?;
-        self.bytes_out += n as u64;
-        self.down_close_sent |= frame::kind(frame) == Kind::Close;
+        self.traffic.bytes_out += n as u64;
+        self.down_close_sent |= frame.kind() == Kind::Close;
         Ok(())
     }
 
@@ -101,11 +100,11 @@ impl Relay {
     /// Waits (at most [`CLOSE_REPLY_WAIT`]) for the client's Close reply, counting what it sends.
     async fn await_client_reply(&mut self) {
         let down = &mut self.down;
-        let bytes_in = &mut self.bytes_in;
+        let bytes_in = &mut self.traffic.bytes_in;
         let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
-            while let Ok(Some((f, wire))) = down.read().await {
-                *bytes_in += wire as u64;
-                if frame::kind(&f) == Kind::Close {
+            while let Ok(Some(f)) = down.read().await {
+                *bytes_in += f.wire().len() as u64;
+                if f.kind() == Kind::Close {
                     break;
                 }
             }

@@ -1,42 +1,21 @@
-//! WebSocket frames on the wire (RFC 6455 section 5), read and written one at a time so the relay
-//! forwards each frame as it came: opcode, FIN and RSV bits untouched (extensions such as
-//! permessage-deflate stay end to end), control frames never answered here.
+//! WebSocket frames on the wire (RFC 6455 section 5.2): the header read in place, and a frame
+//! kept as the exact bytes it arrived in, so the relay forwards it byte for byte: opcode, FIN and
+//! RSV bits untouched (extensions such as permessage-deflate stay end to end), a client's frame
+//! still masked with the key the client chose (section 5.3: any key is as good as a fresh one),
+//! a node's frame unmasked. Control frames are never answered here.
 //!
-//! tungstenite's `WebSocket` cannot be used for this: it answers pings and closes by itself and
-//! rejects frames with RSV bits set. Its frame layer ([`FrameHeader::parse`], [`Frame::format`]) is
-//! used instead. Masking follows the side: frames to a node are masked with a fresh key, frames to the
-//! client are not (section 5.3). Holds one bounded read buffer, released whenever it is empty; spawns nothing.
+//! Only frames the gateway makes itself (Close) or sends the other way than they came (a client's
+//! Close echoed back to the client during a hop) are re-encoded, masked for a node and unmasked
+//! for the client ([`Frame::for_peer`]). Pure; spawns nothing.
 
-use std::io::Cursor;
-use std::pin::Pin;
-use std::task::Poll;
-use std::time::Duration;
+use bytes::Bytes;
 
-use bytes::{Buf, Bytes, BytesMut};
-use futures_util::FutureExt;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
-use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
-
-/// Largest frame payload relayed unless [`FrameIo::set_max_payload`] says otherwise: the default
-/// `limits.websocket_max_message` (SPEC section 5: no separate frame cap below the message cap).
-/// A bigger frame ends the socket with close code 1009 instead of growing the buffer.
-pub(super) const MAX_FRAME_PAYLOAD: u64 = crate::config::DEFAULT_WEBSOCKET_MAX_MESSAGE;
-/// A peer that takes longer than this to accept one frame is treated as gone (no task waits forever).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Reads [`FrameIo::peer_gone`] makes at most, looking past ready bytes for an end of stream.
-const PEEK_READS: usize = 4;
-/// Bytes one read takes off the socket when the buffer has no room prepared for a large frame.
-/// They are read into a scratch array on the stack (never kept across an await) and copied into
-/// the buffer, so an idle side holds no read buffer at all (issue 7: memory per idle WebSocket).
-const READ_CHUNK: usize = 8 * 1024;
-
-/// Which side a [`FrameIo`] talks to; decides masking (RFC 6455 section 5.3).
+/// Which side a frame comes from or goes to; decides masking (RFC 6455 section 5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Peer {
-    /// The downstream client: its frames arrive masked, ours go out unmasked.
+    /// The downstream client: its frames arrive masked, frames to it go out unmasked.
     Client,
-    /// An upstream node: its frames arrive unmasked, ours go out masked.
+    /// An upstream node: its frames arrive unmasked, frames to it go out masked.
     Node,
 }
 
@@ -52,201 +31,20 @@ pub(super) enum FrameError {
     /// A frame broke RFC 6455 framing (reserved opcode, wrong masking, oversized control frame).
     #[error("protocol violation: {0}")]
     Protocol(&'static str),
-    /// A frame larger than the limit (`.0` its length, `.1` the limit).
-    #[error("frame of {0} bytes is larger than the {1} byte limit (limits.websocket_max_message)")]
+    /// A message larger than the limit (`.0` its size so far in bytes, `.1` the limit).
+    #[error(
+        "message of {0} bytes is larger than the {1} byte limit (limits.websocket_max_message)"
+    )]
     TooBig(u64, u64),
-    /// The peer did not take a frame within the write timeout.
-    #[error("peer did not accept a frame within {WRITE_TIMEOUT:?}")]
-    WriteTimeout,
-}
-
-/// One WebSocket side: the upgraded byte stream plus its read buffer.
-#[derive(Debug)]
-pub(super) struct FrameIo<S> {
-    io: S,
-    buf: BytesMut,
-    peer: Peer,
-    /// Set once a read returned end of stream: later reads drain the buffer and stop there.
-    eof: bool,
-    /// Largest payload accepted, bytes.
-    max_payload: u64,
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
-    /// Wraps an upgraded stream talking to `peer`.
-    pub(super) fn new(io: S, peer: Peer) -> Self {
-        FrameIo {
-            io,
-            buf: BytesMut::new(),
-            peer,
-            eof: false,
-            max_payload: MAX_FRAME_PAYLOAD,
-        }
-    }
-
-    /// Sets the largest frame payload accepted (`limits.websocket_max_message`), in bytes.
-    pub(super) fn set_max_payload(&mut self, max: u64) {
-        self.max_payload = max;
-    }
-
-    /// Reads the next frame with its payload unmasked, and its size on the wire. `Ok(None)` means
-    /// TCP closed cleanly between frames. Cancel-safe: bytes read so far stay in the buffer.
-    pub(super) async fn read(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
-        loop {
-            if let Some(frame) = self.parse()? {
-                return Ok(Some(frame));
-            }
-            if self.eof || self.fill().await? == 0 {
-                self.eof = true;
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(FrameError::Truncated)
-                };
-            }
-        }
-    }
-
-    /// Reads once from the socket into the buffer; returns the bytes read (0 at end of stream).
-    /// With room already reserved for a large frame the read goes straight into the buffer;
-    /// otherwise into a stack scratch array, copied into a buffer sized to what arrived.
-    fn fill(&mut self) -> impl std::future::Future<Output = std::io::Result<usize>> + '_ {
-        std::future::poll_fn(move |cx| self.poll_fill(cx))
-    }
-
-    fn poll_fill(&mut self, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() >= READ_CHUNK {
-            return tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
-        }
-        let mut scratch = [0u8; READ_CHUNK];
-        let mut rb = ReadBuf::new(&mut scratch);
-        match Pin::new(&mut self.io).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => {
-                let got = rb.filled();
-                self.buf.extend_from_slice(got);
-                Poll::Ready(Ok(got.len()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    /// True if the peer has already closed TCP or failed, checked without waiting (bytes that arrived
-    /// are kept for [`FrameIo::read`]). Used so a frame is never written to a node known to be gone.
-    /// Reads on while bytes are ready, so a FIN or reset queued behind the node's last frames (a
-    /// node killed right after answering) is seen too; at most [`PEEK_READS`] reads.
-    pub(super) fn peer_gone(&mut self) -> bool {
-        for _ in 0..PEEK_READS {
-            if self.eof {
-                return true;
-            }
-            match self.fill().now_or_never() {
-                Some(Ok(0)) => self.eof = true,
-                Some(Ok(_)) => {}
-                None => return false,
-                Some(Err(_)) => return true,
-            }
-        }
-        self.eof
-    }
-
-    fn parse(&mut self) -> Result<Option<(Frame, usize)>, FrameError> {
-        let mut cursor = Cursor::new(&self.buf[..]);
-        let Some((mut header, len)) =
-            FrameHeader::parse(&mut cursor).map_err(|_| FrameError::Protocol("reserved opcode"))?
-        else {
-            return Ok(None);
-        };
-        if len >> 63 != 0 {
-            // RFC 6455 section 5.2: the most significant bit of a 64-bit length MUST be 0.
-            return Err(FrameError::Protocol(
-                "64-bit payload length with the most significant bit set",
-            ));
-        }
-        if len > self.max_payload {
-            return Err(FrameError::TooBig(len, self.max_payload));
-        }
-        let head = usize::try_from(cursor.position()).expect("a frame header is at most 14 bytes");
-        let len = usize::try_from(len).map_err(|_| FrameError::TooBig(len, self.max_payload))?;
-        if self.buf.len() < head + len {
-            self.buf.reserve(head + len - self.buf.len());
-            return Ok(None);
-        }
-        if let OpCode::Control(_) = header.opcode {
-            if !header.is_final || len > 125 {
-                return Err(FrameError::Protocol(
-                    "control frame fragmented or longer than 125 bytes",
-                ));
-            }
-        }
-        match (self.peer, header.mask.take()) {
-            (Peer::Client, None) => Err(FrameError::Protocol("unmasked frame from the client")),
-            (Peer::Node, Some(_)) => Err(FrameError::Protocol("masked frame from the node")),
-            (_, mask) => {
-                self.buf.advance(head);
-                let mut payload = self.buf.split_to(len);
-                if self.buf.is_empty() {
-                    // Idle between frames: hold no buffer (the payload keeps its own bytes).
-                    self.buf = BytesMut::new();
-                }
-                if let Some(key) = mask {
-                    apply_mask(&mut payload, key);
-                }
-                Ok(Some((
-                    Frame::from_payload(header, payload.freeze()),
-                    head + len,
-                )))
-            }
-        }
-    }
-
-    /// Writes `frame` (masked for a node, unmasked for the client) and flushes it. Returns the bytes
-    /// written.
-    pub(super) async fn write(&mut self, frame: &Frame) -> Result<usize, FrameError> {
-        let mut header = frame.header().clone();
-        header.mask = match self.peer {
-            Peer::Node => Some(rand::random()),
-            Peer::Client => None,
-        };
-        let len = frame.payload().len();
-        let mut out = Vec::with_capacity(header.len(len as u64) + len);
-        header
-            .format(len as u64, &mut out)
-            .map_err(|_| FrameError::Protocol("frame header could not be encoded"))?;
-        let start = out.len();
-        out.extend_from_slice(frame.payload());
-        if let Some(key) = header.mask {
-            apply_mask(&mut out[start..], key);
-        }
-        let io = &mut self.io;
-        match tokio::time::timeout(WRITE_TIMEOUT, async {
-            io.write_all(&out).await?;
-            io.flush().await
-        })
-        .await
-        {
-            Ok(r) => r.map(|()| out.len()).map_err(FrameError::Io),
-            Err(_) => Err(FrameError::WriteTimeout),
-        }
-    }
-
-    /// Closes the write side (TCP FIN) within a short bound; errors mean it is gone already.
-    pub(super) async fn shutdown(&mut self) {
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
-    }
-}
-
-/// XOR `payload` with the 4-byte masking key (RFC 6455 section 5.3).
-fn apply_mask(payload: &mut [u8], key: [u8; 4]) {
-    for (i, b) in payload.iter_mut().enumerate() {
-        *b ^= key[i & 3];
-    }
+    /// The peer did not take the bytes written within the write timeout.
+    #[error("peer did not accept a frame within {0:?}")]
+    WriteTimeout(std::time::Duration),
 }
 
 /// What a frame is, for the relay's decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// First frame of a data message; `fin` false when more fragments follow.
+    /// First frame of a data message (text or binary); `fin` false when more fragments follow.
     Start {
         /// True if this frame is the whole message.
         fin: bool,
@@ -264,19 +62,195 @@ pub(super) enum Kind {
     Close,
 }
 
-/// Classifies `frame` (reserved opcodes never get here: [`FrameIo::read`] rejects them).
-pub(super) fn kind(frame: &Frame) -> Kind {
-    let fin = frame.header().is_final;
-    match frame.header().opcode {
-        OpCode::Data(Data::Continue) => Kind::Continue { fin },
-        OpCode::Data(_) => Kind::Start { fin },
-        OpCode::Control(Control::Ping) => Kind::Ping,
-        OpCode::Control(Control::Pong) => Kind::Pong,
-        OpCode::Control(_) => Kind::Close,
+/// A frame header read in place (RFC 6455 section 5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Head {
+    /// What the frame is.
+    pub(super) kind: Kind,
+    /// The masking key, if the MASK bit is set.
+    pub(super) mask: Option<[u8; 4]>,
+    /// Length of the header on the wire, bytes (2 to 14).
+    pub(super) len: usize,
+    /// Payload length, bytes.
+    pub(super) payload: u64,
+}
+
+impl Head {
+    /// Reads the header at the start of `b` for a frame coming from `from`. `Ok(None)` when `b`
+    /// holds less than the whole header.
+    ///
+    /// # Errors
+    /// [`FrameError::Protocol`] for a reserved opcode, a 64-bit length with its most significant
+    /// bit set, a fragmented or longer than 125 bytes control frame (section 5.5), an unmasked
+    /// client frame or a masked node frame (section 5.1).
+    pub(super) fn parse(b: &[u8], from: Peer) -> Result<Option<Head>, FrameError> {
+        let [b0, b1, ..] = *b else {
+            return Ok(None);
+        };
+        let fin = b0 & 0x80 != 0;
+        let kind = match b0 & 0x0f {
+            0x0 => Kind::Continue { fin },
+            0x1 | 0x2 => Kind::Start { fin },
+            0x8 => Kind::Close,
+            0x9 => Kind::Ping,
+            0xa => Kind::Pong,
+            _ => return Err(FrameError::Protocol("reserved opcode")),
+        };
+        let masked = b1 & 0x80 != 0;
+        let (payload, mut len) = match b1 & 0x7f {
+            126 if b.len() < 4 => return Ok(None),
+            126 => (u64::from(u16::from_be_bytes([b[2], b[3]])), 4),
+            127 if b.len() < 10 => return Ok(None),
+            127 => {
+                let n = u64::from_be_bytes(b[2..10].try_into().expect("8 bytes"));
+                if n >> 63 != 0 {
+                    return Err(FrameError::Protocol(
+                        "64-bit payload length with the most significant bit set",
+                    ));
+                }
+                (n, 10)
+            }
+            n => (u64::from(n), 2),
+        };
+        if matches!(kind, Kind::Close | Kind::Ping | Kind::Pong) && (!fin || payload > 125) {
+            return Err(FrameError::Protocol(
+                "control frame fragmented or longer than 125 bytes",
+            ));
+        }
+        match (from, masked) {
+            (Peer::Client, false) => {
+                return Err(FrameError::Protocol("unmasked frame from the client"))
+            }
+            (Peer::Node, true) => return Err(FrameError::Protocol("masked frame from the node")),
+            _ => {}
+        }
+        let mask = if masked {
+            let Some(key) = b.get(len..len + 4) else {
+                return Ok(None);
+            };
+            len += 4;
+            Some(key.try_into().expect("4 bytes"))
+        } else {
+            None
+        };
+        Ok(Some(Head {
+            kind,
+            mask,
+            len,
+            payload,
+        }))
+    }
+
+    /// Header plus payload, bytes; `None` when that does not fit in memory.
+    pub(super) fn wire_len(&self) -> Option<usize> {
+        usize::try_from(self.payload).ok()?.checked_add(self.len)
     }
 }
 
-/// A Close frame with `code` and `reason` (reason cut to fit the 125-byte control frame limit).
+/// One whole frame as it was (or will be) on the wire.
+#[derive(Debug, Clone)]
+pub(super) struct Frame {
+    head: Head,
+    wire: Bytes,
+}
+
+impl Frame {
+    /// The frame whose header is `head` and whose bytes on the wire are `wire` (header included,
+    /// `head.wire_len()` of them).
+    pub(super) fn new(head: Head, wire: Bytes) -> Self {
+        debug_assert_eq!(head.wire_len(), Some(wire.len()));
+        Frame { head, wire }
+    }
+
+    /// What the frame is.
+    pub(super) fn kind(&self) -> Kind {
+        self.head.kind
+    }
+
+    /// Payload length, bytes.
+    pub(super) fn payload_len(&self) -> usize {
+        self.wire.len() - self.head.len
+    }
+
+    /// The bytes on the wire, header included.
+    pub(super) fn wire(&self) -> &[u8] {
+        &self.wire
+    }
+
+    /// The payload, unmasked (a copy only when the frame is masked).
+    fn payload(&self) -> std::borrow::Cow<'_, [u8]> {
+        let p = &self.wire[self.head.len..];
+        match self.head.mask {
+            None => p.into(),
+            Some(key) => {
+                let mut v = p.to_vec();
+                apply_mask(&mut v, key);
+                v.into()
+            }
+        }
+    }
+
+    /// The code of a Close frame, `None` when it carries none (RFC 6455 section 5.5.1).
+    pub(super) fn close_code(&self) -> Option<u16> {
+        let p = self.wire.get(self.head.len..self.head.len + 2)?;
+        let mut code = [p[0], p[1]];
+        if let Some(key) = self.head.mask {
+            apply_mask(&mut code, key);
+        }
+        Some(u16::from_be_bytes(code))
+    }
+
+    /// The bytes to write to `to`: the frame as it is when its masking already suits `to` (a
+    /// client's frame to a node, a node's or the gateway's frame to the client), otherwise
+    /// re-encoded with a fresh key for a node, unmasked for the client (section 5.3).
+    pub(super) fn for_peer(&self, to: Peer) -> Bytes {
+        match (to, self.head.mask) {
+            (Peer::Node, Some(_)) | (Peer::Client, None) => self.wire.clone(),
+            (Peer::Node, None) => encode(self.wire[0], &self.payload(), Some(rand::random())),
+            (Peer::Client, Some(_)) => encode(self.wire[0], &self.payload(), None),
+        }
+    }
+}
+
+/// A frame whose first byte (FIN, RSV, opcode) is `b0`, carrying `payload` (plain), masked with
+/// `mask` if given.
+fn encode(b0: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Bytes {
+    let len = payload.len();
+    let mut out = Vec::with_capacity(14 + len);
+    out.push(b0);
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match len {
+        0..=125 => out.push(m | len as u8),
+        126..=0xffff => {
+            out.push(m | 126);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(m | 127);
+            out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    if let Some(key) = mask {
+        out.extend_from_slice(&key);
+    }
+    let start = out.len();
+    out.extend_from_slice(payload);
+    if let Some(key) = mask {
+        apply_mask(&mut out[start..], key);
+    }
+    Bytes::from(out)
+}
+
+/// XOR `payload` (a whole frame payload, from its first byte) with the 4-byte masking key
+/// (RFC 6455 section 5.3).
+fn apply_mask(payload: &mut [u8], key: [u8; 4]) {
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= key[i & 3];
+    }
+}
+
+/// A Close frame with `code` and `reason` (reason cut to fit the 125-byte control frame limit),
+/// unmasked: [`Frame::for_peer`] masks it on its way to a node.
 pub(super) fn close(code: u16, reason: &str) -> Frame {
     let mut cut = reason.len().min(123);
     while !reason.is_char_boundary(cut) {
@@ -285,107 +259,115 @@ pub(super) fn close(code: u16, reason: &str) -> Frame {
     let mut payload = Vec::with_capacity(2 + cut);
     payload.extend_from_slice(&code.to_be_bytes());
     payload.extend_from_slice(&reason.as_bytes()[..cut]);
-    let header = FrameHeader {
-        opcode: OpCode::Control(Control::Close),
-        ..FrameHeader::default()
-    };
-    Frame::from_payload(header, Bytes::from(payload))
-}
-
-/// The code of a Close frame, `None` when it carries none (RFC 6455 section 5.5.1).
-pub(super) fn close_code(frame: &Frame) -> Option<u16> {
-    let p = frame.payload();
-    (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]))
+    let wire = encode(0x88, &payload, None);
+    let head = Head::parse(&wire, Peer::Node)
+        .ok()
+        .flatten()
+        .expect("an encoded Close frame parses");
+    Frame::new(head, wire)
 }
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::AsyncReadExt;
-
     use super::*;
 
-    fn pair() -> (
-        FrameIo<tokio::io::DuplexStream>,
-        FrameIo<tokio::io::DuplexStream>,
-    ) {
-        let (a, b) = tokio::io::duplex(64 * 1024);
-        // `a` is the gateway's node side (writes masked), `b` plays the gateway's client side (reads masked).
-        (FrameIo::new(a, Peer::Node), FrameIo::new(b, Peer::Client))
+    fn parse(b: &[u8], from: Peer) -> Frame {
+        let head = Head::parse(b, from).expect("valid").expect("whole header");
+        Frame::new(head, Bytes::copy_from_slice(b))
     }
 
-    #[tokio::test]
-    async fn frames_keep_opcode_fin_and_rsv_bits_across_masking() {
-        let (mut to_node, mut from_client) = pair();
-        let header = FrameHeader {
-            is_final: false,
-            rsv1: true,
-            opcode: OpCode::Data(Data::Binary),
-            mask: None,
-            ..FrameHeader::default()
-        };
-        let frame = Frame::from_payload(header.clone(), Bytes::from_static(b"compressed bytes"));
-        let written = to_node.write(&frame).await.expect("write");
-        let (got, wire) = from_client.read().await.expect("read").expect("a frame");
-        assert_eq!(wire, written);
-        assert_eq!(got.header(), &header);
-        assert_eq!(got.payload(), b"compressed bytes");
+    #[test]
+    fn headers_read_kind_mask_and_the_three_length_forms() {
+        let h = Head::parse(&[0x81, 0x85, 1, 2, 3, 4], Peer::Client)
+            .expect("valid")
+            .expect("whole");
+        assert_eq!(
+            h,
+            Head {
+                kind: Kind::Start { fin: true },
+                mask: Some([1, 2, 3, 4]),
+                len: 6,
+                payload: 5
+            }
+        );
+        let h = Head::parse(&[0x02, 126, 0x01, 0x00], Peer::Node)
+            .expect("valid")
+            .expect("whole");
+        assert_eq!(
+            (h.kind, h.len, h.payload),
+            (Kind::Start { fin: false }, 4, 256)
+        );
+        let mut b = vec![0x80, 127];
+        b.extend_from_slice(&70_000u64.to_be_bytes());
+        let h = Head::parse(&b, Peer::Node).expect("valid").expect("whole");
+        assert_eq!(
+            (h.kind, h.len, h.payload),
+            (Kind::Continue { fin: true }, 10, 70_000)
+        );
+        // Every prefix shorter than the header is "not yet".
+        for cut in 0..b.len() {
+            assert_eq!(Head::parse(&b[..cut], Peer::Node).expect("valid"), None);
+        }
+        assert_eq!(
+            Head::parse(&[0x81, 0x85, 1, 2, 3], Peer::Client).expect("valid"),
+            None
+        );
     }
 
-    #[tokio::test]
-    async fn partial_frames_wait_for_the_rest_and_eof_between_frames_is_clean() {
-        let (a, b) = tokio::io::duplex(1024);
-        let mut node_side = FrameIo::new(b, Peer::Node);
-        let (mut ra, mut wa) = tokio::io::split(a);
-        // Unmasked text frame "hello" sent in two writes.
-        wa.write_all(&[0x81, 0x05, b'h', b'e'])
-            .await
-            .expect("write");
-        let read = tokio::spawn(async move {
-            let f = node_side.read().await.expect("read").expect("frame");
-            let end = node_side.read().await.expect("clean eof");
-            (f, end)
-        });
-        wa.write_all(b"llo").await.expect("write");
-        wa.shutdown().await.expect("shutdown");
-        drop(wa);
-        let mut sink = Vec::new();
-        let _ = ra.read_to_end(&mut sink).await;
-        let (f, end) = read.await.expect("join");
-        assert_eq!(f.0.payload(), b"hello");
-        assert_eq!(kind(&f.0), Kind::Start { fin: true });
-        assert!(end.is_none());
+    #[test]
+    fn protocol_violations_are_refused() {
+        let refused = |b: &[u8], from| matches!(Head::parse(b, from), Err(FrameError::Protocol(_)));
+        assert!(refused(&[0x83, 0x00], Peer::Node), "reserved opcode");
+        assert!(
+            refused(&[0x81, 0x01], Peer::Client),
+            "unmasked client frame"
+        );
+        assert!(
+            refused(&[0x81, 0x81, 0, 0, 0, 0], Peer::Node),
+            "masked node frame"
+        );
+        assert!(refused(&[0x09, 0x00], Peer::Node), "fragmented ping");
+        assert!(
+            refused(&[0x89, 126, 0, 200], Peer::Node),
+            "ping over 125 bytes"
+        );
+        let mut b = vec![0x82, 127];
+        b.extend_from_slice(&(1u64 << 63).to_be_bytes());
+        assert!(refused(&b, Peer::Node), "64-bit length with the top bit");
     }
 
-    #[tokio::test]
-    async fn unmasked_client_frames_and_oversized_control_frames_are_refused() {
-        let (a, b) = tokio::io::duplex(1024);
-        let mut client_side = FrameIo::new(b, Peer::Client);
-        let (_, mut wa) = tokio::io::split(a);
-        wa.write_all(&[0x81, 0x01, b'x']).await.expect("write");
-        assert!(matches!(
-            client_side.read().await,
-            Err(FrameError::Protocol(_))
-        ));
-        let (a, b) = tokio::io::duplex(1024);
-        let mut node_side = FrameIo::new(b, Peer::Node);
-        let (_, mut wa) = tokio::io::split(a);
-        let mut ping = vec![0x89, 126, 0, 200];
-        ping.extend(std::iter::repeat_n(0u8, 200));
-        wa.write_all(&ping).await.expect("write");
-        assert!(matches!(
-            node_side.read().await,
-            Err(FrameError::Protocol(_))
-        ));
+    #[test]
+    fn a_client_frame_goes_to_the_node_with_its_own_mask_key() {
+        // "Hello" masked with 37 fa 21 3d (RFC 6455 section 5.7), RSV1 set.
+        let wire = [
+            0xc1, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
+        let f = parse(&wire, Peer::Client);
+        assert_eq!(&f.for_peer(Peer::Node)[..], &wire[..], "byte for byte");
+        assert_eq!(f.payload_len(), 5);
+        // Echoed back to the client it goes unmasked, first byte (FIN, RSV1, opcode) kept.
+        assert_eq!(&f.for_peer(Peer::Client)[..], b"\xc1\x05Hello");
+    }
+
+    #[test]
+    fn a_node_frame_goes_to_the_client_as_is_and_masked_to_a_node() {
+        let wire = b"\x81\x05Hello";
+        let f = parse(wire, Peer::Node);
+        assert_eq!(&f.for_peer(Peer::Client)[..], &wire[..]);
+        let masked = f.for_peer(Peer::Node);
+        let back = parse(&masked, Peer::Client);
+        assert_eq!(&back.for_peer(Peer::Client)[..], &wire[..]);
     }
 
     #[test]
     fn close_frames_carry_code_and_cut_reason() {
         let f = close(1012, &"é".repeat(100));
-        assert_eq!(close_code(&f), Some(1012));
-        assert!(f.payload().len() <= 125);
+        assert_eq!(f.close_code(), Some(1012));
+        assert_eq!(f.kind(), Kind::Close);
+        assert!(f.payload_len() <= 125);
         assert!(std::str::from_utf8(&f.payload()[2..]).is_ok());
-        assert_eq!(kind(&f), Kind::Close);
-        let empty = Frame::from_payload(FrameHeader::default(), Bytes::new());
-        assert_eq!(close_code(&empty), None);
+        let masked = parse(&f.for_peer(Peer::Node), Peer::Client);
+        assert_eq!(masked.close_code(), Some(1012), "read through the mask");
+        assert_eq!(parse(&[0x88, 0x00], Peer::Node).close_code(), None);
     }
 }

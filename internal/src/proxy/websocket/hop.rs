@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::dial::{pick_other, DialError, Negotiated};
-use super::frame::{self, Kind};
+use super::frame::{FrameError, Kind};
 use super::redial::{redial_node, Handshake};
 use super::relay::{Flow, NodeSide, Relay};
 use super::Stream;
@@ -83,16 +83,16 @@ impl Relay {
         reason: HopReason,
         failure_seen: Instant,
     ) -> Option<Flow> {
-        let Ok(Some((f, wire))) = r else {
-            tracing::debug!("client left during a hop");
-            return Some(Flow::End);
+        let f = match r {
+            Ok(Some(f)) => f,
+            Err(FrameError::TooBig(size, _)) => return Some(self.client_too_big(size).await),
+            _ => {
+                tracing::debug!("client left during a hop");
+                return Some(Flow::End);
+            }
         };
-        self.bytes_in += wire as u64;
-        let k = frame::kind(&f);
-        self.track_client(k);
-        if let Err(size) = self.client_size.add(k, f.payload().len(), self.max_message) {
-            return Some(self.client_too_big(size).await);
-        }
+        self.traffic.bytes_in += f.wire().len() as u64;
+        let k = f.kind();
         match k {
             Kind::Close => {
                 // The client ends the session while no node is attached: complete its handshake.
@@ -138,7 +138,7 @@ impl Relay {
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mut side = NodeSide::new(node, io, inflight);
-        side.io.set_max_payload(self.max_message);
+        side.io.set_max_message(self.max_message);
         let held = self.held.take();
         let count = held.len();
         for f in held {

@@ -3,43 +3,61 @@
 //!
 //! [`MessageSize`] adds up the fragments of the message in flight and says when it passes
 //! `limits.websocket_max_message`. [`Partial`] keeps the frames of the client's unfinished message
-//! that already went to the current node (payloads are shared `Bytes`, not copied), bounded; a hop
+//! that already went to the current node (as they were on the wire, shared `Bytes`), bounded; a hop
 //! replays them to the new node before the rest, so the new node receives the message whole.
 //! Control frames between fragments are neither counted nor kept. Pure; spawns nothing.
 
 use std::collections::VecDeque;
 
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-
-use super::frame::{self, Kind};
+use super::frame::{Frame, Kind};
 
 /// Bytes of an unfinished client message kept for replay on a hop; past it the message cannot
 /// move and a hop mid-message becomes a reconnect hint (the same bound as frames held during a
 /// re-dial, so one socket never keeps more than twice this).
 const MAX_PARTIAL_BYTES: usize = 1 << 20;
 
-/// The size of the message in flight in one direction.
+/// The message in flight in one direction: its size so far and whether it is unfinished.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct MessageSize {
     len: u64,
+    open: bool,
 }
 
 impl MessageSize {
+    /// The message's size once a frame of kind `k` with `payload` bytes is added, if that passes
+    /// `limit`; changes nothing. Lets a reader refuse a frame from its header alone.
+    pub(super) fn check(&self, k: Kind, payload: u64, limit: u64) -> Result<(), u64> {
+        let len = match k {
+            Kind::Start { .. } => payload,
+            Kind::Continue { .. } => self.len.saturating_add(payload),
+            Kind::Ping | Kind::Pong | Kind::Close => return Ok(()),
+        };
+        if len > limit {
+            return Err(len);
+        }
+        Ok(())
+    }
+
     /// Accounts a frame of kind `k` with `payload` bytes; the message's size so far if it passed
-    /// `limit`.
-    pub(super) fn add(&mut self, k: Kind, payload: usize, limit: u64) -> Result<(), u64> {
+    /// `limit` (nothing is accounted then).
+    pub(super) fn add(&mut self, k: Kind, payload: u64, limit: u64) -> Result<(), u64> {
+        self.check(k, payload, limit)?;
         match k {
-            Kind::Start { .. } => self.len = payload as u64,
-            Kind::Continue { .. } => self.len = self.len.saturating_add(payload as u64),
+            Kind::Start { fin } => (self.len, self.open) = (payload, !fin),
+            Kind::Continue { fin } => {
+                (self.len, self.open) = (self.len.saturating_add(payload), !fin);
+            }
             Kind::Ping | Kind::Pong | Kind::Close => return Ok(()),
         }
-        if self.len > limit {
-            return Err(self.len);
-        }
-        if matches!(k, Kind::Start { fin: true } | Kind::Continue { fin: true }) {
+        if !self.open {
             self.len = 0;
         }
         Ok(())
+    }
+
+    /// True between the first and the last fragment of a message.
+    pub(super) fn open(&self) -> bool {
+        self.open
     }
 }
 
@@ -55,7 +73,7 @@ pub(super) struct Partial {
 impl Partial {
     /// Records `f`, a client frame just written to the node.
     pub(super) fn sent(&mut self, f: &Frame) {
-        match frame::kind(f) {
+        match f.kind() {
             Kind::Start { fin: false } => {
                 self.clear();
                 self.keep(f);
@@ -70,7 +88,7 @@ impl Partial {
         if self.overflow {
             return;
         }
-        self.bytes += f.payload().len();
+        self.bytes += f.payload_len();
         if self.bytes > MAX_PARTIAL_BYTES {
             self.overflow = true;
             self.frames.clear();
@@ -110,7 +128,7 @@ pub(super) struct Held {
 impl Held {
     /// Queues `frame`; false when that would pass a bound.
     pub(super) fn push(&mut self, frame: Frame) -> bool {
-        let len = frame.payload().len();
+        let len = frame.payload_len();
         if self.frames.len() >= MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
             return false;
         }
@@ -122,7 +140,7 @@ impl Held {
     /// Puts `frames` (already in order) before everything held; false when that would pass a
     /// bound.
     pub(super) fn prepend(&mut self, frames: Vec<Frame>) -> bool {
-        let len: usize = frames.iter().map(|f| f.payload().len()).sum();
+        let len: usize = frames.iter().map(Frame::payload_len).sum();
         if self.frames.len() + frames.len() > MAX_HELD_FRAMES || self.bytes + len > MAX_HELD_BYTES {
             return false;
         }
@@ -143,28 +161,42 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
-    use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 
+    use super::super::frame::{Head, Kind};
     use super::*;
 
     fn data(first: bool, fin: bool, len: usize) -> Frame {
-        let header = FrameHeader {
-            is_final: fin,
-            opcode: OpCode::Data(if first { Data::Text } else { Data::Continue }),
-            ..FrameHeader::default()
+        let kind = if first {
+            Kind::Start { fin }
+        } else {
+            Kind::Continue { fin }
         };
-        Frame::from_payload(header, Bytes::from(vec![b'a'; len]))
+        let head = Head {
+            kind,
+            mask: None,
+            len: 2,
+            payload: len as u64,
+        };
+        Frame::new(head, Bytes::from(vec![b'a'; len + 2]))
     }
 
     #[test]
     fn sizes_add_up_over_fragments_and_reset_at_fin() {
         let mut m = MessageSize::default();
         assert_eq!(m.add(Kind::Start { fin: false }, 60, 100), Ok(()));
+        assert!(m.open());
         assert_eq!(m.add(Kind::Ping, 4, 100), Ok(()));
+        assert!(m.open(), "a ping between fragments leaves the message open");
         assert_eq!(m.add(Kind::Continue { fin: true }, 40, 100), Ok(()));
+        assert!(!m.open());
         assert_eq!(m.add(Kind::Start { fin: false }, 60, 100), Ok(()));
+        assert_eq!(m.check(Kind::Continue { fin: false }, 41, 100), Err(101));
         assert_eq!(m.add(Kind::Continue { fin: false }, 41, 100), Err(101));
+        assert_eq!(
+            m.add(Kind::Continue { fin: true }, 40, 100),
+            Ok(()),
+            "a refused frame is not accounted"
+        );
     }
 
     #[test]

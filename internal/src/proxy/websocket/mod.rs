@@ -5,7 +5,8 @@
 //! a connect failure moves on to another node (nothing was sent). The node's 101 is relayed verbatim
 //! (accept key, protocol, extensions), a non-101 answer is relayed as an ordinary response.
 //!
-//! After the 101 one spawned task per socket ([`relay`]) relays frames both ways ([`frame`]),
+//! After the 101 one spawned task per socket ([`relay`]) relays frames both ways, byte for byte
+//! ([`pump`] while busy, [`pass`] frame by frame; [`frame`], [`io`]),
 //! re-dials another node when the route's mode is `hop` ([`hop`]), and ends sockets with the right
 //! close code ([`close`]). The task holds the proxy (and so its drain watch), which makes server
 //! shutdown wait for it; it ends on close, shutdown or error.
@@ -15,10 +16,12 @@ mod close;
 mod dial;
 mod frame;
 mod hop;
+mod io;
 mod message;
 mod node;
 mod outcome;
 mod pass;
+mod pump;
 mod redial;
 mod relay;
 mod stream;

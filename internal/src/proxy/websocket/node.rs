@@ -99,12 +99,11 @@ impl Relay {
             side.close_sent = true;
         }
         let deadline = Instant::now() + CLOSE_REPLY_WAIT;
-        while let Ok(Ok(Some((f, _)))) = tokio::time::timeout_at(deadline, side.io.read()).await {
-            match frame::kind(&f) {
+        while let Ok(Ok(Some(f))) = tokio::time::timeout_at(deadline, side.io.read()).await {
+            match f.kind() {
                 Kind::Close => return,
                 Kind::Ping | Kind::Pong => {}
-                Kind::Start { fin } | Kind::Continue { fin } => {
-                    self.node_in_message = !fin;
+                Kind::Start { .. } | Kind::Continue { .. } => {
                     if self.send_client(&f).await.is_err() {
                         return;
                     }
@@ -135,12 +134,13 @@ impl Relay {
             }
         }
         let old = side.node.clone();
+        let node_in_message = side.io.in_message();
         drop(side);
         match self.mode {
             WsMode::Close => self.end(ProxyError::NodeGone).await,
             WsMode::Hint => self.hint(&old, reason, seen).await,
             // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
-            WsMode::Hop if self.s.negotiated.extensions || self.node_in_message => {
+            WsMode::Hop if self.s.negotiated.extensions || node_in_message => {
                 self.hint(&old, reason, seen).await
             }
             WsMode::Hop => self.hop(old, reason, seen).await,

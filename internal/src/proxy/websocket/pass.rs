@@ -1,24 +1,61 @@
-//! The relay's frame handling (RFC 6455 sections 5 and 7): a client frame or a node frame read,
-//! counted, checked against `limits.websocket_max_message` (1009), and passed to the other side;
-//! a Close is relayed and its reply awaited (CASE-05). Part of [`super::relay::Relay`].
+//! The relay's frame-by-frame handling (RFC 6455 sections 5 and 7), for what the pump
+//! ([`super::pump`]) leaves to it: a client or node frame read (already checked against
+//! `limits.websocket_max_message` by its side: 1009), counted and passed to the other side as it
+//! came; a Close is relayed and its reply awaited (CASE-05). Also the ends of the pump's batches
+//! that did not go at once. Part of [`super::relay::Relay`].
 
 use crate::proxy::respond::{render, Dialect, ProxyError};
 
+use bytes::Buf;
 use tokio::time::Instant;
 
-use super::frame::{self, FrameError, Kind};
+use super::frame::{FrameError, Kind, Peer};
+use super::io::unsent;
+use super::pump::{self, Read};
 use crate::config::WsMode;
 use crate::hopper::HopReason;
 
-use super::relay::{Flow, Read, Relay, CLOSE_GRACE};
+use super::relay::{Flow, Relay, CLOSE_GRACE};
 
 impl Relay {
-    /// Fragment bookkeeping for a client frame.
-    pub(super) fn track_client(&mut self, k: Kind) {
-        match k {
-            Kind::Start { fin } | Kind::Continue { fin } => self.client_in_message = !fin,
-            Kind::Ping | Kind::Pong | Kind::Close => {}
+    /// Writes the rest of a batch to the node that its socket did not take at once.
+    pub(super) async fn finish_to_node(&mut self) -> Flow {
+        let Some(side) = self.up.as_mut() else {
+            return Box::pin(self.node_write_failed("node side gone")).await;
+        };
+        match pump::finish(&mut self.down, &mut side.io).await {
+            Ok(_) => Flow::Continue,
+            Err(e) => Box::pin(self.node_write_failed(&e.to_string())).await,
         }
+    }
+
+    /// Writes the rest of a batch to the client that its socket did not take at once.
+    pub(super) async fn finish_to_client(&mut self) -> Flow {
+        let Some(side) = self.up.as_mut() else {
+            return Flow::Continue;
+        };
+        match pump::finish(&mut side.io, &mut self.down).await {
+            Ok(_) => Flow::Continue,
+            Err(_) => {
+                tracing::debug!("client left without a close handshake");
+                Flow::End
+            }
+        }
+    }
+
+    /// A batch to the node failed: its frames that did not go wait for the next node (pongs
+    /// answer the old node and are dropped), then the node side is lost.
+    pub(super) async fn node_write_failed(&mut self, detail: &str) -> Flow {
+        if let Some((sent, end)) = self.down.owed.take() {
+            for f in unsent(&self.down.buf, sent, end, Peer::Client) {
+                if f.kind() != Kind::Pong && !self.held.push(f) {
+                    tracing::debug!("held frame bound reached while the node side failed");
+                }
+            }
+            self.down.buf.advance(end);
+            self.down.release_if_empty();
+        }
+        self.node_lost(detail).await
     }
 
     /// The client sent a message over `websocket_max_message`: Close 1009 to it (RFC 6455
@@ -58,28 +95,21 @@ impl Relay {
     }
 
     pub(super) async fn on_client(&mut self, r: Read) -> Flow {
-        let (frame, wire) = match r {
+        let frame = match r {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
             Err(FrameError::Protocol(what)) => {
                 return Box::pin(self.end(ProxyError::FrameProtocol(what))).await
             }
             Ok(None)
-            | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout) => {
+            | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout(_)) => {
                 tracing::debug!("client left without a close handshake");
                 return Flow::End;
             }
         };
-        self.bytes_in += wire as u64;
+        self.traffic.bytes_in += frame.wire().len() as u64;
         self.touch();
-        let k = frame::kind(&frame);
-        self.track_client(k);
-        if let Err(size) = self
-            .client_size
-            .add(k, frame.payload().len(), self.max_message)
-        {
-            return Box::pin(self.client_too_big(size)).await;
-        }
+        let k = frame.kind();
         if k == Kind::Close {
             if self.node_closed {
                 // The client's reply to the node's Close: pass it on, the session is over.
@@ -120,7 +150,7 @@ impl Relay {
     }
 
     pub(super) async fn on_node(&mut self, r: Read) -> Flow {
-        let (frame, _) = match r {
+        let frame = match r {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.node_too_big(size)).await,
             Ok(None) => {
@@ -144,19 +174,12 @@ impl Relay {
             );
         }
         self.touch();
-        let k = frame::kind(&frame);
-        if let Err(size) = self
-            .node_size
-            .add(k, frame.payload().len(), self.max_message)
-        {
-            return Box::pin(self.node_too_big(size)).await;
-        }
+        let k = frame.kind();
         match k {
-            Kind::Start { fin } | Kind::Continue { fin } => self.node_in_message = !fin,
             Kind::Close
                 if self.client_close.is_none()
                     && self.mode != WsMode::Close
-                    && matches!(frame::close_code(&frame), Some(1001 | 1012)) =>
+                    && matches!(frame.close_code(), Some(1001 | 1012)) =>
             {
                 // The node is going away (shutdown, drain, restart): move the socket, do not end it.
                 if let Some(side) = self.up.as_mut() {
@@ -170,7 +193,7 @@ impl Relay {
                 self.node_closed = true;
                 self.closing_until = Some(Instant::now() + CLOSE_GRACE);
             }
-            Kind::Close | Kind::Ping | Kind::Pong => {}
+            Kind::Start { .. } | Kind::Continue { .. } | Kind::Close | Kind::Ping | Kind::Pong => {}
         }
         if self.send_client(&frame).await.is_err() {
             return Flow::End;

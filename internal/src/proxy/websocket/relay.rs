@@ -1,6 +1,12 @@
-//! The per-socket relay task: frames both ways, one `select!` over the client side, the node side,
-//! the node's signal (ejected, draining), gateway shutdown and the timers (idle, drain jitter, drain
-//! deadline, close grace).
+//! The per-socket relay task: frames both ways, one `select!` over the two sides, the node's
+//! signal (ejected, draining), gateway shutdown and the timers (idle, drain jitter, drain deadline,
+//! close grace).
+//!
+//! While the socket is busy the two sides are served by the pump ([`super::pump`]): read batches
+//! pass through byte for byte, one write each, and the `select!` (its watch waiters and its one
+//! `Sleep`) stays armed across them; the idle deadline is checked lazily, against the time the
+//! last frame passed, when that sleep fires. Closing handshakes, a client's fragmented message and
+//! the first frames after a hop go frame by frame ([`super::pass`]).
 //!
 //! Close rules (SPEC section 5, CASE-05): a Close from either side is relayed and the other side's
 //! reply is awaited (bounded); a node that vanishes without Close costs the client nothing in `hop`
@@ -15,12 +21,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tracing::Instrument;
 
 use super::dial::{Handshake, Negotiated};
-use super::frame::{FrameError, FrameIo, Peer};
-use super::message::{Held, MessageSize, Partial};
+use super::frame::{Frame, Peer};
+use super::io::FrameIo;
+use super::message::{Held, Partial};
+use super::pump::{self, Pumped, Traffic};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
@@ -83,11 +90,17 @@ pub(super) enum Flow {
     End,
 }
 
-pub(super) type Read = Result<Option<(Frame, usize)>, FrameError>;
+pub(super) use super::pump::Read;
 
 enum Event {
     Client(Read),
     Node(Read),
+    /// A batch to the node did not go at once: finish it.
+    NodeBusy,
+    /// A batch to the client did not go at once: finish it.
+    ClientBusy,
+    NodeWriteFailed(std::io::Error),
+    ClientWriteFailed(std::io::Error),
     Signal,
     Shutdown,
     Idle,
@@ -123,8 +136,8 @@ pub(super) struct Relay {
     pub(super) down: FrameIo<Stream>,
     pub(super) up: Option<NodeSide>,
     pub(super) shutdown: drain::Watch,
-    pub(super) bytes_in: u64,
-    pub(super) bytes_out: u64,
+    /// Bytes each way and when the last frame passed.
+    pub(super) traffic: Traffic,
     /// Client frames that arrived after the node side was seen gone, for the next node.
     pub(super) held: Held,
     /// The client's Close, relayed to the node; its reply is awaited.
@@ -133,29 +146,27 @@ pub(super) struct Relay {
     pub(super) node_closed: bool,
     pub(super) down_close_sent: bool,
     pub(super) closing_until: Option<Instant>,
-    pub(super) client_in_message: bool,
-    pub(super) node_in_message: bool,
-    /// Sizes of the messages in flight each way, against `max_message` (CASE-28).
-    pub(super) client_size: MessageSize,
-    pub(super) node_size: MessageSize,
-    /// `limits.websocket_max_message`, bytes.
+    /// `limits.websocket_max_message`, bytes (each side checks it: [`FrameIo`]).
     pub(super) max_message: u64,
     /// The client's unfinished message as the current node received it, for a hop.
     pub(super) partial: Partial,
     pub(super) idle: Option<Duration>,
-    pub(super) idle_at: Option<Instant>,
     pub(super) drain_act_at: Option<Instant>,
     pub(super) drain_deadline: Option<Instant>,
     /// Set by a hop until the new node's first frame is relayed (hopping_latency_seconds).
     pub(super) failure_seen: Option<Instant>,
+    /// The socket's span (conn id, cluster), entered while an event is handled; not while the
+    /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
+    /// message, issue 16).
+    span: tracing::Span,
 }
 
 impl Session {
     /// Takes both upgraded sides and returns the relay task's future, which relays until the socket
     /// ends, then writes the access-log line (status 101, byte counts).
     ///
-    /// The relay state lives in one heap block built here, and the future holds only that block,
-    /// the span and the current step: an idle socket keeps its task cell small (about 0.9 KiB
+    /// The relay state lives in one heap block built here (the span too, entered only while an
+    /// event is handled), and the future holds only that block and the current step: an idle socket keeps its task cell small (about 0.9 KiB
     /// instead of 5.4 KiB, issue 16: memory per idle WebSocket). `self` is boxed by the caller so
     /// the spawned task does not carry the session by value before the upgrades complete.
     pub(super) fn relay(
@@ -175,9 +186,9 @@ impl Session {
         }
         let idle = self.p.settings.limits.websocket_idle_timeout;
         let max_message = self.p.settings.limits.websocket_max_message;
-        side.io.set_max_payload(max_message);
+        side.io.set_max_message(max_message);
         let mut down = FrameIo::new(down, Peer::Client);
-        down.set_max_payload(max_message);
+        down.set_max_message(max_message);
         let shutdown = self.p.shutdown.clone();
         let mut r = Box::new(Relay {
             s: *self,
@@ -185,43 +196,52 @@ impl Session {
             down,
             up: Some(side),
             shutdown,
-            bytes_in: 0,
-            bytes_out: 0,
+            traffic: Traffic {
+                bytes_in: 0,
+                bytes_out: 0,
+                last: Instant::now(),
+            },
             held: Held::default(),
             client_close: None,
             node_closed: false,
             down_close_sent: false,
             closing_until: None,
-            client_in_message: false,
-            node_in_message: false,
-            client_size: MessageSize::default(),
-            node_size: MessageSize::default(),
             max_message,
             partial: Partial::default(),
             idle,
-            idle_at: None,
             drain_act_at: None,
             drain_deadline: None,
             failure_seen: None,
+            span: span.clone(),
         });
-        r.touch();
         async move {
             while r.step().await == Flow::Continue {}
-            if let Some(seen) = r.failure_seen.take() {
-                // The socket ended before the new node's first frame: the hop still owes its
-                // one latency observation (issue 13).
-                r.s.p
-                    .metrics
-                    .hop_latency
-                    .observe(seen.elapsed().as_secs_f64());
-            }
+            let span = r.span.clone();
             // Boxed: the close path runs once per socket and is larger than a resting step.
-            Box::pin(r.close_node(1001, "going away")).await;
-            r.down.shutdown().await;
-            r.s.p
-                .finish(&r.s.log, 101, r.s.ctx.start, r.bytes_in, r.bytes_out);
+            Box::pin(r.end_socket().instrument(span)).await;
         }
-        .instrument(span)
+    }
+}
+
+impl Relay {
+    /// After the last event: the hop latency still owed, Close to the node, FIN to the client,
+    /// the access-log line.
+    async fn end_socket(mut self: Box<Self>) {
+        if let Some(seen) = self.failure_seen.take() {
+            // The socket ended before the new node's first frame: the hop still owes its
+            // one latency observation (issue 13).
+            self.s
+                .p
+                .metrics
+                .hop_latency
+                .observe(seen.elapsed().as_secs_f64());
+        }
+        Box::pin(self.close_node(1001, "going away")).await;
+        self.down.shutdown().await;
+        let t = self.traffic;
+        self.s
+            .p
+            .finish(&self.s.log, 101, self.s.ctx.start, t.bytes_in, t.bytes_out);
     }
 }
 
@@ -253,11 +273,27 @@ impl Relay {
     /// One event. The rare paths (closing, hop, hint) are boxed so the task's resting state,
     /// kept for every idle socket, stays small (issue 7: memory per idle WebSocket).
     pub(super) async fn step(&mut self) -> Flow {
-        match self.next_event().await {
+        // The wait runs outside the span (see `Relay::span`); the event is handled inside.
+        let event = self.next_event().await;
+        let span = self.span.clone();
+        // Not through a helper taking the future by value: the task cell would hold it twice.
+        self.handle(event).instrument(span).await
+    }
+
+    async fn handle(&mut self, event: Event) -> Flow {
+        match event {
             Event::Client(r) => self.on_client(r).await,
             Event::Node(r) => self.on_node(r).await,
+            Event::NodeBusy => self.finish_to_node().await,
+            Event::ClientBusy => self.finish_to_client().await,
+            Event::NodeWriteFailed(e) => Box::pin(self.node_write_failed(&e.to_string())).await,
+            Event::ClientWriteFailed(e) => {
+                tracing::debug!(error = %e, "client left without a close handshake");
+                Flow::End
+            }
             Event::Signal => self.on_signal().await,
             Event::Shutdown => Box::pin(self.end(ProxyError::ShuttingDown)).await,
+            Event::Idle if !self.idle_due() => Flow::Continue,
             Event::Idle => Box::pin(self.end(ProxyError::Idle)).await,
             Event::DrainAct => Box::pin(self.node_gone(HopReason::Draining, true)).await,
             Event::DrainDeadline => Box::pin(self.end(ProxyError::DrainDeadline)).await,
@@ -265,15 +301,37 @@ impl Relay {
         }
     }
 
+    /// True while frames pass both ways unattended: a node attached, no closing handshake, and
+    /// no hop waiting for the new node's first frame (which [`super::pass`] observes).
+    fn busy_path(&self) -> bool {
+        self.up.is_some()
+            && self.client_close.is_none()
+            && !self.node_closed
+            && self.failure_seen.is_none()
+    }
+
     async fn next_event(&mut self) -> Event {
         let timer = self.next_timer();
+        let busy = self.busy_path();
         let (up_io, up_signal) = match self.up.as_mut() {
             Some(side) => (Some(&mut side.io), Some(&mut side.signal)),
             None => (None, None),
         };
+        let down = &mut self.down;
+        let traffic = &mut self.traffic;
+        let sides = async move {
+            match up_io {
+                Some(up) if busy => std::future::poll_fn(|cx| pump::poll(cx, down, up, traffic))
+                    .await
+                    .into(),
+                up_io => tokio::select! {
+                    r = down.read() => Event::Client(r),
+                    r = read_opt(up_io) => Event::Node(r),
+                },
+            }
+        };
         tokio::select! {
-            r = self.down.read() => Event::Client(r),
-            r = read_opt(up_io) => Event::Node(r),
+            e = sides => e,
             () = changed_opt(up_signal) => Event::Signal,
             () = self.shutdown.signaled() => Event::Shutdown,
             () = sleep_opt(timer.map(|(at, _)| at)) => timer.map_or(Event::Grace, |(_, t)| t.into()),
@@ -288,15 +346,34 @@ impl Relay {
             (self.closing_until, Timer::Grace),
             (self.drain_deadline, Timer::DrainDeadline),
             (self.drain_act_at, Timer::DrainAct),
-            (self.idle_at, Timer::Idle),
+            (self.idle.map(|d| self.traffic.last + d), Timer::Idle),
         ]
         .into_iter()
         .filter_map(|(at, e)| at.map(|at| (at, e)))
         .reduce(|best, t| if t.0 < best.0 { t } else { best })
     }
 
-    /// Restarts the idle timer (any frame either way counts, pings included: CASE-06).
+    /// Restarts the idle clock (any frame either way counts, pings included: CASE-06). Moves no
+    /// timer: the idle timer, when it fires, checks [`Relay::idle_due`].
     pub(super) fn touch(&mut self) {
-        self.idle_at = self.idle.map(|d| Instant::now() + d);
+        self.traffic.last = Instant::now();
+    }
+
+    /// True once no frame passed for the idle timeout.
+    fn idle_due(&self) -> bool {
+        self.idle.is_some_and(|d| self.traffic.last.elapsed() >= d)
+    }
+}
+
+impl From<Pumped> for Event {
+    fn from(p: Pumped) -> Event {
+        match p {
+            Pumped::Client(r) => Event::Client(r),
+            Pumped::Node(r) => Event::Node(r),
+            Pumped::NodeBusy => Event::NodeBusy,
+            Pumped::ClientBusy => Event::ClientBusy,
+            Pumped::NodeWriteFailed(e) => Event::NodeWriteFailed(e),
+            Pumped::ClientWriteFailed(e) => Event::ClientWriteFailed(e),
+        }
     }
 }
