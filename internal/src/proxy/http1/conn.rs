@@ -310,12 +310,13 @@ async fn write_response<I: AsyncWrite + Unpin>(
                 }
                 Err(frame) => {
                     let trailers = frame.into_trailers().ok();
-                    let last = match (&trailers, enc) {
+                    // Only a trailer section is built; the plain last chunk is a constant.
+                    let last: std::borrow::Cow<'_, [u8]> = match (&trailers, enc) {
                         (Some(t), Encoding::Chunked) if send_trailers => {
-                            chunked::last_chunk_with(t)
+                            chunked::last_chunk_with(t).into()
                         }
-                        (_, Encoding::Chunked) => LAST_CHUNK.to_vec(),
-                        _ => Vec::new(),
+                        (_, Encoding::Chunked) => LAST_CHUNK.into(),
+                        _ => (&[][..]).into(),
                     };
                     write_all(shared, &mut [IoSlice::new(head), IoSlice::new(&last)]).await?;
                     drain_body(&mut body).await;

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::outcome::{DialError, Negotiated};
 use super::stream::Stream;
+use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::Proxy;
 use crate::registry::Node;
 use crate::tls::client::NodeStream;
@@ -166,7 +167,7 @@ async fn exchange(
     };
     // Copied out (usually the node's first frame, a few bytes) so the read block goes now.
     let early = Bytes::copy_from_slice(&buf[head_len..]);
-    Ok(Stream::Redialled { io, early })
+    Ok(Stream::Redialled(Rewind::new(early, io)))
 }
 
 /// Parses and checks the answer head at the start of `buf`: `Some(its length)` once complete and a

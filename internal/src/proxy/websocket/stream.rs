@@ -6,11 +6,11 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::proxy::http1::rewind::Rewind;
 use crate::tls::client::NodeStream;
 
 /// One side of a relayed WebSocket, read and written as bytes.
@@ -18,14 +18,10 @@ use crate::tls::client::NodeStream;
 pub(crate) enum Stream {
     /// Upgraded by hyper (it keeps the bytes it read past the handshake itself).
     Upgraded(TokioIo<Upgraded>),
-    /// A re-dialled node connection (cleartext or TLS) and the bytes read past its `101` head,
-    /// delivered before anything else (often the node's first frame came in the same read).
-    Redialled {
-        /// The node connection.
-        io: NodeStream,
-        /// Bytes read past the head, not yet delivered; empty once they are.
-        early: Bytes,
-    },
+    /// A re-dialled node connection (cleartext or TLS) with the bytes read past its `101` head
+    /// put back in front, delivered before anything else (often the node's first frame came in
+    /// the same read).
+    Redialled(Rewind<NodeStream>),
 }
 
 impl From<Upgraded> for Stream {
@@ -34,28 +30,23 @@ impl From<Upgraded> for Stream {
     }
 }
 
+/// Runs `$call` on whichever stream `$self` holds.
+macro_rules! either {
+    ($self:expr, $s:ident => $call:expr) => {
+        match $self {
+            Stream::Upgraded($s) => $call,
+            Stream::Redialled($s) => $call,
+        }
+    };
+}
+
 impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Upgraded(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Redialled { io, early } => {
-                if !early.is_empty() {
-                    let n = early.len().min(buf.remaining());
-                    buf.put_slice(&early[..n]);
-                    early.advance(n);
-                    if early.is_empty() {
-                        // Release the read block: an idle socket keeps no buffer.
-                        *early = Bytes::new();
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Pin::new(io).poll_read(cx, buf)
-            }
-        }
+        either!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
@@ -65,10 +56,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Upgraded(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Redialled { io, .. } => Pin::new(io).poll_write(cx, buf),
-        }
+        either!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -76,31 +64,19 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Upgraded(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Redialled { io, .. } => Pin::new(io).poll_write_vectored(cx, bufs),
-        }
+        either!(self.get_mut(), s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Upgraded(s) => s.is_write_vectored(),
-            Stream::Redialled { io, .. } => io.is_write_vectored(),
-        }
+        either!(self, s => s.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Upgraded(s) => Pin::new(s).poll_flush(cx),
-            Stream::Redialled { io, .. } => Pin::new(io).poll_flush(cx),
-        }
+        either!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Upgraded(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Redialled { io, .. } => Pin::new(io).poll_shutdown(cx),
-        }
+        either!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
     }
 }
 
@@ -117,10 +93,10 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (mut server, _) = listener.accept().await.expect("accept");
-        let mut s = Stream::Redialled {
-            io: NodeStream::Plain(client),
-            early: Bytes::from_static(b"early "),
-        };
+        let mut s = Stream::Redialled(Rewind::new(
+            bytes::Bytes::from_static(b"early "),
+            NodeStream::Plain(client),
+        ));
         server.write_all(b"late").await.expect("write");
         drop(server);
         let mut got = Vec::new();
