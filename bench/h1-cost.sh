@@ -39,27 +39,8 @@ mkdir -p "$W/backend" "$W/proxy"
 }
 EOF
 } >"$W/backend/nginx.conf"
-{
-  nginx_head "$W/proxy" 4096
-  cat <<EOF
-  proxy_temp_path $W/proxy/tmp;
-  keepalive_requests 100000000;
-  keepalive_timeout 600s;
-  upstream node { server 127.0.0.1:$BP; keepalive 128; keepalive_requests 100000000; keepalive_timeout 600s; }
-  server {
-    listen 127.0.0.1:$NP backlog=4096;
-    location / {
-      proxy_pass http://node;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Connection "";
-    }
-  }
-}
-EOF
-} >"$W/proxy/nginx.conf"
+# As bench/run.sh's nginx row.
+nginx_proxy_conf "$W/proxy" "$NP" "$BP" 0
 gw_conf "$W/conf/gw.toml" "node-1=$BP"
 start backend 1 nginx -p "$W/backend" -c "$W/backend/nginx.conf"
 start gateway 0 "$GW" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" --workers 1 --access-log off

@@ -101,3 +101,64 @@ http {
   client_body_temp_path $1/body;
 EOF
 }
+
+# nginx as the reverse proxy of the bench rows: DIR (config, temp paths, pid), LISTEN_PORT,
+# UPSTREAM_PORT, WS (1: upgrade headers and hour-long timeouts; 0: keep-alive upstream), NOFILE
+# (worker_rlimit_nofile; empty: none). Writes DIR/nginx.conf.
+nginx_proxy_conf() {
+  local dir=$1 port=$2 up=$3 ws=$4 nofile=${5:-}
+  mkdir -p "$dir"
+  # nginx touches its whole connection array at start: size it for the phase (peak RSS is reported);
+  # for WebSockets the real bound is worker_rlimit_nofile.
+  local extra="" conns=4096
+  [ "$ws" = 1 ] && conns=65536
+  [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
+  [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
+  {
+    nginx_head "$dir" "$conns" "${nofile:+worker_rlimit_nofile $nofile;}"
+    cat <<EOF
+  proxy_temp_path $dir/proxy;
+  keepalive_requests 100000000;
+  keepalive_timeout 600s;
+  map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
+  upstream node { server 127.0.0.1:$up; keepalive 128; keepalive_requests 100000000; keepalive_timeout 600s; }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location / {
+      proxy_pass http://node;
+      proxy_http_version 1.1;
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      $extra
+    }
+  }
+}
+EOF
+  } >"$dir/nginx.conf"
+}
+
+# HAProxy as the reverse proxy of the bench rows (one thread, keep-alive both ways, upstream reuse,
+# X-Forwarded-For): OUT (the config file), LISTEN_PORT, UPSTREAM_PORT, MAXCONN.
+haproxy_conf() {
+  cat >"$1" <<EOF
+global
+  nbthread 1
+  maxconn $4
+defaults
+  mode http
+  option http-keep-alive
+  option forwardfor
+  http-reuse always
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 600s
+  timeout tunnel 3600s
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend nodes
+backend nodes
+  server n1 127.0.0.1:$3
+EOF
+}

@@ -155,62 +155,6 @@ EOF
   } >"$W/backend/nginx.conf"
 }
 
-nginx_conf() { # UPSTREAM_PORT WS(0|1)
-  local up=$1 ws=$2 dir=$W/nginx-proxy
-  mkdir -p "$dir"
-  # nginx touches its whole connection array at start: size it for the phase (peak RSS is reported);
-  # for WebSockets the real bound is worker_rlimit_nofile.
-  local extra="" conns=4096
-  [ "$ws" = 1 ] && conns=65536
-  [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
-  [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
-  {
-    nginx_head "$dir" "$conns" "worker_rlimit_nofile $NOFILE;"
-    cat <<EOF
-  proxy_temp_path $dir/proxy;
-  keepalive_requests 100000000;
-  keepalive_timeout 600s;
-  map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
-  upstream node { server 127.0.0.1:$up; keepalive 128; keepalive_requests 100000000; keepalive_timeout 600s; }
-  server {
-    listen 127.0.0.1:$NGINX_PORT backlog=4096;
-    location / {
-      proxy_pass http://node;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      $extra
-    }
-  }
-}
-EOF
-  } >"$dir/nginx.conf"
-}
-
-haproxy_conf() { # UPSTREAM_PORT
-  cat >"$W/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn $(((NOFILE - 100) / 2))
-defaults
-  mode http
-  option http-keep-alive
-  option forwardfor
-  http-reuse always
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-  timeout http-keep-alive 600s
-  timeout tunnel 3600s
-frontend fe
-  bind 127.0.0.1:$HAPROXY_PORT
-  default_backend nodes
-backend nodes
-  server n1 127.0.0.1:$1
-EOF
-}
-
 start_nginx() { # -> NGINX_PIDS (master + worker)
   start nginx-proxy "$PCPU" nginx -p "$W/nginx-proxy" -e "$W/nginx-proxy/error.log" -c "$W/nginx-proxy/nginx.conf"
   NGINX_MASTER=$STARTED
@@ -254,9 +198,9 @@ PIDS+=("$GWLOG_PID")
 wait_http "http://127.0.0.1:$GWLOG_ADMIN/readyz" gw-accesslog
 start_gw gw-redis "$GWR_PORT" "$GWR_ADMIN" "$W/conf/gw.toml" --access-log off --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
 GWR_PID=$STARTED
-nginx_conf "$BACKEND_PORT" 0
+nginx_proxy_conf "$W/nginx-proxy" "$NGINX_PORT" "$BACKEND_PORT" 0 "$NOFILE"
 start_nginx
-haproxy_conf "$BACKEND_PORT"
+haproxy_conf "$W/haproxy.cfg" "$HAPROXY_PORT" "$BACKEND_PORT" $(((NOFILE - 100) / 2))
 start_haproxy
 start_pingora "$BACKEND_PORT"
 
@@ -353,14 +297,14 @@ if [ "$WS" = 1 ]; then
   stop "$STARTED"; stop "$node"
 
   ws_node nginx; node=$STARTED
-  nginx_conf "$WS_NODE_PORT" 1
+  nginx_proxy_conf "$W/nginx-proxy" "$NGINX_PORT" "$WS_NODE_PORT" 1 "$NOFILE"
   start_nginx
   # shellcheck disable=SC2086
   ws_run nginx "ws://127.0.0.1:$NGINX_PORT/ws" $NGINX_PIDS
   stop "$NGINX_MASTER"; stop "$node"
 
   ws_node haproxy; node=$STARTED
-  haproxy_conf "$WS_NODE_PORT"
+  haproxy_conf "$W/haproxy.cfg" "$HAPROXY_PORT" "$WS_NODE_PORT" $(((NOFILE - 100) / 2))
   start_haproxy
   ws_run haproxy "ws://127.0.0.1:$HAPROXY_PORT/ws" "$HAPROXY_PID"
   stop "$HAPROXY_PID"; stop "$node"

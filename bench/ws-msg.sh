@@ -97,27 +97,8 @@ for t in $TARGETS; do
     nginx)
       # As bench/run.sh's WebSocket nginx: the upgrade pair passed on, long proxy timeouts.
       mkdir -p "$W/nginx"
-      {
-        nginx_head "$W/nginx" 4096 "worker_rlimit_nofile $NOFILE;"
-        cat <<EOF
-  proxy_temp_path $W/nginx/proxy;
-  map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
-  upstream node { server 127.0.0.1:$NODE_PORT; keepalive 128; }
-  server {
-    listen 127.0.0.1:$NGINX_PORT backlog=4096;
-    location / {
-      proxy_pass http://node;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Upgrade \$http_upgrade; proxy_set_header Connection \$connection_upgrade;
-      proxy_read_timeout 3600s; proxy_send_timeout 3600s;
-    }
-  }
-}
-EOF
-      } >"$W/nginx/nginx.conf"
+      # As bench/run.sh's nginx in its WebSocket phase.
+      nginx_proxy_conf "$W/nginx" "$NGINX_PORT" "$NODE_PORT" 1 "$NOFILE"
       start nginx "$PCPU" nginx -p "$W/nginx" -e "$W/nginx/error.log" -c "$W/nginx/nginx.conf"
       master=$STARTED
       wait_tcp "$NGINX_PORT" nginx
@@ -125,26 +106,7 @@ EOF
       ;;
     haproxy)
       # As bench/run.sh's HAProxy (HTTP mode; an upgraded connection becomes a tunnel).
-      cat >"$W/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 4096
-defaults
-  mode http
-  option http-keep-alive
-  option forwardfor
-  http-reuse always
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-  timeout http-keep-alive 600s
-  timeout tunnel 3600s
-frontend fe
-  bind 127.0.0.1:$HAPROXY_PORT
-  default_backend nodes
-backend nodes
-  server n1 127.0.0.1:$NODE_PORT
-EOF
+      haproxy_conf "$W/haproxy.cfg" "$HAPROXY_PORT" "$NODE_PORT" 4096
       start haproxy "$PCPU" haproxy -db -f "$W/haproxy.cfg"
       TPIDS[haproxy]=$STARTED
       wait_tcp "$HAPROXY_PORT" haproxy
