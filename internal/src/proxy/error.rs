@@ -206,8 +206,9 @@ impl ProxyError {
     /// Attributes a failed upstream attempt to the client's body, if that is what failed.
     /// Returns the error to answer with (408 for idle/slow, 413 past `max_body`, 400 when the client
     /// broke off), or `None` when the node (or the network to it) is at fault.
-    pub fn client_fault(e: &hyper::Error) -> Option<ProxyError> {
-        // The upstream error itself is a hyper error too: only its causes can be the client's body.
+    pub fn client_fault(e: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
+        // The upstream error itself (hyper's, or the HTTP/1.1 client's `NodeError`) is never the
+        // client's: only its causes can be the client's body.
         let mut src = std::error::Error::source(e);
         while let Some(cause) = src {
             if let Some(b) = cause.downcast_ref::<BodyError>() {

@@ -1,18 +1,19 @@
 //! `Expect: 100-continue` on HTTP/1.1 (RFC 9110 section 10.1.1; CASE-15).
 //!
-//! hyper's server answers `100 Continue` by itself the first time a request body is polled, and
-//! hyper's client polls the body right after writing the head. Left alone, the gateway would tell
+//! The downstream HTTP/1.1 server answers `100 Continue` the first time a request body is polled
+//! (as hyper's server does), and the upstream client polls the body right after writing the head. Left alone, the gateway would tell
 //! every client "go on" at once and push the body upstream before the node had a say. The
 //! [`ContinueGate`] holds the upstream request body (and so the client's) back until one of:
 //!
-//! - the node sends its own `100 Continue` (seen through hyper's informational callback): the body
-//!   flows, and the client gets exactly one `100` (hyper's, when the body is first polled);
+//! - the node sends its own `100 Continue` (seen by the upstream client,
+//!   [`super::http1::node_conn`]): the body flows, and the client gets exactly one `100` (the
+//!   downstream server's, when the body is first polled);
 //! - [`CONTINUE_WAIT`] passes without an answer (a node that ignores `Expect`): the body flows;
 //! - the node's final answer arrives first (an early 401/413): the client's body is dropped unread,
 //!   so the client gets that answer with no `100` before it, and the upstream request is aborted
 //!   rather than completed with a body that never came.
 //!
-//! Spawns nothing; the state is shared between the callback, the forwarder and the body.
+//! Spawns nothing; the state is shared between the upstream client, the forwarder and the body.
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use http::{header, HeaderMap, Request, StatusCode};
+use http::{header, HeaderMap, Request};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Sleep;
@@ -66,16 +67,17 @@ impl ContinueGate {
         ContinueGate::default()
     }
 
-    /// Opens the gate when the node answers `upstream`'s head with `100 Continue` (HTTP/1.1
-    /// nodes; register on every attempt, since each attempt is a new request).
+    /// Attaches the gate to `upstream` (an attempt to an HTTP/1.1 node; on every attempt, since
+    /// each is a new request): the upstream client opens it when the node answers the head with
+    /// `100 Continue` ([`ContinueGate::opened`]).
     pub(crate) fn watch<B>(&self, upstream: &mut Request<B>) {
-        let state = self.0.clone();
-        hyper::ext::on_informational(upstream, move |res| {
-            if res.status() == StatusCode::CONTINUE {
-                state.open.store(true, Ordering::Release);
-                state.waker.wake();
-            }
-        });
+        upstream.extensions_mut().insert(self.clone());
+    }
+
+    /// The node answered `100 Continue`: the held body flows.
+    pub(crate) fn opened(&self) {
+        self.0.open.store(true, Ordering::Release);
+        self.0.waker.wake();
     }
 
     /// The node's final answer head arrived: if the body is still held, it is never sent.
@@ -146,7 +148,7 @@ impl Body for Held {
         match self.ready(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
-                // Dropping the client's body unread tells hyper's server not to send 100 and to
+                // Dropping the client's body unread tells the downstream server not to send 100 and to
                 // close the connection after the answer (the client may never send the body).
                 self.inner = None;
                 Poll::Ready(Some(Err(Box::new(e))))

@@ -174,7 +174,7 @@ impl Attempts {
         if let Some(g) = &self.gate {
             g.answered();
         }
-        let status = sent.response.status();
+        let status = sent.status();
         if status.is_server_error() {
             let detail = format!("status {}", status.as_u16());
             node.runtime
@@ -278,12 +278,12 @@ impl Attempts {
 fn take_back(err: SendError) -> Result<(Option<ProxyBody>, BoxError), ProxyError> {
     Ok(match err {
         SendError::Connect(e, back) => (Some(back.into_body()), Box::new(e)),
-        SendError::NotSent(e, back) => (Some(back.into_body()), Box::new(e)),
+        SendError::NotSent(e, back) => (Some(back.into_body()), e),
         SendError::Sent(e) | SendError::Stale(e) => {
-            if let Some(client) = ProxyError::client_fault(&e) {
+            if let Some(client) = ProxyError::client_fault(&*e) {
                 return Err(client);
             }
-            (None, Box::new(e))
+            (None, e)
         }
     })
 }

@@ -210,13 +210,13 @@ impl H2Pool {
                         self.drop_conn(node, conn.id);
                         req = back;
                     }
-                    Some(back) => return Err(SendError::NotSent(e.into_error(), back)),
+                    Some(back) => return Err(SendError::NotSent(Box::new(e.into_error()), back)),
                     None => {
                         let err = e.into_error();
                         if is_unprocessed(&err) {
                             self.drop_conn(node, conn.id);
                         }
-                        return Err(SendError::Sent(err));
+                        return Err(SendError::Sent(Box::new(err)));
                     }
                 },
             }

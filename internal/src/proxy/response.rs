@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use http::{header, Response};
-use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
@@ -12,15 +11,16 @@ use super::body::{BodyTap, Completion, ResponseBody};
 use super::context::RequestCtx;
 use super::grpc;
 use super::grpc_call::CallBody;
-use super::upstream::{keepalive_timeout, Sent};
+use super::upstream::UpstreamBody;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::{InflightGuard, Node};
 
 /// The node's answer `sent` made the client's: hop-by-hop fields and `TE` removed (RFC 9110
 /// section 7.6.1), a framed 204's framing dropped (CASE-27), the conn id the gateway issued
 /// added; the body relayed frame by frame, cut at `node`'s drain deadline (SPEC section 5) and,
-/// for gRPC, at `call_deadline`; when it ends, the node's connection goes back to the pool if it
-/// is reusable, and the request is logged (phase 6) with the bytes of `tap` and of the response.
+/// for gRPC, at `call_deadline`; when it ends the request is logged (phase 6) with the bytes of
+/// `tap` and of the response (an HTTP/1.1 node's connection goes back to the pool by itself,
+/// [`super::http1::node_body`]).
 // The response needs every piece of the attempt; a struct for one call site would only rename them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn respond(
@@ -28,26 +28,19 @@ pub(crate) fn respond(
     ctx: &RequestCtx,
     node: &Node,
     call_deadline: Option<Instant>,
-    sent: Sent,
+    sent: Response<UpstreamBody>,
     inflight: InflightGuard,
     tap: BodyTap,
     log: LogCtx,
 ) -> Response<ProxyBody> {
-    let keepalive = keepalive_timeout(&sent.response);
-    let (mut parts, incoming) = sent.response.into_parts();
+    let (mut parts, incoming) = sent.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
     let mut log = log;
     let incoming = grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
     let grpc_status = log.grpc_status.clone();
-    // A response to HEAD, a 204 or a 304 ends at its head (CASE-27): its connection is reusable
-    // even when the client side drops the empty body unpolled.
-    let ended_at_head = incoming.is_end_stream();
     // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
-    // node's mistake (RFC 9110 section 8.6): never passed on, and its connection may hold stray
-    // body bytes, so it is closed rather than pooled.
-    let framed_204 = parts.status == http::StatusCode::NO_CONTENT
-        && (parts.headers.contains_key(header::CONTENT_LENGTH)
-            || parts.headers.contains_key(header::TRANSFER_ENCODING));
+    // node's mistake (RFC 9110 section 8.6): never passed on (nor is its connection pooled,
+    // [`super::http1::node_head`]).
     if parts.status == http::StatusCode::NO_CONTENT {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
@@ -60,14 +53,8 @@ pub(crate) fn respond(
     let status = parts.status.as_u16();
     let proxy = p.clone();
     let start = ctx.start;
-    let mut lease = sent.lease;
-    let done: Completion = Box::new(move |bytes_out, complete| {
+    let done: Completion = Box::new(move |bytes_out, _complete| {
         drop(inflight);
-        if (complete || ended_at_head) && !framed_204 {
-            if let Some(l) = lease.take() {
-                proxy.upstream.give_back(l, keepalive);
-            }
-        }
         proxy.finish(
             &log,
             status,

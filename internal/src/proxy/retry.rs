@@ -82,8 +82,8 @@ impl Failure {
     pub(crate) fn of(err: &SendError) -> Failure {
         match err {
             SendError::Connect(..) | SendError::NotSent(..) => Failure::Connect,
-            SendError::Sent(e) | SendError::Stale(e) if is_unprocessed(e) => {
-                if is_refused(e) {
+            SendError::Sent(e) | SendError::Stale(e) if is_unprocessed(&**e) => {
+                if is_refused(&**e) {
                     Failure::Refused
                 } else {
                     Failure::GoAway

@@ -5,7 +5,7 @@
 
 use http::Request;
 
-use super::ProxyBody;
+use super::{BoxError, ProxyBody};
 use crate::tls::client as tls;
 
 /// Why an upstream attempt failed.
@@ -14,13 +14,13 @@ pub enum SendError {
     /// TCP connect or handshake failed: nothing was sent; the request is handed back.
     Connect(std::io::Error, Request<ProxyBody>),
     /// The connection failed before the request was written; the request is handed back.
-    NotSent(hyper::Error, Request<ProxyBody>),
+    NotSent(BoxError, Request<ProxyBody>),
     /// Failed after (part of) the request was written.
-    Sent(hyper::Error),
+    Sent(BoxError),
     /// A reused pooled HTTP/1.1 connection failed after the request was written and before a
     /// response head arrived: the node closed it while it sat idle (CASE-21). Not a node fault;
     /// the request may be replayed on a new connection to the same node when it is idempotent.
-    Stale(hyper::Error),
+    Stale(BoxError),
 }
 
 impl SendError {
@@ -29,8 +29,10 @@ impl SendError {
         match self {
             SendError::Connect(e, _) => connect_detail(e),
             SendError::NotSent(e, _) => format!("connection closed before sending: {e}"),
-            SendError::Sent(e) => describe(e),
-            SendError::Stale(e) => format!("pooled connection closed by the node: {}", describe(e)),
+            SendError::Sent(e) => describe(&**e),
+            SendError::Stale(e) => {
+                format!("pooled connection closed by the node: {}", describe(&**e))
+            }
         }
     }
 }
@@ -44,8 +46,9 @@ pub fn connect_detail(e: &std::io::Error) -> String {
     }
 }
 
-/// hyper's error with its cause chain, for a precise 502 message.
-pub fn describe(e: &hyper::Error) -> String {
+/// An upstream error (hyper's, or the HTTP/1.1 client's
+/// [`super::http1::node_conn::NodeError`]) with its cause chain, for a precise 502 message.
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut src = std::error::Error::source(e);
     while let Some(c) = src {
@@ -58,8 +61,8 @@ pub fn describe(e: &hyper::Error) -> String {
 
 /// True if an h2 error says the node did not process the stream (GOAWAY above its last stream id,
 /// or REFUSED_STREAM), so any request may be replayed (RFC 9113 section 8.7).
-pub fn is_unprocessed(e: &hyper::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+pub fn is_unprocessed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut src = Some(e);
     while let Some(err) = src {
         if let Some(h2e) = err.downcast_ref::<h2::Error>() {
             return h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
@@ -72,8 +75,8 @@ pub fn is_unprocessed(e: &hyper::Error) -> bool {
 
 /// True if an h2 error is the node's RST_STREAM(REFUSED_STREAM) for this stream: nothing was
 /// processed, and the node itself declined, so another node should take it (SPEC section 5).
-pub fn is_refused(e: &hyper::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+pub fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut src = Some(e);
     while let Some(err) = src {
         if let Some(h2e) = err.downcast_ref::<h2::Error>() {
             return h2e.is_reset() && h2e.reason() == Some(h2::Reason::REFUSED_STREAM);

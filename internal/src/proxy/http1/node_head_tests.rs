@@ -1,0 +1,250 @@
+use super::*;
+
+fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in fields {
+        h.append(*n, HeaderValue::from_static(v));
+    }
+    h
+}
+
+fn encoded(
+    method: Method,
+    fields: &[(&'static str, &'static str)],
+    exact: Option<u64>,
+    empty: bool,
+) -> (String, Option<u64>) {
+    let mut dst = Vec::new();
+    let framing = encode_request(&mut dst, &method, "/a?b=1", &headers(fields), exact, empty);
+    (String::from_utf8(dst).expect("ascii"), framing)
+}
+
+#[test]
+fn a_get_without_body_gets_no_framing_field() {
+    assert_eq!(
+        encoded(Method::GET, &[("host", "x")], Some(0), true),
+        ("GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n".to_owned(), Some(0))
+    );
+}
+
+#[test]
+fn an_empty_post_says_content_length_zero() {
+    assert_eq!(
+        encoded(Method::POST, &[], Some(0), true).0,
+        "POST /a?b=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_given_content_length_frames_the_body_and_transfer_encoding_never_passes() {
+    assert_eq!(
+        encoded(
+            Method::PUT,
+            &[("content-length", "5"), ("transfer-encoding", "chunked")],
+            None,
+            false
+        ),
+        (
+            "PUT /a?b=1 HTTP/1.1\r\ncontent-length: 5\r\n\r\n".to_owned(),
+            Some(5)
+        )
+    );
+}
+
+#[test]
+fn a_sized_body_gets_its_length_and_an_unsized_one_is_chunked() {
+    assert_eq!(
+        encoded(Method::POST, &[], Some(12), false),
+        (
+            "POST /a?b=1 HTTP/1.1\r\ncontent-length: 12\r\n\r\n".to_owned(),
+            Some(12)
+        )
+    );
+    assert_eq!(
+        encoded(Method::POST, &[], None, false),
+        (
+            "POST /a?b=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
+            None
+        )
+    );
+}
+
+fn parsed(wire: &str, method: Method) -> (Result<Option<ResponseHead>, HeadError>, usize) {
+    let mut buf = BytesMut::from(wire.as_bytes());
+    let r = parse_response(&mut buf, &method);
+    (r, buf.len())
+}
+
+fn head(wire: &str, method: Method) -> ResponseHead {
+    parsed(wire, method).0.expect("valid").expect("complete")
+}
+
+#[test]
+fn a_sized_answer_is_reusable_and_leaves_its_body_in_the_buffer() {
+    let (r, left) = parsed(
+        "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-a: 1\r\n\r\nabc",
+        Method::GET,
+    );
+    let h = r.expect("valid").expect("complete");
+    assert_eq!(h.parts.status, StatusCode::OK);
+    assert_eq!(h.parts.headers["x-a"], "1");
+    assert_eq!(h.framing, BodyFraming::Length(3));
+    assert!(h.reusable);
+    assert_eq!(left, 3);
+    assert!(h
+        .parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .is_none());
+}
+
+#[test]
+fn a_partial_head_waits_and_an_endless_one_is_refused() {
+    let (r, left) = parsed("HTTP/1.1 200 OK\r\ncontent-le", Method::GET);
+    assert!(matches!(r, Ok(None)));
+    assert_eq!(left, 27);
+    let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
+    assert_eq!(
+        parsed(&endless, Method::GET).0.err(),
+        Some(HeadError::TooLarge)
+    );
+}
+
+#[test]
+fn chunked_wins_over_content_length_which_is_dropped_and_the_connection_not_reused() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\ncontent-length: 10\r\ntransfer-encoding: chunked\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!(h.framing, BodyFraming::Chunked);
+    assert!(!h.reusable);
+    assert!(!h.parts.headers.contains_key(header::CONTENT_LENGTH));
+    let h = head(
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Chunked, true));
+}
+
+#[test]
+fn a_coding_other_than_chunked_last_runs_to_the_close() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Close, false));
+}
+
+#[test]
+fn no_framing_runs_to_the_close() {
+    let h = head("HTTP/1.1 200 OK\r\n\r\n", Method::GET);
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Close, false));
+}
+
+#[test]
+fn head_204_and_304_end_at_the_head_and_a_framed_204_is_not_reused() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n",
+        Method::HEAD,
+    );
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Length(0), true));
+    let h = head(
+        "HTTP/1.1 304 Not Modified\r\ncontent-length: 10\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Length(0), true));
+    let h = head("HTTP/1.1 204 No Content\r\n\r\n", Method::GET);
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Length(0), true));
+    let h = head(
+        "HTTP/1.1 204 No Content\r\ncontent-length: 4\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!((h.framing, h.reusable), (BodyFraming::Length(0), false));
+}
+
+#[test]
+fn content_length_repeated_with_one_value_counts_once_and_conflicts_are_refused() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\ncontent-length: 4\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!(h.framing, BodyFraming::Length(4));
+    assert_eq!(
+        parsed(
+            "HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 5\r\n\r\n",
+            Method::GET
+        )
+        .0
+        .err(),
+        Some(HeadError::Malformed("conflicting Content-Length values"))
+    );
+    assert_eq!(
+        parsed("HTTP/1.1 200 OK\r\ncontent-length: +4\r\n\r\n", Method::GET)
+            .0
+            .err(),
+        Some(HeadError::Malformed("invalid Content-Length"))
+    );
+}
+
+#[test]
+fn persistence_follows_the_version_and_connection() {
+    let h = head(
+        "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+        Method::GET,
+    );
+    assert!(!h.reusable);
+    let h = head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n", Method::GET);
+    assert!(!h.reusable);
+    assert_eq!(h.parts.version, Version::HTTP_10);
+    let h = head(
+        "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n",
+        Method::GET,
+    );
+    assert!(h.reusable);
+    assert_eq!(
+        parsed(
+            "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            Method::GET
+        )
+        .0
+        .err(),
+        Some(HeadError::Malformed(
+            "Transfer-Encoding in an HTTP/1.0 answer"
+        ))
+    );
+}
+
+#[test]
+fn a_custom_reason_is_kept_and_a_canonical_one_is_not() {
+    let h = head(
+        "HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n",
+        Method::GET,
+    );
+    let r = h
+        .parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .expect("kept");
+    assert_eq!(r.as_bytes(), b"Fine Thanks");
+}
+
+#[test]
+fn malformed_heads_and_too_many_fields_are_refused() {
+    assert_eq!(
+        parsed("HTTP/1.1 200 OK\r\nx : 1\r\n\r\n", Method::GET)
+            .0
+            .err(),
+        Some(HeadError::Malformed("invalid field name"))
+    );
+    assert_eq!(
+        parsed("HTTP/2 200 OK\r\n\r\n", Method::GET).0.err(),
+        Some(HeadError::Malformed("invalid HTTP version"))
+    );
+    let many: String = (0..=MAX_FIELDS).map(|i| format!("x-{i}: 1\r\n")).collect();
+    assert_eq!(
+        parsed(&format!("HTTP/1.1 200 OK\r\n{many}\r\n"), Method::GET)
+            .0
+            .err(),
+        Some(HeadError::TooManyFields)
+    );
+}
