@@ -411,3 +411,7 @@ fn advance(out: &mut Vec<Bytes>, mut n: usize) {
     }
     out.drain(..whole);
 }
+
+#[cfg(test)]
+#[path = "node_conn_tests.rs"]
+mod tests;
