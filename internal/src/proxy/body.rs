@@ -250,8 +250,8 @@ impl Body for RequestBody {
     }
 }
 
-/// Runs once when a response body finishes (`complete = true`) or is dropped early.
-pub(crate) type Completion = Box<dyn FnOnce(u64, bool) + Send>;
+/// Runs once, with the bytes sent down, when a response body ends, fails or is dropped early.
+pub(crate) type Completion = Box<dyn FnOnce(u64) + Send>;
 
 pin_project_lite::pin_project! {
     /// The node's answer on its way down; see the module docs.
@@ -266,14 +266,14 @@ pin_project_lite::pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if let Some(done) = this.done.take() {
-                done(*this.bytes_out, false);
+                done(*this.bytes_out);
             }
         }
     }
 }
 
 impl<B> ResponseBody<B> {
-    /// Wraps `inner`; `done(bytes_out, complete)` runs exactly once.
+    /// Wraps `inner`; `done(bytes_out)` runs exactly once.
     pub(crate) fn new(inner: B, done: Completion) -> Self {
         ResponseBody {
             inner,
@@ -298,18 +298,18 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for ResponseBody<B> {
                 // The last frame may not be followed by another poll: finish now.
                 if this.inner.is_end_stream() {
                     if let Some(done) = this.done.take() {
-                        done(*this.bytes_out, true);
+                        done(*this.bytes_out);
                     }
                 }
             }
             None => {
                 if let Some(done) = this.done.take() {
-                    done(*this.bytes_out, true);
+                    done(*this.bytes_out);
                 }
             }
             Some(Err(_)) => {
                 if let Some(done) = this.done.take() {
-                    done(*this.bytes_out, false);
+                    done(*this.bytes_out);
                 }
             }
         }

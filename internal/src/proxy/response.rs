@@ -53,7 +53,7 @@ pub(crate) fn respond(
     let status = parts.status.as_u16();
     let proxy = p.clone();
     let start = ctx.start;
-    let done: Completion = Box::new(move |bytes_out, _complete| {
+    let done: Completion = Box::new(move |bytes_out| {
         drop(inflight);
         proxy.finish(
             &log,

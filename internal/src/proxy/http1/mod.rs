@@ -4,7 +4,7 @@
 //! decoder and one encoder ([`chunked`]), the request body read off the connection ([`body`]), and
 //! the connection driver that runs the phases in the connection's own task ([`conn`]); and on the
 //! upstream side, the client that sends a request to an HTTP/1.1 node in the request's own task
-//! ([`node_conn`], [`node_head`], [`node_body`]) with its idle-connection [`pool`]. HTTP/2 and
+//! ([`node_conn`], [`node_io`], [`node_head`], [`node_pump`], [`node_body`]) with its idle-connection [`pool`]. HTTP/2 and
 //! upgrades stay with hyper ([`rewind`] hands it the bytes already read).
 
 pub(crate) mod body;
@@ -13,6 +13,8 @@ pub mod conn;
 pub mod node_body;
 pub mod node_conn;
 pub mod node_head;
+pub mod node_io;
+pub mod node_pump;
 pub mod pool;
 pub mod request;
 pub mod response;

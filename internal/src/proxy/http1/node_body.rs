@@ -16,8 +16,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::chunked::{Decoded, Decoder};
-use super::node_conn::{NodeConn, NodeError, Pump, PumpError};
 use super::node_head::BodyFraming;
+use super::node_io::{NodeConn, NodeError};
+use super::node_pump::{Pump, PumpError};
 use super::pool::Home;
 use crate::proxy::expect::ContinueError;
 use crate::proxy::BoxError;

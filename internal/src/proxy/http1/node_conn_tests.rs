@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::*;
 use crate::proxy::expect::ContinueGate;
 use crate::proxy::http1::pool::Pool;
+use crate::tls::client::NodeStream;
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -20,7 +20,7 @@ use http::HeaderMap;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::Instant;
 
-use super::node_conn::NodeConn;
+use super::node_io::NodeConn;
 
 /// Idle HTTP/1.1 connections kept per node; more are closed when returned.
 pub const MAX_IDLE_PER_NODE: usize = 256;
