@@ -7,11 +7,10 @@
 //!   a node that refuses a stream before its body was read loses nothing); enforces the body idle
 //!   timeout and the route's `max_body`, and counts bytes in.
 //! - [`ResponseBody`]: streams the node's answer down, counts bytes out, and runs a completion hook
-//!   (access log, metrics, in-flight count, pooled-connection return) exactly once when it ends or is dropped.
+//!   (access log, metrics, in-flight count) exactly once when it ends or is dropped.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -66,8 +65,6 @@ struct Capture {
 #[derive(Clone)]
 pub(crate) struct BodyTap {
     capture: Arc<Mutex<Capture>>,
-    /// Bytes read from the client so far.
-    pub bytes_in: Arc<AtomicU64>,
 }
 
 impl BodyTap {
@@ -78,8 +75,15 @@ impl BodyTap {
                 ended: true,
                 ..Capture::default()
             })),
-            bytes_in: Arc::default(),
         }
+    }
+
+    /// Bytes read from the client so far.
+    pub(crate) fn bytes_in(&self) -> u64 {
+        self.capture
+            .lock()
+            .expect("capture mutex is never poisoned")
+            .seen
     }
 }
 
@@ -146,7 +150,6 @@ impl RequestBody {
                 max,
                 ..Capture::default()
             })),
-            bytes_in: Arc::default(),
         };
         let body = RequestBody {
             tap: tap.clone(),
@@ -200,9 +203,6 @@ impl Body for RequestBody {
                 this.timer.as_mut().reset(Instant::now() + *this.idle);
                 if let Some(data) = frame.data_ref() {
                     c.seen += data.len() as u64;
-                    this.tap
-                        .bytes_in
-                        .fetch_add(data.len() as u64, Ordering::Relaxed);
                     if let Some(max) = c.max {
                         if c.seen > max {
                             return Poll::Ready(Some(Err(Box::new(BodyError::TooLarge(max)))));

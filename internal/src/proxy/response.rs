@@ -59,7 +59,7 @@ pub(crate) fn respond(
             &log,
             status,
             start,
-            tap.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+            tap.bytes_in(),
             bytes_out,
         );
     });
