@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -190,7 +190,14 @@ async fn hand_on<I: Socket>(shared: Shared<I>, handoff: upgrade::Handoff) {
         }
     };
     let Io { io, rbuf, .. } = io;
-    if let Err(mut socket) = handoff.give(io.upgraded(rbuf.freeze())) {
+    // Copied: the read buffer (8 KiB or more) must not live on with an idle socket (issue 16:
+    // memory per idle WebSocket); usually nothing followed the head.
+    let early = match rbuf.is_empty() {
+        true => Bytes::new(),
+        false => Bytes::copy_from_slice(&rbuf),
+    };
+    drop(rbuf);
+    if let Err(mut socket) = handoff.give(io.upgraded(early)) {
         let _ = tokio::io::AsyncWriteExt::shutdown(&mut socket).await;
     }
 }
