@@ -179,7 +179,10 @@ impl Proxy {
         // not be HTTP/1.x (CASE-13).
         let h1_upgrade =
             req.version() <= http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
-        let mut resp = match self.phases(req, kind, &dc, start, &mut log, on_upgrade).await {
+        let mut resp = match self
+            .phases(req, kind, &dc, start, &mut log, on_upgrade)
+            .await
+        {
             Ok(resp) => resp,
             Err(err) => self.fail(&err, kind, start, &mut log),
         };

@@ -118,10 +118,7 @@ pub(crate) async fn proxy(
             return;
         };
         session
-            .relay(
-                down,
-                relay::NodeSide::new(node, Stream::from(up), inflight),
-            )
+            .relay(down, relay::NodeSide::new(node, Stream::from(up), inflight))
             .await;
     });
     Ok(Response::from_parts(
