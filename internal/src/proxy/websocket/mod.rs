@@ -113,7 +113,10 @@ pub(crate) async fn proxy(
     let session = Box::new(session);
     tokio::spawn(async move {
         let _gauge = gauge;
-        let (Some(down), Ok(up)) = (downstream.take().await, upstream_upgrade.await) else {
+        // Boxed: the wait for both upgrades is larger than the relay's resting state, and the
+        // task cell is sized for its largest state for the socket's whole life (issue 16).
+        let upgrades = Box::pin(async { (downstream.take().await, upstream_upgrade.await) });
+        let (Some(down), Ok(up)) = upgrades.await else {
             tracing::debug!(node = %node.id, "websocket upgrade did not complete");
             return;
         };
