@@ -181,7 +181,9 @@ pub(crate) fn unix_ms_at(at: tokio::time::Instant) -> u64 {
 
 #[derive(Debug)]
 struct History {
-    hops: VecDeque<Value>,
+    /// The hop events themselves (shared with the broadcast): their JSON is built only when the
+    /// status page asks ([`Events::recent_hops`]), not once per hop (issue 16: a hop storm's cost).
+    hops: VecDeque<Arc<Event>>,
     reloads: VecDeque<Value>,
     /// `(unix second, hops in it)`, indexed by second modulo [`HOP_HISTORY_SECS`].
     per_second: Vec<(u64, u32)>,
@@ -217,11 +219,12 @@ impl Events {
     /// Publishes `event` to every subscriber and records hops and reloads in the history.
     /// Never blocks on a subscriber: a slow one lags and is dropped by its reader.
     pub fn publish(&self, event: Event) {
+        let event = Arc::new(event);
         {
             let mut h = self.lock();
-            match &event {
+            match &*event {
                 Event::Hop { at_ms, .. } => {
-                    push_bounded(&mut h.hops, event.data(), RECENT_HOPS);
+                    push_bounded(&mut h.hops, event.clone(), RECENT_HOPS);
                     let sec = at_ms / 1000;
                     let slot = &mut h.per_second[(sec as usize) % HOP_HISTORY_SECS];
                     if slot.0 != sec {
@@ -238,7 +241,7 @@ impl Events {
             }
         }
         // No subscriber is not an error: the event is only in the history then.
-        let _ = self.tx.send(Arc::new(event));
+        let _ = self.tx.send(event);
     }
 
     /// A new subscriber, seeing every event published from now on.
@@ -253,7 +256,9 @@ impl Events {
 
     /// Recent hops, newest first (the SPEC's `hop` objects).
     pub fn recent_hops(&self) -> Vec<Value> {
-        self.lock().hops.iter().rev().cloned().collect()
+        // Copied out first: the JSON is built without the history lock held.
+        let hops: Vec<Arc<Event>> = self.lock().hops.iter().rev().cloned().collect();
+        hops.iter().map(|e| e.data()).collect()
     }
 
     /// Recent reloads, newest first (`generation`, `result`, `at_ms`).
@@ -287,7 +292,7 @@ impl Events {
     }
 }
 
-fn push_bounded(q: &mut VecDeque<Value>, v: Value, cap: usize) {
+fn push_bounded<T>(q: &mut VecDeque<T>, v: T, cap: usize) {
     if q.len() == cap {
         q.pop_front();
     }

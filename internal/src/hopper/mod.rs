@@ -201,10 +201,39 @@ impl Hopper {
         (node, counted)
     }
 
+    /// [`Hopper::hop`] with [`Follow::No`] for a caller already connected to `to` (a re-dialled
+    /// WebSocket) that writes the hop's log line itself once it knows when `to` served it again
+    /// ([`HopLine::served`]): one INFO line per hop, with the latency in it. Returns the line of a
+    /// hop this call counted (counted and published now, as every hop), `None` otherwise.
+    pub async fn hop_logged_later(
+        &self,
+        conn: &str,
+        old: &str,
+        to: &Arc<str>,
+        reason: HopReason,
+    ) -> Option<HopLine> {
+        let (winner, swapped) = self.store.hop_cas(conn, old, to).await;
+        if !(swapped && winner == *to) {
+            return None;
+        }
+        self.count(conn, old, to, reason);
+        Some(HopLine {
+            conn: conn.to_string(),
+            from: Arc::from(old),
+            to: to.clone(),
+            reason,
+        })
+    }
+
     /// Counts, logs and publishes (SPEC section 11 `hop` event) one hop.
     fn counted(&self, conn: &str, old: &str, to: &Arc<str>, reason: HopReason) {
-        self.metrics.hop(reason);
+        self.count(conn, old, to, reason);
         tracing::info!(conn_id = conn, from = old, to = %to, reason = reason.label(), "Hopping triggered for conn {} from {} to {}", conn, old, to);
+    }
+
+    /// Counts and publishes one hop (its log line is the caller's).
+    fn count(&self, conn: &str, old: &str, to: &Arc<str>, reason: HopReason) {
+        self.metrics.hop(reason);
         self.metrics.events.publish(Event::Hop {
             conn: conn.to_string(),
             from: Arc::from(old),
@@ -212,6 +241,43 @@ impl Hopper {
             reason,
             at_ms: unix_ms(),
         });
+    }
+}
+
+/// The log line of a counted hop, owed by the caller of [`Hopper::hop_logged_later`]: SPEC
+/// section 2's `Hopping triggered for conn <id> from <old> to <new>` at INFO, with the hop's
+/// latency (failure seen to served again) as a structured field. Dropping it unlogged loses a
+/// hop's line: call [`HopLine::served`] or [`HopLine::unserved`].
+#[derive(Debug)]
+#[must_use = "every counted hop is logged"]
+pub struct HopLine {
+    conn: String,
+    from: Arc<str>,
+    to: Arc<str>,
+    reason: HopReason,
+}
+
+impl HopLine {
+    /// Logs the hop once the new node served the connection, `latency` after the failure was seen.
+    pub fn served(self, latency: std::time::Duration) {
+        let HopLine {
+            conn,
+            from,
+            to,
+            reason,
+        } = self;
+        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms = latency.as_millis() as u64, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+    }
+
+    /// Logs the hop of a connection that ended before the new node served it.
+    pub fn unserved(self) {
+        let HopLine {
+            conn,
+            from,
+            to,
+            reason,
+        } = self;
+        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), served = false, "Hopping triggered for conn {} from {} to {}", conn, from, to);
     }
 }
 

@@ -144,12 +144,25 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Handles one downstream request from `dc`; never fails (a failure becomes the answer that
+    /// Handles one downstream request from `dc` served by hyper (HTTP/2, where an RFC 8441
+    /// WebSocket takes hyper's upgrade); never fails (a failure becomes the answer that
     /// [`respond::render`] makes of it for the request's protocol).
     pub async fn handle(
         self: Arc<Self>,
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
+    ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+        self.serve(req, dc, None).await
+    }
+
+    /// Handles one downstream request from `dc`, as [`Proxy::handle`]; `on_upgrade`, given by the
+    /// gateway's own HTTP/1.1 driver for an upgrade head, is where a WebSocket takes the client's
+    /// socket once the `101` went out ([`http1::upgrade`]); `None` takes hyper's upgrade.
+    pub async fn serve(
+        self: Arc<Self>,
+        req: Request<ProxyBody>,
+        dc: Arc<DownstreamConn>,
+        on_upgrade: Option<http1::upgrade::OnUpgrade>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
         let kind = context::kind_of(&req);
@@ -166,7 +179,10 @@ impl Proxy {
         // not be HTTP/1.x (CASE-13).
         let h1_upgrade =
             req.version() <= http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
-        let mut resp = match self.phases(req, kind, &dc, start, &mut log).await {
+        let mut resp = match self
+            .phases(req, kind, &dc, start, &mut log, on_upgrade)
+            .await
+        {
             Ok(resp) => resp,
             Err(err) => self.fail(&err, kind, start, &mut log),
         };
@@ -185,6 +201,7 @@ impl Proxy {
         dc: &Arc<DownstreamConn>,
         start: Instant,
         log: &mut LogCtx,
+        on_upgrade: Option<http1::upgrade::OnUpgrade>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
@@ -220,7 +237,10 @@ impl Proxy {
             // The socket may live for days: its log context must not keep hyper's read buffer
             // (which the parsed target shares) alive, so the target is copied.
             log.uri = log.uri.to_string().parse().unwrap_or_default();
-            let upgrade = hyper::upgrade::on(&mut req);
+            let upgrade = match on_upgrade {
+                Some(own) => websocket::ClientUpgrade::Own(own),
+                None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+            };
             // A hop counted at placement is served again once the node answers the upgrade.
             let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
             let target = matched.path_and_query.as_str().to_string();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncReadExt;
@@ -25,26 +25,14 @@ use crate::metrics::Metrics;
 use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::{http1 as own_h1, DownstreamConn, Proxy};
 
-/// hyper's servers for what the gateway's own HTTP/1.x driver ([`crate::proxy::http1`]) does not
-/// serve: HTTP/2 connections, and an HTTP/1.1 connection from its upgrade request on (WebSocket).
+/// hyper's server for what the gateway's own HTTP/1.x driver ([`crate::proxy::http1`]) does not
+/// serve: HTTP/2 connections.
 pub(super) struct DataServers {
     h2: http2::Builder<TokioExecutor>,
-    h1_upgrade: http1::Builder,
 }
 
 pub(super) fn data_builder(p: &Proxy) -> DataServers {
     let l = &p.settings.limits;
-    let mut h1_upgrade = http1::Builder::new();
-    h1_upgrade
-        .timer(TokioTimer::new())
-        .header_read_timeout(l.header_read_timeout)
-        // The head was judged by proxy::http1 already; hyper's own limits sit above ours.
-        .max_headers(l.max_headers.saturating_mul(4).max(l.max_headers + 1))
-        .max_buf_size(
-            (l.max_request_line + l.max_header_bytes)
-                .saturating_mul(2)
-                .max(128 * 1024),
-        );
     let mut h2 = http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
         .max_header_list_size(l.h2.max_header_list)
@@ -64,7 +52,7 @@ pub(super) fn data_builder(p: &Proxy) -> DataServers {
                 .max(20),
         )
         .keep_alive_interval(Duration::from_secs(30));
-    DataServers { h2, h1_upgrade }
+    DataServers { h2 }
 }
 
 /// `l` registered with the current runtime's I/O driver; `None` (logged) if it cannot be.
@@ -226,7 +214,8 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set):
 /// the first bytes tell HTTP/2 (its preface, hyper's h2 server) from HTTP/1.x (the gateway's own
-/// driver, [`crate::proxy::http1::conn`]); an HTTP/1.1 upgrade goes on with hyper's h1 server.
+/// driver, [`crate::proxy::http1::conn`], which also hands an accepted WebSocket upgrade's socket
+/// to the relay).
 pub(super) async fn serve_data<I>(
     mut io: I,
     peer: SocketAddr,
@@ -236,7 +225,7 @@ pub(super) async fn serve_data<I>(
     _permit: OwnedSemaphorePermit,
     tls: Option<crate::tls::server::TlsInfo>,
 ) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    I: own_h1::upgrade::Socket,
 {
     let _gauge = proxy
         .metrics
@@ -265,12 +254,7 @@ pub(super) async fn serve_data<I>(
         )
         .await;
     } else {
-        match own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch.clone()).await {
-            own_h1::conn::Ended::Closed => {}
-            own_h1::conn::Ended::Upgrade { io, replay } => {
-                serve_upgrade(Rewind::new(replay, io), &proxy, &builder, watch, &dc).await;
-            }
-        }
+        own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch).await;
     }
     // The connection was its own affinity key: with it gone, so is the binding.
     if let Some(id) = dc.conn_id.get() {
@@ -299,39 +283,6 @@ fn service(
         // call (issue 16, bench/README "HTTP/2 and gRPC per call").
         Box::pin(proxy.clone().handle(req, dc.clone()))
     })
-}
-
-/// Serves an HTTP/1.1 connection from its upgrade request on with hyper (the WebSocket relay
-/// takes hyper's upgraded stream); the drain lets the handshake in flight finish.
-async fn serve_upgrade<I>(
-    io: Rewind<I>,
-    proxy: &Arc<Proxy>,
-    builder: &DataServers,
-    mut watch: drain::Watch,
-    dc: &Arc<DownstreamConn>,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let conn = builder
-        .h1_upgrade
-        .serve_connection(TokioIo::new(io), service(proxy, dc))
-        .with_upgrades();
-    tokio::pin!(conn);
-    let mut closing = false;
-    loop {
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(peer = %dc.peer, error = %e, "downstream connection ended with error");
-                }
-                return;
-            }
-            _ = watch.signaled(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-        }
-    }
 }
 
 /// Serves an HTTP/2 connection (its preface in `io`) with hyper's h2 server.

@@ -18,9 +18,11 @@
 //!   `Connection: close`.
 //! - A client's end of stream (half-close) ends the connection once the request in flight, if
 //!   any, was answered.
-//! - An upgrade (`Upgrade` on HTTP/1.1, or `CONNECT`) is handed back with the bytes read so far,
-//!   for the server to serve with hyper's upgrade machinery (the WebSocket relay takes hyper's
-//!   upgraded stream).
+//! - An upgrade request (`Upgrade` on HTTP/1.1, or `CONNECT`) runs the phases like any other, with
+//!   an [`OnUpgrade`](super::upgrade::OnUpgrade) for the WebSocket phase. A `101` answer is
+//!   written here, then the raw socket, with the bytes read past the head in front, is handed on
+//!   ([`super::upgrade`]) and the driver ends; any other answer closes the connection after it
+//!   (what follows an upgrade head may not be HTTP/1.x: CASE-13).
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
@@ -32,41 +34,26 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncWrite;
 
 use super::body::{lock, BodyRead, ConnBody, Io, Shared};
 use super::chunked::{self, CHUNK_END, LAST_CHUNK};
 use super::request::{self, Framing};
 use super::response::{self, Answering, BodyLen, Encoding};
+use super::upgrade::{self, Socket};
 use crate::drain;
 use crate::proxy::head::HeadLimits;
 use crate::proxy::{DownstreamConn, Proxy, ProxyBody};
 
-/// How the connection's HTTP/1.x service ended.
-pub enum Ended<I> {
-    /// Closed (by either side, a refusal, a timeout or the drain).
-    Closed,
-    /// An upgrade request arrived: serve `io` from `replay` (its head and what followed it).
-    Upgrade {
-        /// The socket.
-        io: I,
-        /// Bytes read off `io` and not served: the upgrade head first.
-        replay: Bytes,
-    },
-}
-
 /// Serves HTTP/1.x requests on `io` (with `rbuf` already read off it) until the connection ends;
 /// see the module docs.
-pub async fn serve<I>(
+pub async fn serve<I: Socket>(
     io: I,
     rbuf: BytesMut,
     proxy: Arc<Proxy>,
     dc: Arc<DownstreamConn>,
     mut watch: drain::Watch,
-) -> Ended<I>
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) {
     let limits = HeadLimits::from(&proxy.settings.limits);
     let head_timeout = proxy.settings.limits.header_read_timeout;
     let shared: Shared<I> = Arc::new(Mutex::new(Io {
@@ -101,13 +88,13 @@ where
                 };
                 let _ = write_response(&shared, resp, a, &mut out).await;
                 close(&shared).await;
-                return Ended::Closed;
+                return;
             }
             Ok(None) => {
                 let pending = !lock(&shared).rbuf.is_empty();
                 if draining && !pending {
                     close(&shared).await;
-                    return Ended::Closed;
+                    return;
                 }
                 if pending && !armed {
                     armed = true;
@@ -117,12 +104,12 @@ where
                 }
                 tokio::select! {
                     r = poll_fn(|cx| lock(&shared).poll_fill(cx)) => match r {
-                        Ok(0) | Err(_) => return Ended::Closed,
+                        Ok(0) | Err(_) => return,
                         Ok(_) => continue,
                     },
                     () = &mut deadline, if armed => {
                         tracing::debug!(peer = %dc.peer, "request head not complete within the header read timeout");
-                        return Ended::Closed;
+                        return;
                     }
                     () = watch.signaled(), if !draining => {
                         draining = true;
@@ -132,21 +119,6 @@ where
             }
         };
         armed = false;
-        if head.upgrade {
-            return match Arc::try_unwrap(shared) {
-                Ok(m) => {
-                    let io = m.into_inner().unwrap_or_else(|e| e.into_inner());
-                    let mut replay = BytesMut::from(&head.raw[..]);
-                    replay.extend_from_slice(&io.rbuf);
-                    Ended::Upgrade {
-                        io: io.io,
-                        replay: replay.freeze(),
-                    }
-                }
-                // A body of an earlier request is still held: the connection cannot be handed on.
-                Err(_) => Ended::Closed,
-            };
-        }
         let method = head.parts.method.clone();
         let http10 = head.parts.version == http::Version::HTTP_10;
         let body: ProxyBody = {
@@ -172,24 +144,61 @@ where
             }
         };
         let req = Request::from_parts(head.parts, body);
-        let resp = match proxy.clone().handle(req, dc.clone()).await {
+        let (handoff, on_upgrade) = match head.upgrade {
+            true => {
+                let (h, on) = upgrade::pending();
+                (Some(h), Some(on))
+            }
+            false => (None, None),
+        };
+        let resp = match proxy.clone().serve(req, dc.clone(), on_upgrade).await {
             Ok(r) => r,
             Err(never) => match never {},
         };
         draining |= watch.is_signaled();
         let body_done = lock(&shared).body.is_done();
+        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         let a = Answering {
             method: &method,
             http10,
-            keep_alive: head.keep_alive && body_done && !draining,
+            // An upgrade head is the connection's last HTTP/1.x request (module docs).
+            keep_alive: head.keep_alive && body_done && !draining && !head.upgrade,
         };
-        match write_response(&shared, resp, a, &mut out).await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
+        let written = write_response(&shared, resp, a, &mut out).await;
+        match (written, handoff) {
+            (Ok(_), Some(handoff)) if switching && body_done => {
+                hand_on(shared, handoff).await;
+                return;
+            }
+            (Ok(true), _) => {}
+            _ => {
                 close(&shared).await;
-                return Ended::Closed;
+                return;
             }
         }
+    }
+}
+
+/// Hands the socket of `shared`, with its unread bytes in front, to the upgrade's holder once its
+/// `101` went out; closes it if nobody waits for it, or if a request body still holds it.
+async fn hand_on<I: Socket>(shared: Shared<I>, handoff: upgrade::Handoff) {
+    let io = match Arc::try_unwrap(shared) {
+        Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()),
+        Err(shared) => {
+            close(&shared).await;
+            return;
+        }
+    };
+    let Io { io, rbuf, .. } = io;
+    // Copied: the read buffer (8 KiB or more) must not live on with an idle socket (issue 16:
+    // memory per idle WebSocket); usually nothing followed the head.
+    let early = match rbuf.is_empty() {
+        true => Bytes::new(),
+        false => Bytes::copy_from_slice(&rbuf),
+    };
+    drop(rbuf);
+    if let Err(mut socket) = handoff.give(io.upgraded(early)) {
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut socket).await;
     }
 }
 
@@ -217,7 +226,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
     let head = response::encode_head(out, parts.status, reason, &parts.headers, a, len);
     let (enc, mut keep, send_trailers) = (head.encoding, head.keep_alive, head.trailers);
     if parts.status == StatusCode::SWITCHING_PROTOCOLS {
-        // Upgrades are served elsewhere: a 101 here answers no upgrade request.
+        // No further HTTP/1.x on this connection: it is handed on, or closed.
         keep = false;
     }
     let mut head_sent = false;

@@ -3,9 +3,9 @@
 //!
 //! The gateway re-sends the original handshake (cookies and `Authorization` included, the affinity
 //! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
-//! the hopper (counted and logged), delivers the client frames held meanwhile in order, and records
-//! `hopping_latency_seconds` when the new node's first frame is relayed (or the socket ends first;
-//! once per counted hop, issue 13). A client message cut by
+//! the hopper (counted at once), delivers the client frames held meanwhile in order, and records
+//! `hopping_latency_seconds` and writes the hop's one INFO line (with `latency_ms`) when the new
+//! node's first frame is relayed (or the socket ends first; once per counted hop, issues 13, 16). A client message cut by
 //! the hop is replayed whole: its fragments that reached the old node go to the new one first. Held frames are bounded
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
@@ -19,9 +19,9 @@ use tokio::time::Instant;
 use super::dial::{pick_other, DialError, Negotiated};
 use super::frame::{FrameError, Kind};
 use super::redial::{redial_node, Handshake};
-use super::relay::{Flow, NodeSide, Relay};
+use super::relay::{Flow, NodeSide, OwedHop, Relay};
 use super::Stream;
-use crate::hopper::{Follow, HopReason};
+use crate::hopper::HopReason;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
@@ -122,17 +122,14 @@ impl Relay {
         reason: HopReason,
         failure_seen: Instant,
     ) -> Flow {
-        let counted = match &self.s.ctx.conn_id {
+        let line = match &self.s.ctx.conn_id {
             Some(conn) => {
-                let now = tokio::time::Instant::now();
-                let hop = self
-                    .s
-                    .p
-                    .hopper
-                    .hop(conn, &old.id, node.clone(), Follow::No, reason, now);
-                hop.await.1
+                let hopper = &self.s.p.hopper;
+                hopper
+                    .hop_logged_later(conn, &old.id, &node.id, reason)
+                    .await
             }
-            None => false,
+            None => None,
         };
         self.s.log.hops += 1;
         self.s.log.node = Some(node.id.clone());
@@ -150,8 +147,13 @@ impl Relay {
         }
         tracing::debug!(from = %old.id, to = %side.node.id, reason = reason.label(), held = count, "websocket re-dialled");
         self.up = Some(side);
-        // Only a counted hop owes a latency observation (issue 13).
-        self.failure_seen = counted.then_some(failure_seen);
+        // Only a counted hop owes a latency observation (issue 13) and a log line.
+        self.owed_hop = line.map(|line| {
+            Box::new(OwedHop {
+                seen: failure_seen,
+                line,
+            })
+        });
         self.touch();
         Flow::Continue
     }

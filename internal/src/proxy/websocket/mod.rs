@@ -27,6 +27,7 @@ mod relay;
 mod stream;
 
 use dial::{h1_handshake_from_h2, FirstHandshake, Handshake, Negotiated};
+pub(crate) use stream::ClientUpgrade;
 use stream::Stream;
 
 use std::sync::Arc;
@@ -34,7 +35,6 @@ use std::sync::Arc;
 use http::header::SEC_WEBSOCKET_ACCEPT;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::upgrade::OnUpgrade;
 
 use super::context::RequestCtx;
 use super::error::ProxyError;
@@ -56,7 +56,7 @@ pub(crate) async fn proxy(
     req: Request<ProxyBody>,
     mut up_headers: HeaderMap,
     path_and_query: String,
-    downstream: OnUpgrade,
+    downstream: ClientUpgrade,
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     headers::set_websocket_upgrade(&mut up_headers);
@@ -113,15 +113,15 @@ pub(crate) async fn proxy(
     let session = Box::new(session);
     tokio::spawn(async move {
         let _gauge = gauge;
-        let (Ok(down), Ok(up)) = (downstream.await, upstream_upgrade.await) else {
+        // Boxed: the wait for both upgrades is larger than the relay's resting state, and the
+        // task cell is sized for its largest state for the socket's whole life (issue 16).
+        let upgrades = Box::pin(async { (downstream.take().await, upstream_upgrade.await) });
+        let (Some(down), Ok(up)) = upgrades.await else {
             tracing::debug!(node = %node.id, "websocket upgrade did not complete");
             return;
         };
         session
-            .relay(
-                Stream::from(down),
-                relay::NodeSide::new(node, Stream::from(up), inflight),
-            )
+            .relay(down, relay::NodeSide::new(node, Stream::from(up), inflight))
             .await;
     });
     Ok(Response::from_parts(

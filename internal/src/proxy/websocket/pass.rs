@@ -160,18 +160,11 @@ impl Relay {
             }
             Err(e) => return Box::pin(self.node_lost(&e.to_string())).await,
         };
-        if let Some(seen) = self.failure_seen.take() {
-            let latency = seen.elapsed();
+        if let Some(owed) = self.owed_hop.take() {
+            // Served again: the hop's latency and its one INFO line (issue 16: one line per hop).
+            let latency = owed.seen.elapsed();
             self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
-            tracing::info!(
-                node = self
-                    .up
-                    .as_ref()
-                    .map(|l| l.node.id.to_string())
-                    .unwrap_or_default(),
-                latency_ms = latency.as_millis() as u64,
-                "websocket served again after a hop"
-            );
+            owed.line.served(latency);
         }
         self.touch();
         let k = frame.kind();

@@ -31,7 +31,7 @@ use super::pump::{self, Pumped, Traffic};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
-use crate::hopper::HopReason;
+use crate::hopper::{HopLine, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::{LogCtx, Proxy};
 use crate::registry::{InflightGuard, Node, NodeSignal};
@@ -81,6 +81,15 @@ impl NodeSide {
             close_sent: false,
         }
     }
+}
+
+/// What a counted hop owes until the new node serves the socket (its first frame).
+#[derive(Debug)]
+pub(super) struct OwedHop {
+    /// When the old node's failure was seen (hopping_latency_seconds runs from there).
+    pub(super) seen: Instant,
+    /// The hop's log line, written with the latency once served.
+    pub(super) line: HopLine,
 }
 
 /// Whether the task goes on.
@@ -153,8 +162,10 @@ pub(super) struct Relay {
     pub(super) idle: Option<Duration>,
     pub(super) drain_act_at: Option<Instant>,
     pub(super) drain_deadline: Option<Instant>,
-    /// Set by a hop until the new node's first frame is relayed (hopping_latency_seconds).
-    pub(super) failure_seen: Option<Instant>,
+    /// Set by a counted hop until the new node's first frame is relayed: its latency observation
+    /// (hopping_latency_seconds) and its one log line are owed until then. Boxed: an idle socket
+    /// pays 8 bytes for it.
+    pub(super) owed_hop: Option<Box<OwedHop>>,
     /// The socket's span (conn id, cluster), entered while an event is handled; not while the
     /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
     /// message, issue 16).
@@ -211,7 +222,7 @@ impl Session {
             idle,
             drain_act_at: None,
             drain_deadline: None,
-            failure_seen: None,
+            owed_hop: None,
             span: span.clone(),
         });
         async move {
@@ -227,14 +238,15 @@ impl Relay {
     /// After the last event: the hop latency still owed, Close to the node, FIN to the client,
     /// the access-log line.
     async fn end_socket(mut self: Box<Self>) {
-        if let Some(seen) = self.failure_seen.take() {
+        if let Some(owed) = self.owed_hop.take() {
             // The socket ended before the new node's first frame: the hop still owes its
-            // one latency observation (issue 13).
+            // one latency observation (issue 13) and its log line.
             self.s
                 .p
                 .metrics
                 .hop_latency
-                .observe(seen.elapsed().as_secs_f64());
+                .observe(owed.seen.elapsed().as_secs_f64());
+            owed.line.unserved();
         }
         Box::pin(self.close_node(1001, "going away")).await;
         self.down.shutdown().await;
@@ -307,7 +319,7 @@ impl Relay {
         self.up.is_some()
             && self.client_close.is_none()
             && !self.node_closed
-            && self.failure_seen.is_none()
+            && self.owed_hop.is_none()
     }
 
     async fn next_event(&mut self) -> Event {

@@ -1,6 +1,8 @@
-//! The byte stream of one WebSocket side ([`Stream`]): a connection hyper upgraded (the client
-//! side, the first node side), or a node connection the gateway re-dialled itself for a hop
-//! ([`super::redial`]), whose first bytes past the `101` head were read with it. Spawns nothing.
+//! The byte stream of one WebSocket side ([`Stream`]): the client's HTTP/1.1 socket as the
+//! gateway's own driver handed it on ([`crate::proxy::http1::upgrade`]), a connection hyper
+//! upgraded (an RFC 8441 client stream over HTTP/2, the first node side), or a node connection the
+//! gateway re-dialled itself for a hop ([`super::redial`]), whose first bytes past the `101` head
+//! were read with it. Spawns nothing.
 
 use std::io;
 use std::pin::Pin;
@@ -11,11 +13,34 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::proxy::http1::rewind::Rewind;
+use crate::proxy::http1::upgrade::{self, OnUpgrade};
 use crate::tls::client::NodeStream;
+
+/// Where the client side of a WebSocket comes from once its handshake is answered.
+#[derive(Debug)]
+pub(crate) enum ClientUpgrade {
+    /// An HTTP/1.1 upgrade: the gateway's own driver hands the socket on after the `101`.
+    Own(OnUpgrade),
+    /// An RFC 8441 extended CONNECT: hyper's h2 server upgrades the stream after the `200`.
+    Hyper(hyper::upgrade::OnUpgrade),
+}
+
+impl ClientUpgrade {
+    /// The client side, once the answer went out; `None` if the upgrade did not happen.
+    pub(crate) async fn take(self) -> Option<Stream> {
+        match self {
+            ClientUpgrade::Own(on) => on.await.ok().map(Stream::Client),
+            ClientUpgrade::Hyper(on) => on.await.ok().map(Stream::from),
+        }
+    }
+}
 
 /// One side of a relayed WebSocket, read and written as bytes.
 #[derive(Debug)]
 pub(crate) enum Stream {
+    /// The client's HTTP/1.1 socket, handed on by the gateway's own driver (the bytes it read past
+    /// the upgrade head in front).
+    Client(upgrade::Upgraded),
     /// Upgraded by hyper (it keeps the bytes it read past the handshake itself).
     Upgraded(TokioIo<Upgraded>),
     /// A re-dialled node connection (cleartext or TLS) with the bytes read past its `101` head
@@ -34,6 +59,7 @@ impl From<Upgraded> for Stream {
 macro_rules! either {
     ($self:expr, $s:ident => $call:expr) => {
         match $self {
+            Stream::Client($s) => $call,
             Stream::Upgraded($s) => $call,
             Stream::Redialled($s) => $call,
         }
