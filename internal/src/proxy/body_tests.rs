@@ -59,11 +59,7 @@ async fn replay_resumes_a_partly_read_body_and_cuts_off_the_old_attempt() {
     assert_eq!(next_data(&mut third).await.as_deref(), Some(&b"one"[..]));
     assert_eq!(next_data(&mut third).await.as_deref(), Some(&b"two"[..]));
     assert_eq!(next_data(&mut third).await, None);
-    assert_eq!(
-        tap.bytes_in(),
-        6,
-        "client bytes counted once"
-    );
+    assert_eq!(tap.bytes_in(), 6, "client bytes counted once");
 }
 
 /// A body the failed attempt never polled replays whole from the client.

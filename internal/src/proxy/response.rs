@@ -55,13 +55,7 @@ pub(crate) fn respond(
     let start = ctx.start;
     let done: Completion = Box::new(move |bytes_out| {
         drop(inflight);
-        proxy.finish(
-            &log,
-            status,
-            start,
-            tap.bytes_in(),
-            bytes_out,
-        );
+        proxy.finish(&log, status, start, tap.bytes_in(), bytes_out);
     });
     let body = if grpc::is_grpc(&parts.headers) {
         let call = CallBody::new(incoming, call_deadline, grpc_status);

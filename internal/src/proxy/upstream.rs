@@ -24,7 +24,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::http1::node_body::NodeBody;
-use super::http1::node_conn::{self, NodeConn};
+use super::http1::node_conn::{self, Handshook, NodeConn};
 use super::http1::pool::{Home, Pool};
 pub use super::send_error::{connect_detail, describe, is_refused, is_unprocessed, SendError};
 use super::{BoxError, ProxyBody};
@@ -174,6 +174,29 @@ impl Upstream {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Sends the WebSocket handshake `req` to `node` on a new connection (RFC 6455 section 4.1):
+    /// the node's stream after a `101`, or its other answer (whose connection is then closed).
+    ///
+    /// # Errors
+    /// [`SendError::Connect`] when the connection (or TLS) failed, nothing sent; else as
+    /// [`node_conn::handshake`].
+    pub async fn handshake(
+        &self,
+        node: &Node,
+        req: Request<ProxyBody>,
+    ) -> Result<Handshook, SendError> {
+        let io = match self.connect(node).await {
+            Ok(io) => io,
+            Err(e) => return Err(SendError::Connect(e, req)),
+        };
+        let home = Home {
+            pool: self.pool.clone(),
+            node: node.id.clone(),
+            ttl: Duration::ZERO,
+        };
+        node_conn::handshake(NodeConn::new(io), req, home).await
     }
 
     /// Drops every pooled connection of `node` (it was removed or ejected).

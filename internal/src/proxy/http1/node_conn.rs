@@ -22,6 +22,7 @@ use std::future::poll_fn;
 use std::io;
 use std::task::{ready, Context, Poll};
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 
@@ -33,6 +34,7 @@ use super::pool::{self, Home};
 use crate::proxy::expect::ContinueGate;
 use crate::proxy::send_error::SendError;
 use crate::proxy::{BoxError, ProxyBody};
+use crate::tls::client::NodeStream;
 
 /// Sends `req` (origin-form target, HTTP/1.1) on `conn` and returns the node's answer, whose
 /// body reads on from `conn` and returns it to `home` after a clean end (module docs). `reused`
@@ -41,13 +43,72 @@ use crate::proxy::{BoxError, ProxyBody};
 /// # Errors
 /// [`SendError::NotSent`] with `req` when its head could not be written;
 /// [`SendError::Stale`] when a reused connection was closed or reset before any byte of an answer;
-/// [`SendError::Sent`] otherwise (its [`NodeError`] says what failed).
+/// [`SendError::Sent`] otherwise (its [`NodeError`] says what failed; a `101` is one).
 pub async fn send(
+    conn: NodeConn,
+    reused: bool,
+    req: Request<ProxyBody>,
+    home: Home,
+) -> Result<Response<NodeBody>, SendError> {
+    match exchange(conn, reused, req, home, false).await? {
+        Answered::Answer(r) => Ok(r),
+        Answered::Switched { .. } => unreachable!("a 101 is an error unless an upgrade was asked"),
+    }
+}
+
+/// A WebSocket handshake's answer (RFC 6455 section 4.1): the connection itself after a `101`, or
+/// any other answer as an ordinary response.
+#[derive(Debug)]
+pub enum Handshook {
+    /// `101 Switching Protocols`: the answer's head, and the node's stream with the bytes read
+    /// past that head (often the node's first frame) to be read first.
+    Switched {
+        /// Status, version and fields of the `101`.
+        head: http::response::Parts,
+        /// The node's stream.
+        io: NodeStream,
+        /// Bytes read past the head.
+        early: Bytes,
+    },
+    /// Any other answer, its body read off the connection ([`NodeBody`]).
+    Answer(Response<NodeBody>),
+}
+
+/// Sends the upgrade request `req` (a WebSocket handshake, no body) on a fresh `conn`; a `101`
+/// hands the connection over ([`Handshook::Switched`]), any other answer streams as usual and its
+/// connection is then closed (`home`'s ttl should be zero).
+///
+/// # Errors
+/// As [`send`] (never [`SendError::Stale`]: the connection is fresh).
+pub async fn handshake(
+    conn: NodeConn,
+    req: Request<ProxyBody>,
+    home: Home,
+) -> Result<Handshook, SendError> {
+    Ok(match exchange(conn, false, req, home, true).await? {
+        Answered::Answer(r) => Handshook::Answer(r),
+        Answered::Switched { head, io, early } => Handshook::Switched { head, io, early },
+    })
+}
+
+/// What [`exchange`] returns: [`Handshook`] by another name, private to the two entry points.
+enum Answered {
+    Answer(Response<NodeBody>),
+    Switched {
+        head: http::response::Parts,
+        io: NodeStream,
+        early: Bytes,
+    },
+}
+
+/// Steps 1–4 of the module docs; with `upgrade`, a `101` is the final answer.
+async fn exchange(
     mut conn: NodeConn,
     reused: bool,
     req: Request<ProxyBody>,
     mut home: Home,
-) -> Result<Response<NodeBody>, SendError> {
+    upgrade: bool,
+) -> Result<Answered, SendError> {
     let body = req.body();
     let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -66,8 +127,17 @@ pub async fn send(
     let gate = parts.extensions.get::<ContinueGate>();
     let mut pump = Pump::new(body, length);
     let mut read_any = false;
-    let head =
-        poll_fn(|cx| poll_head(&mut conn, cx, &mut pump, &parts.method, gate, &mut read_any)).await;
+    let head = poll_fn(|cx| {
+        let mut ask = Ask {
+            pump: &mut pump,
+            method: &parts.method,
+            gate,
+            upgrade,
+            read_any: &mut read_any,
+        };
+        poll_head(&mut conn, cx, &mut ask)
+    })
+    .await;
     let head = match head {
         Ok(h) => h,
         Err(e) => {
@@ -80,9 +150,28 @@ pub async fn send(
             });
         }
     };
+    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        let (io, early) = conn.into_parts();
+        return Ok(Answered::Switched {
+            head: head.parts,
+            io,
+            early,
+        });
+    }
     home.ttl = pool::ttl(home.ttl, &head.parts.headers);
     let body = NodeBody::new(conn, head.framing, head.reusable, pump, home);
-    Ok(Response::from_parts(head.parts, body))
+    Ok(Answered::Answer(Response::from_parts(head.parts, body)))
+}
+
+/// What the head's reader works with besides the connection.
+struct Ask<'a> {
+    pump: &'a mut Pump,
+    method: &'a Method,
+    gate: Option<&'a ContinueGate>,
+    /// A `101` ends the exchange (an upgrade was asked for).
+    upgrade: bool,
+    /// Set once any byte of an answer arrived.
+    read_any: &'a mut bool,
 }
 
 /// True if `e` is what a connection the node closed while it sat idle looks like: EOF, or a
@@ -105,11 +194,10 @@ fn is_closed(e: &NodeError) -> bool {
 fn poll_head(
     conn: &mut NodeConn,
     cx: &mut Context<'_>,
-    pump: &mut Pump,
-    method: &Method,
-    gate: Option<&ContinueGate>,
-    read_any: &mut bool,
+    ask: &mut Ask<'_>,
 ) -> Poll<Result<ResponseHead, NodeError>> {
+    let (pump, method, gate, upgrade) = (&mut *ask.pump, ask.method, ask.gate, ask.upgrade);
+    let read_any = &mut *ask.read_any;
     if let Poll::Ready(Err(e)) = pump.poll(conn.io_mut(), cx) {
         match e {
             PumpError::Body(e) => return Poll::Ready(Err(NodeError::Body(e))),
@@ -129,6 +217,7 @@ fn poll_head(
                         g.opened();
                     }
                 }
+                StatusCode::SWITCHING_PROTOCOLS if upgrade => return Poll::Ready(Ok(head)),
                 StatusCode::SWITCHING_PROTOCOLS => {
                     return Poll::Ready(Err(NodeError::UnexpectedUpgrade))
                 }

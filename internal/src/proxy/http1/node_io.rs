@@ -7,7 +7,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
 use super::chunked::ChunkedError;
@@ -69,6 +69,12 @@ impl NodeConn {
             rbuf: BytesMut::new(),
             wbuf: Vec::with_capacity(512),
         }
+    }
+
+    /// The stream and the bytes read off it and not consumed (an upgraded connection handed on):
+    /// copied, so the read buffer's whole block does not live on with a long-lived socket.
+    pub(super) fn into_parts(self) -> (NodeStream, Bytes) {
+        (self.io, Bytes::copy_from_slice(&self.rbuf))
     }
 
     /// True if no byte read off the connection waits to be consumed.

@@ -1,21 +1,23 @@
 //! Dialling a node for a WebSocket (RFC 6455 section 4.1, always HTTP/1.1): the first handshake
-//! with its connect-failure retries ([`first`], through hyper: a non-`101` answer is relayed to the
-//! client as an ordinary response), what the first node agreed to ([`Negotiated`]), and the node
-//! choice of a re-dial ([`pick_other`]). The re-dial itself is [`super::redial`].
+//! with its connect-failure retries ([`first`], through the gateway's own HTTP/1.1 client,
+//! [`crate::proxy::http1::node_conn::handshake`]: a `101` hands the node's stream over, any other
+//! answer is relayed to the client as an ordinary response), what the first node agreed to
+//! ([`Negotiated`]), and the node choice of a re-dial ([`pick_other`]). The re-dial itself is
+//! [`super::redial`].
 
 use std::sync::Arc;
 
 use http::header::SEC_WEBSOCKET_KEY;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
+use http::{header, HeaderMap, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_clock::HopClock;
+use crate::proxy::http1::node_conn::Handshook;
+use crate::proxy::send_error::SendError;
 use crate::proxy::{LogCtx, Proxy, ProxyBody};
 use crate::registry::{Node, NodeId};
 use crate::routing::RouteTable;
@@ -36,7 +38,7 @@ pub(super) struct FirstHandshake {
 
 /// Sends the handshake `hs` of the request in `ctx` to `node`, and on a connect failure to other
 /// nodes (moving a bound id along, a `connect_error` hop), until one answers; returns that node and
-/// its answer (101 or not).
+/// its answer (a `101` with the node's stream, or any other answer).
 ///
 /// # Errors
 /// [`ProxyError::Connect`] when no node accepted a connection, [`ProxyError::Upstream`] when the
@@ -47,7 +49,7 @@ pub(super) async fn first(
     mut node: Arc<Node>,
     hs: &FirstHandshake,
     log: &mut LogCtx,
-) -> Result<(Arc<Node>, Response<Incoming>), ProxyError> {
+) -> Result<(Arc<Node>, Handshook), ProxyError> {
     let deadline = ctx.deadline();
     let mut tried: Vec<NodeId> = Vec::new();
     // One hopping_latency_seconds observation per counted connect_error hop, from the first
@@ -126,22 +128,8 @@ pub(super) fn h1_handshake_from_h2(h: &mut HeaderMap) {
 }
 
 /// Sends the handshake to `node` on a new connection.
-async fn dial(
-    p: &Proxy,
-    node: &Node,
-    hs: &FirstHandshake,
-) -> Result<Response<Incoming>, DialError> {
+async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, DialError> {
     let body: ProxyBody = Empty::new().map_err(|never| match never {}).boxed_unsync();
-    let tcp = p.upstream.connect(node).await.map_err(DialError::Connect)?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(DialError::Handshake)?;
-    // Ends with the connection: when the upgrade is taken, or when the node closes it.
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(error = %e, "upstream websocket handshake connection ended");
-        }
-    });
     let mut headers = hs.headers.clone();
     if !headers.contains_key(header::HOST) {
         if let Ok(h) = HeaderValue::from_str(&node.addr) {
@@ -156,7 +144,12 @@ async fn dial(
         .parse()
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     *req.headers_mut() = headers;
-    send.send_request(req).await.map_err(DialError::Handshake)
+    p.upstream.handshake(node, req).await.map_err(|e| match e {
+        SendError::Connect(e, _) => DialError::Connect(e),
+        SendError::NotSent(e, _) | SendError::Sent(e) | SendError::Stale(e) => {
+            DialError::Handshake(e)
+        }
+    })
 }
 
 /// Picks a node of the route's cluster other than those in `exclude`, from the live table (the

@@ -39,6 +39,8 @@ use http_body_util::BodyExt;
 use super::context::RequestCtx;
 use super::error::ProxyError;
 use super::headers::is_extended_connect;
+use super::http1::node_conn::Handshook;
+use super::http1::rewind::Rewind;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::Node;
 
@@ -75,26 +77,23 @@ pub(crate) async fn proxy(
         headers: up_headers,
     };
     drop(req);
-    let (node, mut resp) = dial::first(&p, &ctx, node, &hs, log).await?;
-    let upgraded = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-    if upgraded {
-        node.runtime.record_passive_success();
-    }
-    let upstream_upgrade = upgraded.then(|| hyper::upgrade::on(&mut resp));
-    let (mut parts, up_body) = resp.into_parts();
-    client_head(&p, &ctx, &mut parts.headers, upgraded);
-    if upgraded && over_h2 {
+    let (node, dialled) = dial::first(&p, &ctx, node, &hs, log).await?;
+    let (mut parts, up) = match dialled {
+        Handshook::Switched { head, io, early } => (head, Stream::Node(Rewind::new(early, io))),
+        Handshook::Answer(resp) => {
+            // The node refused the upgrade: relay its answer as an ordinary response.
+            let (mut parts, up_body) = resp.into_parts();
+            client_head(&p, &ctx, &mut parts.headers, false);
+            p.finish(log, parts.status.as_u16(), ctx.start, 0, 0);
+            return Ok(Response::from_parts(parts, up_body.boxed_unsync()));
+        }
+    };
+    node.runtime.record_passive_success();
+    client_head(&p, &ctx, &mut parts.headers, true);
+    if over_h2 {
         // RFC 8441 section 5: a 2xx accepts an extended CONNECT.
         parts.status = StatusCode::OK;
     }
-    let Some(upstream_upgrade) = upstream_upgrade else {
-        // The node refused the upgrade: relay its answer as an ordinary response.
-        p.finish(log, parts.status.as_u16(), ctx.start, 0, 0);
-        return Ok(Response::from_parts(
-            parts,
-            up_body.map_err(Into::into).boxed_unsync(),
-        ));
-    };
     let negotiated = Negotiated::of(&parts.headers);
     // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
     // (issue 7: memory per idle WebSocket).
@@ -113,15 +112,15 @@ pub(crate) async fn proxy(
     let session = Box::new(session);
     tokio::spawn(async move {
         let _gauge = gauge;
-        // Boxed: the wait for both upgrades is larger than the relay's resting state, and the
+        // Boxed: the wait for the client's upgrade is larger than the relay's resting state, and the
         // task cell is sized for its largest state for the socket's whole life (issue 16).
-        let upgrades = Box::pin(async { (downstream.take().await, upstream_upgrade.await) });
-        let (Some(down), Ok(up)) = upgrades.await else {
+        let upgrade = Box::pin(downstream.take());
+        let Some(down) = upgrade.await else {
             tracing::debug!(node = %node.id, "websocket upgrade did not complete");
             return;
         };
         session
-            .relay(down, relay::NodeSide::new(node, Stream::from(up), inflight))
+            .relay(down, relay::NodeSide::new(node, up, inflight))
             .await;
     });
     Ok(Response::from_parts(

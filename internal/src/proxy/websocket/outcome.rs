@@ -37,9 +37,10 @@ pub(crate) enum DialError {
     /// TCP connect (or the TLS handshake) failed or timed out: nothing was sent.
     #[error("{}", crate::proxy::upstream::connect_detail(.0))]
     Connect(#[source] std::io::Error),
-    /// The HTTP/1.1 exchange failed after the request went out.
-    #[error("handshake: {}", crate::proxy::upstream::describe(.0))]
-    Handshake(#[source] hyper::Error),
+    /// The HTTP/1.1 exchange failed after the request went out (the upstream client's error,
+    /// [`crate::proxy::http1::node_conn::NodeError`]).
+    #[error("handshake: {}", crate::proxy::upstream::describe(&**.0))]
+    Handshake(#[source] crate::proxy::BoxError),
     /// A re-dial's exchange failed after the request went out (reset, closed before the answer).
     #[error("handshake: {0}")]
     Exchange(#[source] std::io::Error),

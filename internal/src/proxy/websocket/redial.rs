@@ -3,7 +3,7 @@
 //! connection with `X-Hopped-From` (one write), reads the node's answer head with `httparse`, checks
 //! it as an RFC 6455 client must (section 4.1: `101`, the accept key, the subprotocol and
 //! extensions the first node agreed to), and keeps the bytes read past the head for the relay
-//! ([`Stream::Redialled`]). No task, channel or per-header allocation per hop (issue 16: a hop
+//! ([`Stream::Node`]). No task, channel or per-header allocation per hop (issue 16: a hop
 //! storm re-dials thousands of sockets at once). Spawns nothing.
 
 use std::io;
@@ -167,7 +167,7 @@ async fn exchange(
     };
     // Copied out (usually the node's first frame, a few bytes) so the read block goes now.
     let early = Bytes::copy_from_slice(&buf[head_len..]);
-    Ok(Stream::Redialled(Rewind::new(early, io)))
+    Ok(Stream::Node(Rewind::new(early, io)))
 }
 
 /// Parses and checks the answer head at the start of `buf`: `Some(its length)` once complete and a

@@ -1,8 +1,8 @@
 //! The byte stream of one WebSocket side ([`Stream`]): the client's HTTP/1.1 socket as the
-//! gateway's own driver handed it on ([`crate::proxy::http1::upgrade`]), a connection hyper
-//! upgraded (an RFC 8441 client stream over HTTP/2, the first node side), or a node connection the
-//! gateway re-dialled itself for a hop ([`super::redial`]), whose first bytes past the `101` head
-//! were read with it. Spawns nothing.
+//! gateway's own driver handed it on ([`crate::proxy::http1::upgrade`]), a stream hyper's h2
+//! server upgraded (an RFC 8441 client), or a node connection the gateway dialled itself (the
+//! first handshake, [`crate::proxy::http1::node_conn::handshake`], or a hop's re-dial,
+//! [`super::redial`]), whose first bytes past the `101` head were read with it. Spawns nothing.
 
 use std::io;
 use std::pin::Pin;
@@ -41,12 +41,12 @@ pub(crate) enum Stream {
     /// The client's HTTP/1.1 socket, handed on by the gateway's own driver (the bytes it read past
     /// the upgrade head in front).
     Client(upgrade::Upgraded),
-    /// Upgraded by hyper (it keeps the bytes it read past the handshake itself).
+    /// An RFC 8441 client stream upgraded by hyper's h2 server.
     Upgraded(TokioIo<Upgraded>),
-    /// A re-dialled node connection (cleartext or TLS) with the bytes read past its `101` head
-    /// put back in front, delivered before anything else (often the node's first frame came in
-    /// the same read).
-    Redialled(Rewind<NodeStream>),
+    /// A node connection (cleartext or TLS; first dial or re-dial) with the bytes read past its
+    /// `101` head put back in front, delivered before anything else (often the node's first frame
+    /// came in the same read).
+    Node(Rewind<NodeStream>),
 }
 
 impl From<Upgraded> for Stream {
@@ -61,7 +61,7 @@ macro_rules! either {
         match $self {
             Stream::Client($s) => $call,
             Stream::Upgraded($s) => $call,
-            Stream::Redialled($s) => $call,
+            Stream::Node($s) => $call,
         }
     };
 }
@@ -119,7 +119,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (mut server, _) = listener.accept().await.expect("accept");
-        let mut s = Stream::Redialled(Rewind::new(
+        let mut s = Stream::Node(Rewind::new(
             bytes::Bytes::from_static(b"early "),
             NodeStream::Plain(client),
         ));
