@@ -20,7 +20,8 @@
 //! - RFC 9110 section 10.1.1: `Expect: 100-continue` counts on HTTP/1.1 only.
 //!
 //! A head whose bytes httparse refuses is walked line by line by [`judge`] for the exact refusal;
-//! a partial head is judged as it grows, so an overlong line is refused before it ends.
+//! a partial head is judged as it grows, so an overlong line is refused before it ends. The
+//! refusal's reason does not depend on how the bytes arrived (the `h1_head` fuzz target).
 
 use std::mem::MaybeUninit;
 
@@ -90,6 +91,13 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         Err(_) => {
             // httparse stopped at a byte already read: the line holding it is judged even if
             // its end has not come, so the refusal does not depend on how the bytes arrived.
+            // Except when the bytes end in CR and no complete line broke a rule: whether that CR
+            // ends the line or stands bare inside it decides the reason (a name without a colon,
+            // or a name with a CR in it), and the next byte tells.
+            if bytes.last() == Some(&b'\r') {
+                judge(bytes, limits, false)?;
+                return Ok(None);
+            }
             return Err(judge(bytes, limits, true)
                 .err()
                 .unwrap_or(Refusal::BadRequest("malformed request head")));

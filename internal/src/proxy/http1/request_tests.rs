@@ -264,8 +264,25 @@ fn tokens_in_lists() {
 
 #[test]
 fn a_refusal_does_not_depend_on_how_the_bytes_arrive() {
-    // Found by the h1_head fuzz target: httparse refuses the first byte already.
-    for wire in [&b"\x182+\n"[..], b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n"] {
+    let no_colon = Refusal::BadRequest("field line without a colon");
+    let bad_name = Refusal::BadRequest("invalid field name");
+    let control = Refusal::BadRequest("control character in a field value");
+    // Found by the h1_head fuzz target: httparse refuses the first byte already; a bad name
+    // refused before its colon came (it was "without a colon" byte by byte); a CR that ends a
+    // name without a colon, or stands bare inside one (byte by byte, both were "without a colon").
+    for (wire, want) in [
+        (&b"\x182+\n"[..], Refusal::BadRequest("invalid method in the request line")),
+        (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", control),
+        (b"GET / HTTP/1.0\n$KgK X:\0\n\n", bad_name.clone()),
+        (b"GET / HTTP/1.1\r\nAbc\r\n\r\n", no_colon),
+        (b"GET / HTTP/1.1\r\nAbc\rX: 1\r\n\r\n", bad_name),
+    ] {
+        assert_eq!(
+            parse(&mut BytesMut::from(wire), &L).err(),
+            Some(want),
+            "{:?}",
+            String::from_utf8_lossy(wire)
+        );
         let whole = parse(&mut BytesMut::from(wire), &L).err();
         let mut buf = BytesMut::new();
         let mut first = None;
