@@ -91,14 +91,15 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         Err(_) => {
             // httparse stopped at a byte already read: the line holding it is judged even if
             // its end has not come, so the refusal does not depend on how the bytes arrived.
-            // Except when the bytes end in CR and no complete line broke a rule: whether that CR
-            // ends the line or stands bare inside it decides the reason (a name without a colon,
-            // or a name with a CR in it), and the next byte tells.
-            if bytes.last() == Some(&b'\r') {
+            // The CRs the bytes end in are left out: when httparse stopped at one of them, whether
+            // it ends the line or stands bare inside it decides the reason (a name without a
+            // colon, or a name with a CR in it), and the next byte tells.
+            let before = without_final_crs(bytes);
+            if before.len() < bytes.len() && !httparse_refuses(before, limits) {
                 judge(bytes, limits, false)?;
                 return Ok(None);
             }
-            return Err(judge(bytes, limits, true)
+            return Err(judge(before, limits, true)
                 .err()
                 .unwrap_or(Refusal::BadRequest("malformed request head")));
         }
@@ -191,6 +192,19 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         expect_continue,
         raw,
     }))
+}
+
+/// `bytes` without the CRs it ends in.
+fn without_final_crs(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|b| *b != b'\r').map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+/// True if httparse refuses `bytes` (a request head, complete or not) as [`parse`] reads it:
+/// with `max_headers + 1` field slots. Cold: allocates the slots.
+fn httparse_refuses(bytes: &[u8], limits: &HeadLimits) -> bool {
+    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers + 1];
+    httparse::Request::new(&mut slots).parse(bytes).is_err()
 }
 
 /// Puts a refused head's bytes `raw` back in front of `buf` and returns `why` (the refusals found

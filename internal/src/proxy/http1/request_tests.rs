@@ -276,6 +276,11 @@ fn a_refusal_does_not_depend_on_how_the_bytes_arrive() {
         (b"GET / HTTP/1.0\n$KgK X:\0\n\n", bad_name.clone()),
         (b"GET / HTTP/1.1\r\nAbc\r\n\r\n", no_colon),
         (b"GET / HTTP/1.1\r\nAbc\rX: 1\r\n\r\n", bad_name),
+        // A byte refused before the final CR: refused at once, not held for the next byte.
+        (
+            b"\r\n\n\r)\r",
+            Refusal::BadRequest("malformed line ending in the request line"),
+        ),
     ] {
         assert_eq!(
             parse(&mut BytesMut::from(wire), &L).err(),
