@@ -271,7 +271,10 @@ fn a_refusal_does_not_depend_on_how_the_bytes_arrive() {
     // refused before its colon came (it was "without a colon" byte by byte); a CR that ends a
     // name without a colon, or stands bare inside one (byte by byte, both were "without a colon").
     for (wire, want) in [
-        (&b"\x182+\n"[..], Refusal::BadRequest("invalid method in the request line")),
+        (
+            &b"\x182+\n"[..],
+            Refusal::BadRequest("invalid method in the request line"),
+        ),
         (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", control),
         (b"GET / HTTP/1.0\n$KgK X:\0\n\n", bad_name.clone()),
         (b"GET / HTTP/1.1\r\nAbc\r\n\r\n", no_colon),
