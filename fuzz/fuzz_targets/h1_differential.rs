@@ -1,6 +1,7 @@
 //! Differential: the gateway's request-head verdict (`proxy::http1::request::parse`) against
 //! hyper's HTTP/1.1 server on the same bytes (over `tokio::io::duplex`, a service that answers
-//! 200, the client's write side closed after the bytes).
+//! 200, the client's write side closed after the bytes, hyper's `half_close` on so it answers a
+//! head followed by the end of the stream).
 //!
 //! - Whatever hyper refuses (a 4xx, or no answer to a complete head), the gateway refuses too.
 //! - What hyper accepts the gateway accepts, except where a documented rule of `proxy::head` is
@@ -68,7 +69,12 @@ fn hyper_verdict(data: &[u8]) -> Verdict {
                     bytes::Bytes,
                 >::new()))
             });
+            // The client's write side closes right after the bytes: without half_close, hyper
+            // drops a connection whose read side ends mid-message (`mid_message_detect_eof`)
+            // before its service answers, whatever the bytes; that is hyper's EOF policy, not
+            // its parser's verdict.
             let _ = hyper::server::conn::http1::Builder::new()
+                .half_close(true)
                 .serve_connection(hyper_util::rt::TokioIo::new(server), svc)
                 .await;
         });

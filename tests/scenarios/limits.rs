@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use integration_tests::check::{echo_header, json_error};
 use integration_tests::load::{pattern, sha_hex};
-use integration_tests::raw::{body_of, read_while_writing, refused, Raw};
+use integration_tests::raw::{body_of, read_while_writing, refused, served, Raw};
 use integration_tests::{request, Config, Gateway, Health, Mock, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, Instant};
@@ -226,14 +226,7 @@ async fn max_connections_full_logs_once_and_new_connections_wait_for_a_free_slot
             .toml(),
     )
     .await;
-    let mut open = Vec::new();
-    for _ in 0..2 {
-        let mut c = Raw::connect(gw.port).await;
-        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        let (h, _) = c.response(Duration::from_secs(5)).await;
-        assert_eq!(h.status, 200);
-        open.push(c);
-    }
+    let mut open = served(gw.port, 2).await;
     gw.logs
         .wait_for(
             &[

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::raw::Raw;
+use integration_tests::raw::{served, Raw};
 use integration_tests::{wait_until, Config, Gateway, Health, Mock, Route};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -109,14 +109,7 @@ async fn max_connections_is_one_limit_over_all_workers() {
         &["--workers", "2"],
     )
     .await;
-    let mut open = Vec::new();
-    for _ in 0..2 {
-        let mut c = Raw::connect(gw.port).await;
-        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        let (h, _) = c.response(Duration::from_secs(5)).await;
-        assert_eq!(h.status, 200);
-        open.push(c);
-    }
+    let mut open = served(gw.port, 2).await;
     // Several more, so that each worker's socket very likely gets one: none is served.
     let mut waiting = Vec::new();
     for _ in 0..6 {

@@ -184,6 +184,20 @@ impl Raw {
     }
 }
 
+/// `n` fresh connections to `port`, each answered `200` to one `GET /data` and kept open (the
+/// connection-limit scenarios: they hold `n` permits).
+pub async fn served(port: u16, n: usize) -> Vec<Raw> {
+    let mut open = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = Raw::connect(port).await;
+        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let (h, _) = c.response(Duration::from_secs(5)).await;
+        assert_eq!(h.status, 200);
+        open.push(c);
+    }
+    open
+}
+
 /// Sends `wire` on a fresh connection; returns the answer and asserts the gateway then closed it.
 pub async fn refused(port: u16, wire: &[u8]) -> (Head, Vec<u8>) {
     let mut c = Raw::connect(port).await;

@@ -16,10 +16,11 @@ use crate::routing::RouteTable;
 /// Access-log fields gathered along the way (SPEC section 8).
 #[derive(Debug, Clone, Default)]
 pub struct LogCtx {
-    /// Method.
-    pub method: http::Method,
-    /// Target as received (the log shows its path); a cheap reference-counted copy.
-    pub uri: http::Uri,
+    /// Method; `None` (logged `-`) for a refused head whose method did not parse.
+    pub method: Option<http::Method>,
+    /// Target as received (the log shows its path, `-` when `None`: a refused head whose request
+    /// line did not parse); a cheap reference-counted copy.
+    pub uri: Option<http::Uri>,
     /// Route id or `-`.
     pub route: Option<Arc<str>>,
     /// Node id or `-`.
@@ -35,7 +36,8 @@ pub struct LogCtx {
     pub table: Option<Arc<RouteTable>>,
     /// Client address.
     pub client: Option<std::net::SocketAddr>,
-    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`protocol`]).
+    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`protocol`]); `-` for a refused head whose
+    /// request line did not parse ([`version_protocol`]).
     pub protocol: &'static str,
     /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
     pub trace_id: Option<String>,
@@ -83,8 +85,8 @@ impl Proxy {
                 target: "access",
                 client = %log.client.map_or_else(|| "-".to_string(), |a| a.to_string()),
                 protocol = log.protocol,
-                method = %log.method,
-                path = %log.uri.path(),
+                method = %log.method.as_ref().map_or("-", Method::as_str),
+                path = %log.uri.as_ref().map_or("-", http::Uri::path),
                 status,
                 duration_ms = format_args!("{duration_ms:.3}"),
                 route = log.route.as_deref().unwrap_or("-"),
@@ -129,10 +131,17 @@ pub(crate) fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
     if ws_upgrade || extended_connect {
         return "ws";
     }
-    match req.version() {
-        Version::HTTP_2 => "h2",
-        Version::HTTP_10 | Version::HTTP_09 => "http/1.0",
-        _ => "http/1.1",
+    version_protocol(Some(req.version()))
+}
+
+/// `h2`, `http/1.1` or `http/1.0` for a request's `version`; `-` when it is not known (a refused
+/// head whose request line did not parse).
+pub(crate) fn version_protocol(version: Option<Version>) -> &'static str {
+    match version {
+        None => "-",
+        Some(Version::HTTP_2) => "h2",
+        Some(Version::HTTP_10 | Version::HTTP_09) => "http/1.0",
+        Some(_) => "http/1.1",
     }
 }
 

@@ -161,7 +161,8 @@ fn is_value_byte(b: u8) -> bool {
 ///
 /// # Errors
 /// [`Refusal::HeadersTooLarge`] past the field count or byte limit; [`Refusal::BadRequest`] for
-/// obs-fold, a line without a colon, a bad name, a control character in the value, and every
+/// obs-fold, a bad name (checked before the colon), a line without a colon, a control character
+/// in the value, and every
 /// `Content-Length`/`Transfer-Encoding` problem of the module docs.
 pub fn field_line(line: &[u8], facts: &mut HeadFacts, limits: &HeadLimits) -> Result<(), Refusal> {
     count_field(facts, limits)?;
@@ -170,13 +171,18 @@ pub fn field_line(line: &[u8], facts: &mut HeadFacts, limits: &HeadLimits) -> Re
             "obs-fold: a field line starts with whitespace",
         ));
     }
-    let Some(colon) = line.iter().position(|b| *b == b':') else {
-        return Err(Refusal::BadRequest("field line without a colon"));
-    };
-    let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
+    // The name first (the bytes up to the colon, or all of them): a byte that is not a tchar
+    // makes it invalid whether a colon follows or not, so a line judged before its end (httparse
+    // refused a byte in it) gets the refusal of the whole line.
+    let colon = line.iter().position(|b| *b == b':');
+    let name = &line[..colon.unwrap_or(line.len())];
     if name.is_empty() || !name.iter().all(|b| is_tchar(*b)) {
         return Err(Refusal::BadRequest("invalid field name"));
     }
+    let Some(colon) = colon else {
+        return Err(Refusal::BadRequest("field line without a colon"));
+    };
+    let value = trim(&line[colon + 1..]);
     if !value.iter().all(|b| is_value_byte(*b)) {
         return Err(Refusal::BadRequest("control character in a field value"));
     }

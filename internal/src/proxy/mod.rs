@@ -167,8 +167,8 @@ impl Proxy {
         let start = Instant::now();
         let kind = context::kind_of(&req);
         let mut log = LogCtx {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
+            method: Some(req.method().clone()),
+            uri: Some(req.uri().clone()),
             client: Some(dc.peer),
             protocol: access::protocol(&req, kind == Kind::Grpc),
             trace_id: access::trace_id(req.headers()),
@@ -236,7 +236,7 @@ impl Proxy {
         if kind == Kind::WebSocket {
             // The socket may live for days: its log context must not keep hyper's read buffer
             // (which the parsed target shares) alive, so the target is copied.
-            log.uri = log.uri.to_string().parse().unwrap_or_default();
+            log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
             let upgrade = match on_upgrade {
                 Some(own) => websocket::ClientUpgrade::Own(own),
                 None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
@@ -269,9 +269,18 @@ impl Proxy {
     }
 
     /// The gateway's own answer to a request head from `dc` that [`http1::request`] refused
-    /// (`err` is the refusal's error: 400, 414 or 431), logged and counted like every failure.
-    pub(crate) fn refused(&self, err: ProxyError, dc: &DownstreamConn) -> Response<ProxyBody> {
+    /// (`err` is the refusal's error: 400, 414 or 431), logged and counted like every failure,
+    /// with what `seen` of its request line (method, path and protocol, `-` where not known).
+    pub(crate) fn refused(
+        &self,
+        err: ProxyError,
+        dc: &DownstreamConn,
+        seen: http1::request::LineSeen,
+    ) -> Response<ProxyBody> {
         let mut log = LogCtx {
+            method: seen.method,
+            uri: seen.uri,
+            protocol: access::version_protocol(seen.version),
             client: Some(dc.peer),
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()

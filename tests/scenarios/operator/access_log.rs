@@ -74,6 +74,59 @@ async fn access_log_has_the_fields_operators_grep_for() {
     );
 }
 
+/// A head the gateway's HTTP/1.1 server refuses (400, 414) is logged with what its request line
+/// said: method, path and protocol when the line parsed, the method alone when only it parsed,
+/// else `-` for each (SPEC section 8: a field without a value is `-`).
+#[tokio::test]
+async fn a_refused_head_is_logged_with_what_its_request_line_said() {
+    use integration_tests::raw::refused;
+    let a = Mock::start("node-a").await;
+    let gw = Gateway::start(&config(&[("node-a", a.addr())])).await;
+    let long = format!("PUT /{} HTTP/1.1\r\n\r\n", "a".repeat(17_000));
+    let cases: [(&[u8], u16, &[&str]); 4] = [
+        (
+            b"GET /ten?q=1 HTTP/1.0\r\nBad Name: 1\r\n\r\n",
+            400,
+            &["method=GET", "path=/ten", "protocol=\"http/1.0\""],
+        ),
+        (
+            b"POST /eleven HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n",
+            400,
+            &["method=POST", "path=/eleven", "protocol=\"http/1.1\""],
+        ),
+        (
+            long.as_bytes(),
+            414,
+            &["method=PUT", "path=-", "protocol=\"-\""],
+        ),
+        (
+            b"G(T / HTTP/1.1\r\n\r\n",
+            400,
+            &["method=-", "path=-", "protocol=\"-\""],
+        ),
+    ];
+    for (wire, status, fields) in cases {
+        assert_eq!(refused(gw.port, wire).await.0.status, status);
+        let line = access_line(&gw, &[fields[0], &format!("status={status}")]).await;
+        contains_all(&line, fields);
+        contains_all(
+            &line,
+            &[
+                "client=127.0.0.1:",
+                "route=\"-\"",
+                "node=\"-\"",
+                "upstream=\"-\"",
+                "upstream_status=-",
+                if status == 414 {
+                    "reason=\"uri_too_long\""
+                } else {
+                    "reason=\"bad_request\""
+                },
+            ],
+        );
+    }
+}
+
 /// The first access-log line of `gw` with every one of `parts`, waited for up to 5 s.
 async fn access_line(gw: &Gateway, parts: &[&str]) -> String {
     let mut all = vec!["access"];

@@ -80,7 +80,8 @@ pub async fn serve<I: Socket>(
         let head = match parsed {
             Ok(Some(head)) => head,
             Err(why) => {
-                let resp = proxy.refused(why.into_error(), &dc);
+                let seen = request::line_seen(&lock(&shared).rbuf, &limits);
+                let resp = proxy.refused(why.into_error(), &dc, seen);
                 let a = Answering {
                     method: &Method::GET,
                     http10: false,

@@ -20,7 +20,8 @@
 //! - RFC 9110 section 10.1.1: `Expect: 100-continue` counts on HTTP/1.1 only.
 //!
 //! A head whose bytes httparse refuses is walked line by line by [`judge`] for the exact refusal;
-//! a partial head is judged as it grows, so an overlong line is refused before it ends.
+//! a partial head is judged as it grows, so an overlong line is refused before it ends. The
+//! refusal's reason does not depend on how the bytes arrived (the `h1_head` fuzz target).
 
 use std::mem::MaybeUninit;
 
@@ -62,7 +63,8 @@ pub struct Head {
 }
 
 /// Parses the head at the start of `buf`; on success the head's bytes are split off `buf` (what
-/// follows, a body or pipelined requests, stays).
+/// follows, a body or pipelined requests, stays); on a refusal `buf` holds what it held (for
+/// [`line_seen`]).
 ///
 /// Returns `Ok(None)` while the head is incomplete and within its limits.
 ///
@@ -89,7 +91,15 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         Err(_) => {
             // httparse stopped at a byte already read: the line holding it is judged even if
             // its end has not come, so the refusal does not depend on how the bytes arrived.
-            return Err(judge(bytes, limits, true)
+            // The CRs the bytes end in are left out: when httparse stopped at one of them, whether
+            // it ends the line or stands bare inside it decides the reason (a name without a
+            // colon, or a name with a CR in it), and the next byte tells.
+            let before = without_final_crs(bytes);
+            if before.len() < bytes.len() && !httparse_refuses(before, limits) {
+                judge(bytes, limits, false)?;
+                return Ok(None);
+            }
+            return Err(judge(before, limits, true)
                 .err()
                 .unwrap_or(Refusal::BadRequest("malformed request head")));
         }
@@ -134,14 +144,20 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         .map_err(|_| Refusal::BadRequest("invalid method in the request line"))?;
     let raw = buf.split_to(len).freeze();
     let slice = |at: u32, len: u32| raw.slice(at as usize..(at + len) as usize);
-    let uri = Uri::from_maybe_shared(slice(path[0], path[1])).map_err(|_| head::INVALID_TARGET)?;
+    let uri = Uri::from_maybe_shared(slice(path[0], path[1]))
+        .map_err(|_| unsplit(buf, &raw, head::INVALID_TARGET))?;
     // Room for the fields the outbound phase adds (X-Forwarded-*, the conn id) without a regrowth.
     let mut headers = HeaderMap::with_capacity(n + OUTBOUND_FIELDS);
     for &[n0, nl, v0, vl] in spans.iter() {
         let name = HeaderName::from_bytes(&raw[n0 as usize..(n0 + nl) as usize])
-            .map_err(|_| Refusal::BadRequest("invalid field name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(v0, vl))
-            .map_err(|_| Refusal::BadRequest("control character in a field value"))?;
+            .map_err(|_| unsplit(buf, &raw, Refusal::BadRequest("invalid field name")))?;
+        let value = HeaderValue::from_maybe_shared(slice(v0, vl)).map_err(|_| {
+            unsplit(
+                buf,
+                &raw,
+                Refusal::BadRequest("control character in a field value"),
+            )
+        })?;
         if name == header::CONNECTION {
             if saw_close || has_token(value.as_bytes(), b"close") {
                 saw_close = true;
@@ -176,6 +192,85 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         expect_continue,
         raw,
     }))
+}
+
+/// `bytes` without the CRs it ends in.
+fn without_final_crs(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|b| *b != b'\r').map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+/// True if httparse refuses `bytes` (a request head, complete or not) as [`parse`] reads it:
+/// with `max_headers + 1` field slots. Cold: allocates the slots.
+fn httparse_refuses(bytes: &[u8], limits: &HeadLimits) -> bool {
+    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers + 1];
+    httparse::Request::new(&mut slots).parse(bytes).is_err()
+}
+
+/// Puts a refused head's bytes `raw` back in front of `buf` and returns `why` (the refusals found
+/// after the head was split off: [`parse`] leaves `buf` as it was on every refusal).
+#[cold]
+fn unsplit(buf: &mut BytesMut, raw: &Bytes, why: Refusal) -> Refusal {
+    let mut whole = BytesMut::with_capacity(raw.len() + buf.len());
+    whole.extend_from_slice(raw);
+    whole.extend_from_slice(buf);
+    *buf = whole;
+    why
+}
+
+/// What the request line of a refused head says, as far as it goes: the fields of its access-log
+/// line (SPEC section 8).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LineSeen {
+    /// The method, once it and the space after it were read (httparse).
+    pub method: Option<Method>,
+    /// The target, when the whole request line met the rules of [`head::request_line`].
+    pub uri: Option<Uri>,
+    /// The version, when the whole request line met those rules.
+    pub version: Option<Version>,
+}
+
+/// The request line at the start of `bytes` (a head [`parse`] refused), as far as it meets the
+/// rules: see [`LineSeen`]. Leading empty lines are skipped (RFC 9112 section 2.2). Meant for the
+/// refusal path only: it copies the line.
+pub fn line_seen(bytes: &[u8], limits: &HeadLimits) -> LineSeen {
+    let mut rest = bytes;
+    while let Some(r) = rest
+        .strip_prefix(b"\r\n")
+        .or_else(|| rest.strip_prefix(b"\n"))
+    {
+        rest = r;
+    }
+    let line = rest
+        .iter()
+        .position(|b| *b == b'\n')
+        .map(|nl| rest[..nl].strip_suffix(b"\r").unwrap_or(&rest[..nl]));
+    // A line without its end is read for its method only.
+    let mut framed = line.unwrap_or(rest).to_vec();
+    let whole = line.is_some_and(|l| head::request_line(l, limits).is_ok());
+    if whole {
+        framed.extend_from_slice(b"\r\n\r\n");
+    }
+    let mut req = httparse::Request::new(&mut []);
+    let _ = req.parse(&framed);
+    let method = req
+        .method
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok());
+    if !whole {
+        return LineSeen {
+            method,
+            ..LineSeen::default()
+        };
+    }
+    LineSeen {
+        method,
+        uri: req.path.and_then(|p| Uri::try_from(p).ok()),
+        version: Some(if req.version == Some(1) {
+            Version::HTTP_11
+        } else {
+            Version::HTTP_10
+        }),
+    }
 }
 
 /// True if the comma-separated `list` holds `token` (ASCII case-insensitive; RFC 9110 section 7.6.1).

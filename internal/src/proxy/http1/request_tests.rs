@@ -264,8 +264,33 @@ fn tokens_in_lists() {
 
 #[test]
 fn a_refusal_does_not_depend_on_how_the_bytes_arrive() {
-    // Found by the h1_head fuzz target: httparse refuses the first byte already.
-    for wire in [&b"\x182+\n"[..], b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n"] {
+    let no_colon = Refusal::BadRequest("field line without a colon");
+    let bad_name = Refusal::BadRequest("invalid field name");
+    let control = Refusal::BadRequest("control character in a field value");
+    // Found by the h1_head fuzz target: httparse refuses the first byte already; a bad name
+    // refused before its colon came (it was "without a colon" byte by byte); a CR that ends a
+    // name without a colon, or stands bare inside one (byte by byte, both were "without a colon").
+    for (wire, want) in [
+        (
+            &b"\x182+\n"[..],
+            Refusal::BadRequest("invalid method in the request line"),
+        ),
+        (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", control),
+        (b"GET / HTTP/1.0\n$KgK X:\0\n\n", bad_name.clone()),
+        (b"GET / HTTP/1.1\r\nAbc\r\n\r\n", no_colon),
+        (b"GET / HTTP/1.1\r\nAbc\rX: 1\r\n\r\n", bad_name),
+        // A byte refused before the final CR: refused at once, not held for the next byte.
+        (
+            b"\r\n\n\r)\r",
+            Refusal::BadRequest("malformed line ending in the request line"),
+        ),
+    ] {
+        assert_eq!(
+            parse(&mut BytesMut::from(wire), &L).err(),
+            Some(want),
+            "{:?}",
+            String::from_utf8_lossy(wire)
+        );
         let whole = parse(&mut BytesMut::from(wire), &L).err();
         let mut buf = BytesMut::new();
         let mut first = None;
@@ -278,4 +303,38 @@ fn a_refusal_does_not_depend_on_how_the_bytes_arrive() {
         }
         assert_eq!(first, whole, "{:?}", String::from_utf8_lossy(wire));
     }
+}
+
+/// A refused head stays in the buffer (even a refusal found after the head was split off, an
+/// unparsable target), and its request line is read as far as it meets the rules.
+#[test]
+fn what_a_refused_head_says_of_its_request_line() {
+    let wire = &b"GET http://[/ HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n"[..];
+    let mut buf = BytesMut::from(wire);
+    assert_eq!(parse(&mut buf, &L).err(), Some(head::INVALID_TARGET));
+    assert_eq!(&buf[..], wire, "the refused head is left in the buffer");
+    let seen = |wire: &[u8]| line_seen(wire, &L);
+    assert_eq!(
+        seen(b"\r\nPOST /a?b HTTP/1.0\r\nX: \x01\r\n\r\n"),
+        LineSeen {
+            method: Some(Method::POST),
+            uri: Some(Uri::from_static("/a?b")),
+            version: Some(Version::HTTP_10),
+        }
+    );
+    assert_eq!(
+        seen(b"GET /a HTTP/1.1\nBad Name: 1\n\n").version,
+        Some(Version::HTTP_11)
+    );
+    let method_only = LineSeen {
+        method: Some(Method::GET),
+        ..LineSeen::default()
+    };
+    assert_eq!(seen(wire), method_only, "an unparsable target");
+    assert_eq!(seen(b"GET /a HTTP/1.2\r\n\r\n"), method_only);
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(17_000));
+    assert_eq!(seen(long.as_bytes()), method_only, "past max_request_line");
+    assert_eq!(seen(b"GET /still-coming"), method_only);
+    assert_eq!(seen(b"G(T / HTTP/1.1\r\n\r\n"), LineSeen::default());
+    assert_eq!(seen(b"\x16\x03\x01\x02\x00"), LineSeen::default());
 }
