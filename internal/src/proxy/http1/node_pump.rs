@@ -28,7 +28,7 @@ pub(super) enum PumpError {
 }
 
 /// The request body on its way to the node: frames polled and written as the connection takes
-/// them, encoded as [`node_head::encode_request`] chose.
+/// them, encoded as [`super::node_head::encode_request`] chose.
 pub(super) struct Pump {
     /// The body; `None` once it ended (or failed).
     body: Option<ProxyBody>,
