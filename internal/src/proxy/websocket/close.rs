@@ -45,8 +45,9 @@ impl Relay {
         let retry_ms = rand::random_range(HINT_RETRY_MS);
         let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
         self.close_node(1001, "going away").await;
-        let sent = self.send_close(1012, &hint).await;
+        // Observed as the hint goes out, before the client can see it (and read the metric).
         drop(clock);
+        let sent = self.send_close(1012, &hint).await;
         if sent {
             self.await_client_reply().await;
         }
