@@ -36,7 +36,7 @@ bench: build
 	./bench/run.sh
 	./bench/store-costs.sh | tee bench/results/store-costs.md
 
-## cargo-fuzz targets (config parser, conn ids, request heads, HTTP/1.x head parser, chunked codec, head verdicts against hyper), FUZZ_SECONDS each (default 60).
+## cargo-fuzz targets (config parser, conn ids, request heads, HTTP/1.x head parser, chunked codec, head verdicts against hyper, upstream answer heads; fuzz/README.md), FUZZ_SECONDS each (default 60).
 fuzz:
 	./scripts/fuzz.sh
 
