@@ -126,16 +126,14 @@ impl Body for NodeBody {
             return Poll::Ready(None);
         };
         // The rest of the request body first: the node may wait for it before answering on.
-        if !this.pump.is_done() && !this.pump.is_failed() {
-            match this.pump.poll(conn.io_mut(), cx) {
-                Poll::Ready(Err(PumpError::Body(e))) if !e.is::<ContinueError>() => {
-                    return this.fail(NodeError::Body(e));
-                }
-                // The node answered without the body (a write error, or the held body of a
-                // refused `Expect`): the answer is read on, and the connection not reused.
-                Poll::Ready(Err(_)) => this.reusable = false,
-                Poll::Ready(Ok(())) | Poll::Pending => {}
+        match this.pump.poll(conn.io_mut(), cx) {
+            Poll::Ready(Err(PumpError::Body(e))) if !e.is::<ContinueError>() => {
+                return this.fail(NodeError::Body(e));
             }
+            // The node answered without the body (a write error, or the held body of a refused
+            // `Expect`): the answer is read on, and the connection not reused.
+            Poll::Ready(Err(_)) => this.reusable = false,
+            Poll::Ready(Ok(())) | Poll::Pending => {}
         }
         loop {
             let conn = this.conn.as_mut().expect("checked above");

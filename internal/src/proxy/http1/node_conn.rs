@@ -127,6 +127,7 @@ async fn exchange(
     let gate = parts.extensions.get::<ContinueGate>();
     let mut pump = Pump::new(body, length);
     let mut read_any = false;
+    let mut write_error = None;
     let head = poll_fn(|cx| {
         let mut ask = Ask {
             pump: &mut pump,
@@ -134,6 +135,7 @@ async fn exchange(
             gate,
             upgrade,
             read_any: &mut read_any,
+            write_error: &mut write_error,
         };
         poll_head(&mut conn, cx, &mut ask)
     })
@@ -172,6 +174,8 @@ struct Ask<'a> {
     upgrade: bool,
     /// Set once any byte of an answer arrived.
     read_any: &'a mut bool,
+    /// Why writing the body failed, kept while the answer that may explain it is read.
+    write_error: &'a mut Option<io::Error>,
 }
 
 /// True if `e` is what a connection the node closed while it sat idle looks like: EOF, or a
@@ -197,13 +201,13 @@ fn poll_head(
     ask: &mut Ask<'_>,
 ) -> Poll<Result<ResponseHead, NodeError>> {
     let (pump, method, gate, upgrade) = (&mut *ask.pump, ask.method, ask.gate, ask.upgrade);
-    let read_any = &mut *ask.read_any;
+    let (read_any, write_error) = (&mut *ask.read_any, &mut *ask.write_error);
     if let Poll::Ready(Err(e)) = pump.poll(conn.io_mut(), cx) {
         match e {
             PumpError::Body(e) => return Poll::Ready(Err(NodeError::Body(e))),
             PumpError::Length => return Poll::Ready(Err(NodeError::BodyLength)),
             // Kept: the node's answer may explain it (read on below).
-            PumpError::Write(_) => {}
+            PumpError::Write(w) => *write_error = Some(w),
         }
     }
     loop {
@@ -227,14 +231,14 @@ fn poll_head(
         }
         match ready!(conn.poll_fill(cx)) {
             Ok(0) => {
-                return Poll::Ready(Err(match pump.take_write_error() {
+                return Poll::Ready(Err(match write_error.take() {
                     Some(w) if !*read_any => NodeError::Write(w),
                     _ => NodeError::Closed,
                 }))
             }
             Ok(_) => *read_any = true,
             Err(e) => {
-                return Poll::Ready(Err(match pump.take_write_error() {
+                return Poll::Ready(Err(match write_error.take() {
                     Some(w) if !*read_any => NodeError::Write(w),
                     _ => NodeError::Read(e),
                 }))

@@ -38,8 +38,7 @@ pub(super) struct Pump {
     out: Vec<Bytes>,
     /// Everything was written and flushed.
     done: bool,
-    /// A write failed (nothing more is written).
-    write_error: Option<io::Error>,
+    /// The body or a write failed: nothing more is written.
     failed: bool,
 }
 
@@ -52,7 +51,6 @@ impl Pump {
             left: length,
             out: Vec::new(),
             done: empty,
-            write_error: None,
             failed: false,
         }
     }
@@ -60,15 +58,6 @@ impl Pump {
     /// True once the whole body was written and flushed.
     pub(super) fn is_done(&self) -> bool {
         self.done
-    }
-
-    /// True once the body stopped flowing for good without ending (it failed or a write did).
-    pub(super) fn is_failed(&self) -> bool {
-        self.failed
-    }
-
-    pub(super) fn take_write_error(&mut self) -> Option<io::Error> {
-        self.write_error.take()
     }
 
     /// Writes what the body yields until it ends (`Ready(Ok)`, also on every later call), the
@@ -88,13 +77,10 @@ impl Pump {
         let r = self.poll_inner(io, cx);
         match &r {
             Poll::Ready(Ok(())) => self.done = true,
-            Poll::Ready(Err(e)) => {
+            Poll::Ready(Err(_)) => {
                 self.failed = true;
                 self.body = None;
                 self.out.clear();
-                if let PumpError::Write(w) = e {
-                    self.write_error = Some(io::Error::new(w.kind(), w.to_string()));
-                }
             }
             Poll::Pending => {}
         }
