@@ -11,6 +11,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use super::*;
 use crate::proxy::expect::ContinueGate;
@@ -78,6 +79,18 @@ async fn read_head(s: &mut TcpStream) -> String {
         got.push(byte[0]);
     }
     String::from_utf8(got).expect("ascii")
+}
+
+/// A node on a fresh connection that reads one request head, writes `answer` and hands its
+/// side back (dropping it closes the connection).
+async fn answering(answer: &'static [u8]) -> (NodeConn, JoinHandle<TcpStream>) {
+    let (conn, mut node) = pair().await;
+    let server = tokio::spawn(async move {
+        let _ = read_head(&mut node).await;
+        node.write_all(answer).await.expect("write");
+        node
+    });
+    (conn, server)
 }
 
 /// Reads from `s` until `want` bytes arrived (or the deadline).
@@ -150,16 +163,10 @@ async fn a_chunked_answer_with_trailers_is_decoded() {
 
 #[tokio::test]
 async fn an_early_answer_arrives_while_the_body_still_flows_and_the_connection_is_not_pooled() {
-    let (conn, mut node) = pair().await;
+    // The head only; the node answers without waiting for the body.
+    let (conn, server) =
+        answering(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!").await;
     let pool = Arc::new(Pool::default());
-    let server = tokio::spawn(async move {
-        // The head only; the node answers without waiting for the body.
-        let _ = read_head(&mut node).await;
-        node.write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!")
-            .await
-            .expect("write");
-        node
-    });
     let resp = tokio::time::timeout(
         WAIT,
         send(
@@ -191,17 +198,11 @@ async fn an_early_answer_arrives_while_the_body_still_flows_and_the_connection_i
 
 #[tokio::test]
 async fn interim_answers_are_skipped_and_100_opens_the_gate() {
-    let (conn, mut node) = pair().await;
+    let (conn, server) = answering(
+        b"HTTP/1.1 103 Early Hints\r\nlink: </s.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+    )
+    .await;
     let pool = Arc::new(Pool::default());
-    let server = tokio::spawn(async move {
-        let _ = read_head(&mut node).await;
-        node.write_all(
-            b"HTTP/1.1 103 Early Hints\r\nlink: </s.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
-        )
-        .await
-        .expect("write");
-        node
-    });
     let gate = ContinueGate::new();
     let mut req = request(Method::GET, full(""));
     gate.watch(&mut req);
@@ -243,18 +244,12 @@ async fn a_reused_connection_closed_by_the_node_is_stale_and_a_fresh_one_is_not(
 
 #[tokio::test]
 async fn a_close_delimited_answer_runs_to_the_close_and_is_not_pooled() {
-    let (conn, mut node) = pair().await;
+    let (conn, server) = answering(b"HTTP/1.1 200 OK\r\n\r\nall of it").await;
     let pool = Arc::new(Pool::default());
-    let server = tokio::spawn(async move {
-        let _ = read_head(&mut node).await;
-        node.write_all(b"HTTP/1.1 200 OK\r\n\r\nall of it")
-            .await
-            .expect("write");
-    });
     let resp = send(conn, false, request(Method::GET, full("")), home(&pool))
         .await
         .expect("answered");
-    server.await.expect("server");
+    drop(server.await.expect("server"));
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(body, "all of it");
     assert!(pool.checkout("node-1").is_none());
@@ -262,18 +257,12 @@ async fn a_close_delimited_answer_runs_to_the_close_and_is_not_pooled() {
 
 #[tokio::test]
 async fn an_answer_cut_before_its_length_fails_the_body() {
-    let (conn, mut node) = pair().await;
+    let (conn, server) = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort").await;
     let pool = Arc::new(Pool::default());
-    let server = tokio::spawn(async move {
-        let _ = read_head(&mut node).await;
-        node.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort")
-            .await
-            .expect("write");
-    });
     let resp = send(conn, false, request(Method::GET, full("")), home(&pool))
         .await
         .expect("answered");
-    server.await.expect("server");
+    drop(server.await.expect("server"));
     let err = resp.into_body().collect().await.expect_err("cut");
     assert_eq!(
         err.to_string(),
