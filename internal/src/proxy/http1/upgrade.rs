@@ -9,12 +9,11 @@
 //! idle WebSocket). Spawns nothing.
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_rustls::server::TlsStream;
@@ -89,55 +88,76 @@ impl Future for OnUpgrade {
     }
 }
 
-/// Runs `$call` on whichever socket `$self` holds.
-macro_rules! either {
-    ($self:expr, $s:ident => $call:expr) => {
-        match $self {
-            Upgraded::Plain($s) => $call,
-            Upgraded::Tls($s) => $call,
+/// Implements tokio's `AsyncRead` and `AsyncWrite` for an enum each of whose `variants` holds one
+/// stream, by handing every call to that stream (vectored writes included). Used for
+/// [`Upgraded`] and the WebSocket relay's `Stream`.
+macro_rules! delegate_io {
+    ($ty:ty { $($variant:path),+ $(,)? }) => {
+        impl tokio::io::AsyncRead for $ty {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($variant(s) => std::pin::Pin::new(s).poll_read(cx, buf),)+
+                }
+            }
+        }
+
+        impl tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $($variant(s) => std::pin::Pin::new(s).poll_write(cx, buf),)+
+                }
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $($variant(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),)+
+                }
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    $($variant(s) => s.is_write_vectored(),)+
+                }
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($variant(s) => std::pin::Pin::new(s).poll_flush(cx),)+
+                }
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($variant(s) => std::pin::Pin::new(s).poll_shutdown(cx),)+
+                }
+            }
         }
     };
 }
+pub(crate) use delegate_io;
 
-impl AsyncRead for Upgraded {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
-    }
-}
-
-impl AsyncWrite for Upgraded {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_write_vectored(cx, bufs))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        either!(self, s => s.is_write_vectored())
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
-    }
-}
+delegate_io!(Upgraded {
+    Upgraded::Plain,
+    Upgraded::Tls
+});
 
 #[cfg(test)]
 mod tests {

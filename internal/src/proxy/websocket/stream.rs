@@ -4,13 +4,8 @@
 //! first handshake, [`crate::proxy::http1::node_conn::handshake`], or a hop's re-dial,
 //! [`super::redial`]), whose first bytes past the `101` head were read with it. Spawns nothing.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::http1::upgrade::{self, OnUpgrade};
@@ -55,56 +50,11 @@ impl From<Upgraded> for Stream {
     }
 }
 
-/// Runs `$call` on whichever stream `$self` holds.
-macro_rules! either {
-    ($self:expr, $s:ident => $call:expr) => {
-        match $self {
-            Stream::Client($s) => $call,
-            Stream::Upgraded($s) => $call,
-            Stream::Node($s) => $call,
-        }
-    };
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_write_vectored(cx, bufs))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        either!(self, s => s.is_write_vectored())
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
-    }
-}
+upgrade::delegate_io!(Stream {
+    Stream::Client,
+    Stream::Upgraded,
+    Stream::Node
+});
 
 #[cfg(test)]
 mod tests {
