@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use http::{header, HeaderMap, Request};
+use http::{header, HeaderMap};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Sleep;
@@ -65,13 +65,6 @@ impl ContinueGate {
     /// A closed gate.
     pub(crate) fn new() -> Self {
         ContinueGate::default()
-    }
-
-    /// Attaches the gate to `upstream` (an attempt to an HTTP/1.1 node; on every attempt, since
-    /// each is a new request): the upstream client opens it when the node answers the head with
-    /// `100 Continue` ([`ContinueGate::opened`]).
-    pub(crate) fn watch<B>(&self, upstream: &mut Request<B>) {
-        upstream.extensions_mut().insert(self.clone());
     }
 
     /// The node answered `100 Continue`: the held body flows.

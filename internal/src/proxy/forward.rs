@@ -17,7 +17,7 @@ use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
-use super::upstream::SendError;
+use super::upstream::{NodeRequest, SendError};
 use super::{BoxError, LogCtx, Proxy, ProxyBody};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
@@ -142,18 +142,16 @@ impl Attempts {
             self.up_headers
                 .insert("grpc-timeout", super::grpc_call::encode_timeout(left));
         }
-        let mut req = super::outbound::build(
-            &self.method,
-            &self.path_and_query,
-            &self.up_headers,
-            &node,
-            body,
-        );
-        if let Some(g) = &self.gate {
-            g.watch(&mut req);
-        }
+        let head = NodeRequest {
+            method: &self.method,
+            target: self.path_and_query.as_str(),
+            headers: &self.up_headers,
+            gate: self.gate.as_ref(),
+        };
         let sent =
-            match tokio::time::timeout_at(self.deadline, self.p.upstream.send(&node, req)).await {
+            match tokio::time::timeout_at(self.deadline, self.p.upstream.send(&node, head, body))
+                .await
+            {
                 Err(_) => {
                     if self.budget.is_none() {
                         let h = &node.settings.health;
@@ -277,8 +275,8 @@ impl Attempts {
 /// node is not at fault and nothing is retried, CASE-22).
 fn take_back(err: SendError) -> Result<(Option<ProxyBody>, BoxError), ProxyError> {
     Ok(match err {
-        SendError::Connect(e, back) => (Some(back.into_body()), Box::new(e)),
-        SendError::NotSent(e, back) => (Some(back.into_body()), e),
+        SendError::Connect(e, back) => (Some(back), Box::new(e)),
+        SendError::NotSent(e, back) => (Some(back), e),
         SendError::Sent(e) | SendError::Stale(e) => {
             if let Some(client) = ProxyError::client_fault(&*e) {
                 return Err(client);

@@ -181,16 +181,17 @@ impl<B> DeadlineBody<B> {
     }
 }
 
-/// Wraps the body of a response from `node` whose head is `head` for relaying: records the
-/// `grpc-status` of a trailers-only answer (in the head) or of its trailers into `status`, and
-/// arms the node's drain deadline (see [`DeadlineBody`]).
+/// Wraps the body of a response from `node` whose head is `head` (gRPC when `grpc`, the
+/// [`is_grpc`] of `head`) for relaying: records the `grpc-status` of a trailers-only answer (in
+/// the head) or of its trailers into `status`, and arms the node's drain deadline (see
+/// [`DeadlineBody`]).
 pub(crate) fn relay<B>(
     head: &HeaderMap,
+    grpc: bool,
     body: B,
     node: &Node,
     status: &mut GrpcStatus,
 ) -> DeadlineBody<B> {
-    let grpc = is_grpc(head);
     if grpc {
         status.track();
         if let Some(code) = status_of(head) {

@@ -178,7 +178,7 @@ impl H2Pool {
     /// transparently.
     ///
     /// # Errors
-    /// [`SendError::Connect`] (nothing sent; the request is handed back), [`SendError::NotSent`]
+    /// [`SendError::Connect`] (nothing sent; the body is handed back), [`SendError::NotSent`]
     /// (a fresh connection refused it unsent), or [`SendError::Sent`].
     pub(crate) async fn send(
         &self,
@@ -196,7 +196,7 @@ impl H2Pool {
                         dialled = Some(c.id);
                         c
                     }
-                    Err(e) => return Err(SendError::Connect(e, req)),
+                    Err(e) => return Err(SendError::Connect(e, req.into_body())),
                 },
             };
             let fresh = dialled == Some(conn.id);
@@ -210,7 +210,12 @@ impl H2Pool {
                         self.drop_conn(node, conn.id);
                         req = back;
                     }
-                    Some(back) => return Err(SendError::NotSent(Box::new(e.into_error()), back)),
+                    Some(back) => {
+                        return Err(SendError::NotSent(
+                            Box::new(e.into_error()),
+                            back.into_body(),
+                        ))
+                    }
                     None => {
                         let err = e.into_error();
                         if is_unprocessed(&err) {

@@ -100,20 +100,23 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
                     .is_some_and(|c| c.trim().eq_ignore_ascii_case("trailers"))
             });
     if present & 1 != 0 {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            // `keep-alive`/`close`/`upgrade` name no header that survives anyway.
-            .filter(|t| {
-                !t.is_empty()
-                    && !t.eq_ignore_ascii_case("keep-alive")
-                    && !t.eq_ignore_ascii_case("close")
-            })
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
+        // The names `Connection` nominates; `keep-alive` and `close` name no header that
+        // survives anyway, so the usual `Connection: keep-alive` collects nothing.
+        let mut named: Vec<HeaderName> = Vec::new();
+        for v in headers.get_all(header::CONNECTION) {
+            for t in v.as_bytes().split(|b| *b == b',') {
+                let t = super::head::trim(t);
+                if t.is_empty()
+                    || t.eq_ignore_ascii_case(b"keep-alive")
+                    || t.eq_ignore_ascii_case(b"close")
+                {
+                    continue;
+                }
+                if let Ok(name) = HeaderName::from_bytes(t) {
+                    named.push(name);
+                }
+            }
+        }
         for name in named {
             headers.remove(name);
         }

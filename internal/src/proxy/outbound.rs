@@ -2,9 +2,9 @@
 //! hop-by-hop (RFC 9110 section 7.6.1), plus `X-Forwarded-*` (SPEC section 4), the conn id the
 //! gateway issued, and `Host` for an HTTP/2 client.
 
-use http::uri::PathAndQuery;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
+use http::{header, HeaderMap, HeaderValue, Request, Uri};
 
+use super::upstream::NodeRequest;
 use super::ProxyBody;
 use crate::config::Protocol;
 use crate::registry::Node;
@@ -52,39 +52,27 @@ pub(crate) fn node_headers(
     up
 }
 
-/// The request for `node`: `method`, the target `path_and_query`, `headers` (copied: a retry sends
-/// them again) and `body`; for an HTTP/2 node an absolute URI whose authority is the `Host`
-/// (RFC 9113 section 8.3.1), and no `Host` field.
-pub(crate) fn build(
-    method: &Method,
-    path_and_query: &PathAndQuery,
-    headers: &HeaderMap,
-    node: &Node,
-    body: ProxyBody,
-) -> Request<ProxyBody> {
+/// The request for an h2 `node` (whose client takes it whole): `head` (its fields copied) and
+/// `body`, with an absolute URI whose authority is the `Host` (RFC 9113 section 8.3.1) and no
+/// `Host` field.
+pub(crate) fn build(head: NodeRequest<'_>, node: &Node, body: ProxyBody) -> Request<ProxyBody> {
     let mut req = Request::new(body);
-    *req.method_mut() = method.clone();
-    *req.headers_mut() = headers.clone();
-    match node.settings.protocol {
-        Protocol::Http1 => {
-            *req.uri_mut() = Uri::from(path_and_query.clone());
-        }
-        Protocol::H2c | Protocol::H2 => {
-            *req.version_mut() = http::Version::HTTP_2;
-            let scheme = if node.settings.protocol == Protocol::H2 {
-                "https"
-            } else {
-                "http"
-            };
-            let authority = headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or(node.addr.as_str());
-            *req.uri_mut() = format!("{scheme}://{authority}{path_and_query}")
-                .parse()
-                .unwrap_or_else(|_| Uri::from_static("/"));
-            req.headers_mut().remove(header::HOST);
-        }
-    }
+    *req.method_mut() = head.method.clone();
+    *req.headers_mut() = head.headers.clone();
+    *req.version_mut() = http::Version::HTTP_2;
+    let scheme = if node.settings.protocol == Protocol::H2 {
+        "https"
+    } else {
+        "http"
+    };
+    let authority = head
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or(node.addr.as_str());
+    *req.uri_mut() = format!("{scheme}://{authority}{}", head.target)
+        .parse()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    req.headers_mut().remove(header::HOST);
     req
 }

@@ -36,7 +36,14 @@ pub(crate) fn respond(
     let (mut parts, incoming) = sent.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
     let mut log = log;
-    let incoming = grpc::relay(&parts.headers, incoming, node, &mut log.grpc_status);
+    let is_grpc = grpc::is_grpc(&parts.headers);
+    let incoming = grpc::relay(
+        &parts.headers,
+        is_grpc,
+        incoming,
+        node,
+        &mut log.grpc_status,
+    );
     let grpc_status = log.grpc_status.clone();
     // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
     // node's mistake (RFC 9110 section 8.6): never passed on (nor is its connection pooled,
@@ -57,7 +64,7 @@ pub(crate) fn respond(
         drop(inflight);
         proxy.finish(&log, status, start, tap.bytes_in(), bytes_out);
     });
-    let body = if grpc::is_grpc(&parts.headers) {
+    let body = if is_grpc {
         let call = CallBody::new(incoming, call_deadline, grpc_status);
         ResponseBody::new(call, done).boxed_unsync()
     } else {

@@ -3,18 +3,16 @@
 //! sending; and how such a failure reads in logs and 502 bodies. A leaf: [`super::upstream`]
 //! (HTTP/1.1 pools) and [`super::h2`] (multiplexed connections) both return it.
 
-use http::Request;
-
 use super::{BoxError, ProxyBody};
 use crate::tls::client as tls;
 
 /// Why an upstream attempt failed.
 #[derive(Debug)]
 pub enum SendError {
-    /// TCP connect or handshake failed: nothing was sent; the request is handed back.
-    Connect(std::io::Error, Request<ProxyBody>),
-    /// The connection failed before the request was written; the request is handed back.
-    NotSent(BoxError, Request<ProxyBody>),
+    /// TCP connect or handshake failed: nothing was sent; the request's body is handed back.
+    Connect(std::io::Error, ProxyBody),
+    /// The connection failed before the request was written; the request's body is handed back.
+    NotSent(BoxError, ProxyBody),
     /// Failed after (part of) the request was written.
     Sent(BoxError),
     /// A reused pooled HTTP/1.1 connection failed after the request was written and before a

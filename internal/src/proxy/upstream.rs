@@ -19,10 +19,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderMap, Method, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use super::expect::ContinueGate;
 use super::http1::node_body::NodeBody;
 use super::http1::node_conn::{self, Handshook, NodeConn};
 use super::http1::pool::{Home, Pool};
@@ -48,6 +49,22 @@ impl std::fmt::Debug for Upstream {
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
+}
+
+/// One attempt's request head for a node, borrowed from the request's attempts: the fields are
+/// made once per request ([`super::outbound::node_headers`]) and every attempt sends them again
+/// without a copy (an HTTP/1.1 node's head is encoded straight from them; an h2 node's request
+/// takes a copy, [`super::outbound::build`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRequest<'a> {
+    /// The request method.
+    pub(crate) method: &'a Method,
+    /// The request target in origin form: path and query (RFC 9112 section 3.2.1).
+    pub(crate) target: &'a str,
+    /// The fields as the node gets them.
+    pub(crate) headers: &'a HeaderMap,
+    /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
+    pub(crate) gate: Option<&'a ContinueGate>,
 }
 
 /// A node's answer body: read off an HTTP/1.1 connection by the gateway's own client, or an h2
@@ -123,21 +140,23 @@ impl Upstream {
         .await
     }
 
-    /// Sends `req` to `node` on a pooled or new connection and returns the node's answer (head
-    /// and streaming body). A pooled HTTP/1.1 connection that turns out stale before the request
-    /// is written is replaced by a new one transparently; an HTTP/1.1 connection goes back to
-    /// the pool by itself when the answer's body ends cleanly.
+    /// Sends `head` and `body` to `node` on a pooled or new connection and returns the node's
+    /// answer (head and streaming body). A pooled HTTP/1.1 connection that turns out stale before
+    /// the request is written is replaced by a new one transparently; an HTTP/1.1 connection goes
+    /// back to the pool by itself when the answer's body ends cleanly.
     ///
     /// # Errors
-    /// [`SendError`] saying whether anything was sent.
+    /// [`SendError`] saying whether anything was sent (with the body when nothing was).
     pub async fn send(
         &self,
         node: &Node,
-        req: Request<ProxyBody>,
+        head: NodeRequest<'_>,
+        body: ProxyBody,
     ) -> Result<Response<UpstreamBody>, SendError> {
         match node.settings.protocol {
-            Protocol::Http1 => self.send_h1(node, req).await,
+            Protocol::Http1 => self.send_h1(node, head, body).await,
             Protocol::H2c | Protocol::H2 => {
+                let req = super::outbound::build(head, node, body);
                 let response = self.h2.send(node, self.connect_timeout, req).await?;
                 Ok(response.map(UpstreamBody::H2))
             }
@@ -147,14 +166,15 @@ impl Upstream {
     async fn send_h1(
         &self,
         node: &Node,
-        mut req: Request<ProxyBody>,
+        head: NodeRequest<'_>,
+        mut body: ProxyBody,
     ) -> Result<Response<UpstreamBody>, SendError> {
         loop {
             let (conn, reused) = match self.pool.checkout(&node.id) {
                 Some(c) => (c, true),
                 None => match self.connect(node).await {
                     Ok(io) => (NodeConn::new(io), false),
-                    Err(e) => return Err(SendError::Connect(e, req)),
+                    Err(e) => return Err(SendError::Connect(e, body)),
                 },
             };
             let home = Home {
@@ -162,10 +182,10 @@ impl Upstream {
                 node: node.id.clone(),
                 ttl: self.idle_timeout,
             };
-            match node_conn::send(conn, reused, req, home).await {
+            match node_conn::send(conn, reused, head, body, home).await {
                 Ok(response) => return Ok(response.map(UpstreamBody::H1)),
                 // Stale pooled connection: nothing went out, try a fresh one.
-                Err(SendError::NotSent(_, back)) if reused => req = back,
+                Err(SendError::NotSent(_, back)) if reused => body = back,
                 Err(e @ SendError::Stale(_)) => {
                     // Its idle siblings were opened around the same time: likely closed too.
                     self.pool.drop_idle(&node.id);
@@ -176,8 +196,9 @@ impl Upstream {
         }
     }
 
-    /// Sends the WebSocket handshake `req` to `node` on a new connection (RFC 6455 section 4.1):
-    /// the node's stream after a `101`, or its other answer (whose connection is then closed).
+    /// Sends the WebSocket handshake `head` (no body) to `node` on a new connection (RFC 6455
+    /// section 4.1): the node's stream after a `101`, or its other answer (whose connection is
+    /// then closed).
     ///
     /// # Errors
     /// [`SendError::Connect`] when the connection (or TLS) failed, nothing sent; else as
@@ -185,18 +206,18 @@ impl Upstream {
     pub async fn handshake(
         &self,
         node: &Node,
-        req: Request<ProxyBody>,
+        head: NodeRequest<'_>,
     ) -> Result<Handshook, SendError> {
         let io = match self.connect(node).await {
             Ok(io) => io,
-            Err(e) => return Err(SendError::Connect(e, req)),
+            Err(e) => return Err(SendError::Connect(e, super::body::full(Bytes::new()))),
         };
         let home = Home {
             pool: self.pool.clone(),
             node: node.id.clone(),
             ttl: Duration::ZERO,
         };
-        node_conn::handshake(NodeConn::new(io), req, home).await
+        node_conn::handshake(NodeConn::new(io), head, home).await
     }
 
     /// Drops every pooled connection of `node` (it was removed or ejected).

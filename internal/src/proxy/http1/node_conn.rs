@@ -23,7 +23,7 @@ use std::io;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Response, StatusCode};
 use http_body::Body as _;
 
 use super::node_body::NodeBody;
@@ -33,24 +33,26 @@ use super::node_pump::{Pump, PumpError};
 use super::pool::{self, Home};
 use crate::proxy::expect::ContinueGate;
 use crate::proxy::send_error::SendError;
+use crate::proxy::upstream::NodeRequest;
 use crate::proxy::{BoxError, ProxyBody};
 use crate::tls::client::NodeStream;
 
-/// Sends `req` (origin-form target, HTTP/1.1) on `conn` and returns the node's answer, whose
-/// body reads on from `conn` and returns it to `home` after a clean end (module docs). `reused`
-/// says whether `conn` came from the pool (it may be stale).
+/// Sends `head` (origin-form target, HTTP/1.1) and `body` on `conn` and returns the node's
+/// answer, whose body reads on from `conn` and returns it to `home` after a clean end (module
+/// docs). `reused` says whether `conn` came from the pool (it may be stale).
 ///
 /// # Errors
-/// [`SendError::NotSent`] with `req` when its head could not be written;
+/// [`SendError::NotSent`] with `body` when the head could not be written;
 /// [`SendError::Stale`] when a reused connection was closed or reset before any byte of an answer;
 /// [`SendError::Sent`] otherwise (its [`NodeError`] says what failed; a `101` is one).
 pub async fn send(
     conn: NodeConn,
     reused: bool,
-    req: Request<ProxyBody>,
+    head: NodeRequest<'_>,
+    body: ProxyBody,
     home: Home,
 ) -> Result<Response<NodeBody>, SendError> {
-    match exchange(conn, reused, req, home, false).await? {
+    match exchange(conn, reused, head, body, home, false).await? {
         Answered::Answer(r) => Ok(r),
         Answered::Switched { .. } => unreachable!("a 101 is an error unless an upgrade was asked"),
     }
@@ -74,7 +76,7 @@ pub enum Handshook {
     Answer(Response<NodeBody>),
 }
 
-/// Sends the upgrade request `req` (a WebSocket handshake, no body) on a fresh `conn`; a `101`
+/// Sends the upgrade request `head` (a WebSocket handshake, no body) on a fresh `conn`; a `101`
 /// hands the connection over ([`Handshook::Switched`]), any other answer streams as usual and its
 /// connection is then closed (`home`'s ttl should be zero).
 ///
@@ -82,10 +84,11 @@ pub enum Handshook {
 /// As [`send`] (never [`SendError::Stale`]: the connection is fresh).
 pub async fn handshake(
     conn: NodeConn,
-    req: Request<ProxyBody>,
+    head: NodeRequest<'_>,
     home: Home,
 ) -> Result<Handshook, SendError> {
-    Ok(match exchange(conn, false, req, home, true).await? {
+    let body = crate::proxy::body::full(Bytes::new());
+    Ok(match exchange(conn, false, head, body, home, true).await? {
         Answered::Answer(r) => Handshook::Answer(r),
         Answered::Switched { head, io, early } => Handshook::Switched { head, io, early },
     })
@@ -105,33 +108,31 @@ enum Answered {
 async fn exchange(
     mut conn: NodeConn,
     reused: bool,
-    req: Request<ProxyBody>,
+    req: NodeRequest<'_>,
+    body: ProxyBody,
     mut home: Home,
     upgrade: bool,
 ) -> Result<Answered, SendError> {
-    let body = req.body();
     let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
-    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let length = node_head::encode_request(
         conn.wbuf(),
-        req.method(),
-        target,
-        req.headers(),
+        req.method,
+        req.target,
+        req.headers,
         exact,
         empty,
     );
     if let Err(e) = conn.write_head().await {
-        return Err(SendError::NotSent(Box::new(NodeError::Write(e)), req));
+        return Err(SendError::NotSent(Box::new(NodeError::Write(e)), body));
     }
-    let (parts, body) = req.into_parts();
-    let gate = parts.extensions.get::<ContinueGate>();
+    let gate = req.gate;
     let mut pump = Pump::new(body, length);
     let mut read_any = false;
     let mut write_error = None;
     let head = poll_fn(|cx| {
         let mut ask = Ask {
             pump: &mut pump,
-            method: &parts.method,
+            method: req.method,
             gate,
             upgrade,
             read_any: &mut read_any,

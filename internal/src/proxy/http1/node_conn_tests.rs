@@ -49,6 +49,34 @@ fn request(method: Method, body: ProxyBody) -> Request<ProxyBody> {
     r
 }
 
+/// [`super::send`] with the head of `req` (and `gate`, if any) and its body.
+async fn send_gated(
+    conn: NodeConn,
+    reused: bool,
+    req: Request<ProxyBody>,
+    gate: Option<&ContinueGate>,
+    home: Home,
+) -> Result<Response<NodeBody>, SendError> {
+    let (parts, body) = req.into_parts();
+    let head = NodeRequest {
+        method: &parts.method,
+        target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers: &parts.headers,
+        gate,
+    };
+    super::send(conn, reused, head, body, home).await
+}
+
+/// [`send_gated`] without a gate.
+async fn send(
+    conn: NodeConn,
+    reused: bool,
+    req: Request<ProxyBody>,
+    home: Home,
+) -> Result<Response<NodeBody>, SendError> {
+    send_gated(conn, reused, req, None, home).await
+}
+
 /// A listener and a connection to it, the node's side accepted.
 async fn pair() -> (NodeConn, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -204,9 +232,10 @@ async fn interim_answers_are_skipped_and_100_opens_the_gate() {
     .await;
     let pool = Arc::new(Pool::default());
     let gate = ContinueGate::new();
-    let mut req = request(Method::GET, full(""));
-    gate.watch(&mut req);
-    let resp = send(conn, false, req, home(&pool)).await.expect("answered");
+    let req = request(Method::GET, full(""));
+    let resp = send_gated(conn, false, req, Some(&gate), home(&pool))
+        .await
+        .expect("answered");
     assert_eq!(resp.status(), 200);
     assert!(resp.body().is_end_stream());
     // The gate is open: a body held by it flows at once.

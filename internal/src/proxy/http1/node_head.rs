@@ -32,7 +32,6 @@ use std::mem::MaybeUninit;
 use bytes::BytesMut;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
-use super::request::has_token;
 use crate::proxy::head;
 
 /// Largest response head accepted from a node (bytes): hyper's client buffer bound
@@ -262,8 +261,12 @@ impl Facts {
                 }
             }
         } else if name == header::CONNECTION {
-            self.close |= has_token(v, b"close");
-            self.keep_alive |= has_token(v, b"keep-alive");
+            // One pass over the tokens for both (RFC 9110 section 7.6.1: a comma-separated list).
+            for t in v.split(|b| *b == b',') {
+                let t = head::trim(t);
+                self.close |= t.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
         }
         Ok(())
     }

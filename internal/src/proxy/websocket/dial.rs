@@ -8,8 +8,7 @@
 use std::sync::Arc;
 
 use http::header::SEC_WEBSOCKET_KEY;
-use http::{header, HeaderMap, HeaderValue, Method, Request};
-use http_body_util::{BodyExt, Empty};
+use http::{header, HeaderMap, HeaderValue, Method};
 use tokio::time::Instant;
 
 use crate::hopper::{Follow, HopReason};
@@ -18,7 +17,8 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::hop_clock::HopClock;
 use crate::proxy::http1::node_conn::Handshook;
 use crate::proxy::send_error::SendError;
-use crate::proxy::{LogCtx, Proxy, ProxyBody};
+use crate::proxy::upstream::NodeRequest;
+use crate::proxy::{LogCtx, Proxy};
 use crate::registry::{Node, NodeId};
 use crate::routing::RouteTable;
 use crate::selection;
@@ -129,22 +129,25 @@ pub(super) fn h1_handshake_from_h2(h: &mut HeaderMap) {
 
 /// Sends the handshake to `node` on a new connection.
 async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, DialError> {
-    let body: ProxyBody = Empty::new().map_err(|never| match never {}).boxed_unsync();
-    let mut headers = hs.headers.clone();
-    if !headers.contains_key(header::HOST) {
-        if let Ok(h) = HeaderValue::from_str(&node.addr) {
-            headers.insert(header::HOST, h);
+    let with_host;
+    let headers = if hs.headers.contains_key(header::HOST) {
+        &hs.headers
+    } else {
+        let mut h = hs.headers.clone();
+        if let Ok(v) = HeaderValue::from_str(&node.addr) {
+            h.insert(header::HOST, v);
         }
-    }
+        with_host = h;
+        &with_host
+    };
     // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-    let mut req = Request::new(body);
-    *req.method_mut() = hs.method.clone();
-    *req.uri_mut() = hs
-        .path_and_query
-        .parse()
-        .unwrap_or_else(|_| http::Uri::from_static("/"));
-    *req.headers_mut() = headers;
-    p.upstream.handshake(node, req).await.map_err(|e| match e {
+    let head = NodeRequest {
+        method: &hs.method,
+        target: &hs.path_and_query,
+        headers,
+        gate: None,
+    };
+    p.upstream.handshake(node, head).await.map_err(|e| match e {
         SendError::Connect(e, _) => DialError::Connect(e),
         SendError::NotSent(e, _) | SendError::Sent(e) | SendError::Stale(e) => {
             DialError::Handshake(e)
