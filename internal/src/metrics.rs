@@ -5,8 +5,11 @@
 //! table at scrape time so removed nodes disappear. A leaf module: depends only on the leaf
 //! [`crate::events`], whose hub it carries so that every component that counts can also report.
 
+mod counters;
 pub(crate) mod format;
 mod labels;
+
+pub(crate) use counters::RequestCounters;
 
 pub(crate) use labels::*;
 

@@ -138,6 +138,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         ids,
         upstream: workers::upstream(&cfg),
         metrics: metrics.clone(),
+        counters: Default::default(),
         settings: ProxySettings {
             affinity_header: cfg.affinity.header.clone(),
             trusted: cfg.server.trusted_proxies.clone(),

@@ -10,7 +10,6 @@ use http::{HeaderMap, Method, Request, Version};
 use tokio::time::Instant;
 
 use super::{grpc, Proxy};
-use crate::metrics::RequestLabels;
 use crate::routing::RouteTable;
 
 /// Access-log fields gathered along the way (SPEC section 8).
@@ -61,14 +60,12 @@ impl Proxy {
             );
         }
         let dash = dash();
-        self.metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                route: log.route.clone().unwrap_or_else(|| dash.clone()),
-                node: log.node.clone().unwrap_or(dash),
-                code: status,
-            })
-            .inc();
+        self.counters.inc(
+            &self.metrics.requests,
+            log.route.as_ref().unwrap_or(&dash),
+            log.node.as_ref().unwrap_or(&dash),
+            status,
+        );
         if self.settings.access_log {
             let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
             let upstream = log
@@ -149,7 +146,9 @@ pub(crate) fn version_protocol(version: Option<Version>) -> &'static str {
 /// `version-traceid-parentid-flags`, lower-case hex, trace id not all zeros, version not `ff`);
 /// `None` when absent or malformed.
 pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
-    let v = headers.get("traceparent")?.to_str().ok()?.trim();
+    // A constant name: looking a `&str` up parses it into a name first, on every request.
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    let v = headers.get(TRACEPARENT)?.to_str().ok()?.trim();
     let mut parts = v.split('-');
     let (version, trace, parent, flags) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);

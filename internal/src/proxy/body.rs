@@ -64,26 +64,21 @@ struct Capture {
 /// Shared view of a request body's capture and byte count.
 #[derive(Clone)]
 pub(crate) struct BodyTap {
-    capture: Arc<Mutex<Capture>>,
+    /// `None` for a request without a body (no capture is allocated for it).
+    capture: Option<Arc<Mutex<Capture>>>,
 }
 
 impl BodyTap {
     /// The tap of a request without a body: it replays as an empty body.
     pub(crate) fn empty() -> Self {
-        BodyTap {
-            capture: Arc::new(Mutex::new(Capture {
-                ended: true,
-                ..Capture::default()
-            })),
-        }
+        BodyTap { capture: None }
     }
 
     /// Bytes read from the client so far.
     pub(crate) fn bytes_in(&self) -> u64 {
-        self.capture
-            .lock()
-            .expect("capture mutex is never poisoned")
-            .seen
+        self.capture.as_ref().map_or(0, |c| {
+            c.lock().expect("capture mutex is never poisoned").seen
+        })
     }
 }
 
@@ -103,16 +98,16 @@ impl BodyTap {
     /// read, or read to its end); else [`Replay::Lost`]. The failed attempt's body is cut off: a
     /// later poll of it ends with an error.
     pub(crate) fn replay(&self, idle: Duration) -> Replay {
-        let mut c = self
-            .capture
-            .lock()
-            .expect("capture mutex is never poisoned");
+        let Some(capture) = &self.capture else {
+            return Replay::Body(full(Bytes::new()));
+        };
+        let mut c = capture.lock().expect("capture mutex is never poisoned");
         if c.overflowed {
             return Replay::Lost;
         }
         c.epoch += 1;
         let body = RequestBody {
-            tap: self.clone(),
+            capture: capture.clone(),
             epoch: c.epoch,
             next: 0,
             idle,
@@ -130,7 +125,7 @@ struct Moved;
 pin_project_lite::pin_project! {
     /// The client's body on its way upstream; see the module docs.
     pub struct RequestBody {
-        tap: BodyTap,
+        capture: Arc<Mutex<Capture>>,
         epoch: u64,
         // Index of the next captured chunk to send again before reading on (replays only).
         next: usize,
@@ -143,16 +138,17 @@ pin_project_lite::pin_project! {
 impl RequestBody {
     /// Wraps `inner` with idle timeout `idle` and optional `max` bytes; returns the body and its tap.
     pub(crate) fn new(inner: ProxyBody, idle: Duration, max: Option<u64>) -> (Self, BodyTap) {
+        let capture = Arc::new(Mutex::new(Capture {
+            hint: inner.size_hint(),
+            inner: Some(inner),
+            max,
+            ..Capture::default()
+        }));
         let tap = BodyTap {
-            capture: Arc::new(Mutex::new(Capture {
-                hint: inner.size_hint(),
-                inner: Some(inner),
-                max,
-                ..Capture::default()
-            })),
+            capture: Some(capture.clone()),
         };
         let body = RequestBody {
-            tap: tap.clone(),
+            capture,
             epoch: 0,
             next: 0,
             idle,
@@ -169,7 +165,6 @@ impl Body for RequestBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let mut this = self.project();
         let mut guard = this
-            .tap
             .capture
             .lock()
             .expect("capture mutex is never poisoned");
@@ -228,7 +223,6 @@ impl Body for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         let c = self
-            .tap
             .capture
             .lock()
             .expect("capture mutex is never poisoned");
@@ -239,7 +233,6 @@ impl Body for RequestBody {
 
     fn size_hint(&self) -> SizeHint {
         let c = self
-            .tap
             .capture
             .lock()
             .expect("capture mutex is never poisoned");

@@ -34,6 +34,7 @@ pub(crate) mod headers;
 pub(crate) mod hop_clock;
 pub mod http1;
 pub(crate) mod identify;
+pub mod node_request;
 pub(crate) mod outbound;
 pub mod respond;
 pub(crate) mod response;
@@ -137,6 +138,8 @@ pub struct Proxy {
     pub upstream: Arc<upstream::Upstream>,
     /// The Prometheus families (SPEC section 9).
     pub metrics: Arc<Metrics>,
+    /// The worker's recently used `gateway_requests_total` counters (its own, like `upstream`).
+    pub(crate) counters: crate::metrics::RequestCounters,
     /// Per-request settings from the startup config.
     pub settings: ProxySettings,
     /// Shutdown signal for long-lived connections.

@@ -4,7 +4,7 @@
 
 use http::{header, HeaderMap, HeaderValue, Request, Uri};
 
-use super::upstream::NodeRequest;
+use super::node_request::NodeRequest;
 use super::ProxyBody;
 use crate::config::Protocol;
 use crate::registry::Node;

@@ -19,14 +19,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response};
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::expect::ContinueGate;
 use super::http1::node_body::NodeBody;
 use super::http1::node_conn::{self, Handshook, NodeConn};
 use super::http1::pool::{Home, Pool};
+use super::node_request::NodeRequest;
 pub use super::send_error::{connect_detail, describe, is_refused, is_unprocessed, SendError};
 use super::{BoxError, ProxyBody};
 use crate::config::Protocol;
@@ -49,22 +49,6 @@ impl std::fmt::Debug for Upstream {
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// One attempt's request head for a node, borrowed from the request's attempts: the fields are
-/// made once per request ([`super::outbound::node_headers`]) and every attempt sends them again
-/// without a copy (an HTTP/1.1 node's head is encoded straight from them; an h2 node's request
-/// takes a copy, [`super::outbound::build`]).
-#[derive(Debug, Clone, Copy)]
-pub struct NodeRequest<'a> {
-    /// The request method.
-    pub(crate) method: &'a Method,
-    /// The request target in origin form: path and query (RFC 9112 section 3.2.1).
-    pub(crate) target: &'a str,
-    /// The fields as the node gets them.
-    pub(crate) headers: &'a HeaderMap,
-    /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
-    pub(crate) gate: Option<&'a ContinueGate>,
 }
 
 /// A node's answer body: read off an HTTP/1.1 connection by the gateway's own client, or an h2

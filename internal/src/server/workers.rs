@@ -144,6 +144,7 @@ pub(super) fn worker_proxy(shared: &Proxy, cfg: &Config) -> Proxy {
         ids: shared.ids.clone(),
         upstream: upstream(cfg),
         metrics: shared.metrics.clone(),
+        counters: Default::default(),
         settings: shared.settings.clone(),
         shutdown: shared.shutdown.clone(),
     }

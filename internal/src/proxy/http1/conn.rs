@@ -52,7 +52,7 @@ pub async fn serve<I: Socket>(
     rbuf: BytesMut,
     proxy: Arc<Proxy>,
     dc: Arc<DownstreamConn>,
-    mut watch: drain::Watch,
+    watch: drain::Watch,
 ) {
     let limits = HeadLimits::from(&proxy.settings.limits);
     let head_timeout = proxy.settings.limits.header_read_timeout;
@@ -67,6 +67,11 @@ pub async fn serve<I: Socket>(
     tokio::pin!(deadline);
     let mut armed = false;
     let mut draining = watch.is_signaled();
+    // One wait for the shutdown signal for the whole connection, kept across requests: made per
+    // wait for a head, it registered and removed a waiter on the signal every request.
+    let mut stop_watch = watch.clone();
+    let stop = async move { stop_watch.signaled().await };
+    tokio::pin!(stop);
     let mut out = Vec::with_capacity(512);
     loop {
         let parsed = {
@@ -104,6 +109,7 @@ pub async fn serve<I: Socket>(
                         .reset(tokio::time::Instant::now() + head_timeout);
                 }
                 tokio::select! {
+                    biased;
                     r = poll_fn(|cx| lock(&shared).poll_fill(cx)) => match r {
                         Ok(0) | Err(_) => return,
                         Ok(_) => continue,
@@ -112,7 +118,7 @@ pub async fn serve<I: Socket>(
                         tracing::debug!(peer = %dc.peer, "request head not complete within the header read timeout");
                         return;
                     }
-                    () = watch.signaled(), if !draining => {
+                    () = &mut stop, if !draining => {
                         draining = true;
                         continue;
                     }

@@ -32,8 +32,8 @@ pub use super::node_io::{NodeConn, NodeError};
 use super::node_pump::{Pump, PumpError};
 use super::pool::{self, Home};
 use crate::proxy::expect::ContinueGate;
+use crate::proxy::node_request::NodeRequest;
 use crate::proxy::send_error::SendError;
-use crate::proxy::upstream::NodeRequest;
 use crate::proxy::{BoxError, ProxyBody};
 use crate::tls::client::NodeStream;
 

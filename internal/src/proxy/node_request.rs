@@ -1,0 +1,23 @@
+//! One attempt's request head for a node ([`NodeRequest`]): what the upstream client sends on
+//! each attempt of a request, borrowed from the request's attempts (a leaf of the request path:
+//! [`super::upstream`], [`super::http1::node_conn`] and [`super::outbound`] all take it).
+
+use http::{HeaderMap, Method};
+
+use super::expect::ContinueGate;
+
+/// One attempt's request head for a node, borrowed from the request's attempts: the fields are
+/// made once per request ([`super::outbound::node_headers`]) and every attempt sends them again
+/// without a copy (an HTTP/1.1 node's head is encoded straight from them; an h2 node's request
+/// takes a copy, [`super::outbound::build`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRequest<'a> {
+    /// The request method.
+    pub(crate) method: &'a Method,
+    /// The request target in origin form: path and query (RFC 9112 section 3.2.1).
+    pub(crate) target: &'a str,
+    /// The fields as the node gets them.
+    pub(crate) headers: &'a HeaderMap,
+    /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
+    pub(crate) gate: Option<&'a ContinueGate>,
+}
