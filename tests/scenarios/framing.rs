@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use integration_tests::check::{echo_header, json_error};
 use integration_tests::load::sha_hex;
-use integration_tests::raw::{refused, Raw};
+use integration_tests::raw::{read_while_writing, refused, Raw};
 use integration_tests::{Gateway, Health};
 
 /// CASE-13: Content-Length with Transfer-Encoding and every framing variant is a JSON 400, nothing
@@ -149,11 +149,52 @@ async fn malformed_heads_get_json_answers_and_reach_no_node() {
         let shown = String::from_utf8_lossy(&wire[..wire.len().min(80)]).into_owned();
         assert_eq!(h.status, *status, "{shown:?}");
         assert_eq!(json_error(&body), *message, "{shown:?}");
+        // Answered in the version the request line named.
+        let version = match shown.contains(" HTTP/1.0\r\n") {
+            true => "HTTP/1.0",
+            false => "HTTP/1.1",
+        };
+        assert_eq!(h.version, version, "{shown:?}");
         assert_eq!(h.get("connection"), Some("close"), "{shown:?}");
         assert!(
             c.closed_within(Duration::from_secs(2)).await,
             "connection left open: {shown:?}"
         );
+    }
+    assert_eq!(a.requests().await, 0, "no node saw any request");
+}
+
+/// A refused head is answered as its request line asked: an HTTP/1.0 request line gets an
+/// HTTP/1.0 status line (RFC 9110 section 6.2), and a refused `HEAD` gets the head of the JSON
+/// answer without its body (RFC 9110 section 9.3.2); nothing reaches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_heads_answer_in_the_request_lines_version_and_head_gets_no_body() {
+    let (a, gw) = Gateway::one_node(Health::tcp_200ms()).await;
+    let (h, body) = refused(gw.port, b"GET /echo HTTP/1.0\r\nBad Name: 1\r\n\r\n").await;
+    assert_eq!((h.status, h.version.as_str()), (400, "HTTP/1.0"));
+    assert_eq!(json_error(&body), "bad request: invalid field name");
+
+    for version in ["HTTP/1.1", "HTTP/1.0"] {
+        let wire = format!("HEAD /echo {version}\r\nHost: x\r\nBad Name: 1\r\n\r\n");
+        let (raw, _) = read_while_writing(gw.port, Duration::from_secs(5), |mut wr| async move {
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut wr, wire.as_bytes()).await;
+            std::future::pending::<()>().await;
+        })
+        .await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let end = text.find("\r\n\r\n").expect("a whole head") + 4;
+        assert!(text.starts_with(&format!("{version} 400 ")), "{text:?}");
+        assert_eq!(end, raw.len(), "no body after the head: {text:?}");
+        let length: usize = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_string)
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the JSON answer's length");
+        assert!(length > 0, "{text:?}");
     }
     assert_eq!(a.requests().await, 0, "no node saw any request");
 }

@@ -86,10 +86,18 @@ pub async fn serve<I: Socket>(
             Ok(Some(head)) => head,
             Err(why) => {
                 let seen = request::line_seen(&lock(&shared).rbuf, &limits);
+                // Answered in the client's version when its request line said it (RFC 9110
+                // section 6.2: a server answers with its own major version, and HTTP/1.0 with
+                // 1.0), and without a body to a `HEAD` (section 9.3.2).
+                let method = match seen.method {
+                    Some(Method::HEAD) => Method::HEAD,
+                    _ => Method::GET,
+                };
+                let http10 = seen.version == Some(http::Version::HTTP_10);
                 let resp = proxy.refused(why.into_error(), &dc, seen);
                 let a = Answering {
-                    method: &Method::GET,
-                    http10: false,
+                    method: &method,
+                    http10,
                     keep_alive: false,
                 };
                 let _ = write_response(&shared, resp, a, &mut out).await;
