@@ -129,20 +129,18 @@ pub(crate) async fn proxy(
 /// its whole life, and the cell is sized for the largest state, so the relay's resting state (a
 /// pointer to the relay block and the wait for the next event) is what an idle socket keeps
 /// (issue 16: memory per idle WebSocket).
-fn socket_task(
+async fn socket_task(
     gauge: crate::metrics::ConnectionGauge,
     downstream: ClientUpgrade,
     session: Box<relay::Session>,
     side: Box<relay::NodeSide>,
-) -> impl std::future::Future<Output = ()> + Send {
-    async move {
-        let _gauge = gauge;
-        let Some(down) = Box::pin(downstream.take()).await else {
-            tracing::debug!(node = %side.node.id, "websocket upgrade did not complete");
-            return;
-        };
-        session.relay(down, side).await;
-    }
+) {
+    let _gauge = gauge;
+    let Some(down) = Box::pin(downstream.take()).await else {
+        tracing::debug!(node = %side.node.id, "websocket upgrade did not complete");
+        return;
+    };
+    session.relay(down, side).await;
 }
 
 /// The node's handshake answer head `head` as the client gets them: hop-by-hop fields dropped but,

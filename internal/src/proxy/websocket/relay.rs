@@ -28,7 +28,7 @@ use super::frame::{Frame, Peer};
 use super::io::FrameIo;
 use super::message::{Held, Partial};
 use super::pump::{self, Pumped, Traffic};
-use super::socket_log::SocketLog;
+use super::socket_log::{socket_span, SocketLog};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
@@ -171,7 +171,7 @@ pub(super) struct Relay {
     /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
     /// message, issue 16). Made at the first event handled ([`Relay::span`]): a socket that
     /// stays idle keeps none (a span costs ~0.35 KiB of subscriber state, issue 16).
-    pub(super) span: Option<tracing::Span>,
+    span: Option<tracing::Span>,
 }
 
 impl Session {
@@ -304,6 +304,12 @@ impl Relay {
         // above, and the task cell would be sized for them for the socket's whole life (issue
         // 16: memory per idle WebSocket); a busy socket's frames pass in the wait, not here.
         Box::pin(self.handle(event).instrument(span)).await
+    }
+
+    /// The socket's span ([`socket_span`]), made the first time it is asked for and kept from then on.
+    fn span(&mut self) -> tracing::Span {
+        let ctx = &self.s.ctx;
+        self.span.get_or_insert_with(|| socket_span(ctx)).clone()
     }
 
     async fn handle(&mut self, event: Event) -> Flow {

@@ -1,14 +1,13 @@
 //! The access-log fields a relayed socket keeps for its one line at the end (SPEC section 8):
 //! only what its request context ([`RequestCtx`]: route, table, conn id) does not hold already,
 //! in compact form, since the socket may stay idle for days (issue 16: memory per idle
-//! WebSocket); and the socket's span, made only once an event needs it. Spawns nothing.
+//! WebSocket); and the socket's span ([`socket_span`]). Spawns nothing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::Method;
 
-use super::relay::Relay;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::LogCtx;
 
@@ -71,22 +70,15 @@ impl SocketLog {
     }
 }
 
-impl Relay {
-    /// The socket's span (`websocket`, with its conn id, cluster and protocol), made the first
-    /// time it is asked for and kept from then on.
-    pub(super) fn span(&mut self) -> tracing::Span {
-        let ctx = &self.s.ctx;
-        self.span
-            .get_or_insert_with(|| {
-                tracing::info_span!(
-                    "websocket",
-                    conn_id = ctx.conn_id.as_deref().unwrap_or("-"),
-                    cluster = %ctx.route.cluster.name,
-                    protocol = "websocket",
-                )
-            })
-            .clone()
-    }
+/// The span of the socket served for the request in `ctx`: `websocket`, with its conn id (`-`
+/// without one), cluster and protocol; the lines written while the relay handles an event carry it.
+pub(super) fn socket_span(ctx: &RequestCtx) -> tracing::Span {
+    tracing::info_span!(
+        "websocket",
+        conn_id = ctx.conn_id.as_deref().unwrap_or("-"),
+        cluster = %ctx.route.cluster.name,
+        protocol = "websocket",
+    )
 }
 
 #[cfg(test)]
