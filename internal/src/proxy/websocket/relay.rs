@@ -28,12 +28,13 @@ use super::frame::{Frame, Peer};
 use super::io::FrameIo;
 use super::message::{Held, Partial};
 use super::pump::{self, Pumped, Traffic};
+use super::socket_log::{socket_span, SocketLog};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
 use crate::hopper::{HopLine, HopReason};
 use crate::proxy::context::RequestCtx;
-use crate::proxy::{LogCtx, Proxy};
+use crate::proxy::Proxy;
 use crate::registry::{InflightGuard, Node, NodeSignal};
 
 /// After one side sent Close, how long the other side gets to answer before TCP is closed.
@@ -52,8 +53,8 @@ pub(super) struct Session {
     pub(super) hs: Handshake,
     /// What the first node agreed to.
     pub(super) negotiated: Negotiated,
-    /// Access-log fields; the line is written when the socket ends.
-    pub(super) log: LogCtx,
+    /// Access-log fields beyond `ctx`'s; the line is written when the socket ends.
+    pub(super) log: SocketLog,
 }
 
 /// The node side: its frames, the node and its signal, and the in-flight count held on it.
@@ -168,8 +169,9 @@ pub(super) struct Relay {
     pub(super) owed_hop: Option<Box<OwedHop>>,
     /// The socket's span (conn id, cluster), entered while an event is handled; not while the
     /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
-    /// message, issue 16).
-    span: tracing::Span,
+    /// message, issue 16). Made at the first event handled ([`Relay::span`]): a socket that
+    /// stays idle keeps none (a span costs ~0.35 KiB of subscriber state, issue 16).
+    span: Option<tracing::Span>,
 }
 
 impl Session {
@@ -183,21 +185,19 @@ impl Session {
     pub(super) fn relay(
         self: Box<Self>,
         down: Stream,
-        mut side: NodeSide,
+        side: Box<NodeSide>,
     ) -> impl std::future::Future<Output = ()> + Send {
-        let span = tracing::info_span!(
-            "websocket",
-            conn_id = self.ctx.conn_id.as_deref().unwrap_or("-"),
-            cluster = %self.ctx.route.cluster.name,
-            protocol = "websocket",
-        );
+        let mut side = *side;
         let mode = self.ctx.route.config.websocket;
-        if mode == WsMode::Hop && self.negotiated.extensions {
-            span.in_scope(|| tracing::info!(node = %side.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead"));
-        }
+        let extension_warning = mode == WsMode::Hop && self.negotiated.extensions;
         let idle = self.p.settings.limits.websocket_idle_timeout;
         let max_message = self.p.settings.limits.websocket_max_message;
         side.io.set_max_message(max_message);
+        // The node's state as the relay starts: a usable node needs no event (and so no span);
+        // any other state is handled as the first event, as a change would be.
+        if !side.signal.borrow_and_update().usable {
+            side.signal.mark_changed();
+        }
         let mut down = FrameIo::new(down, Peer::Client);
         down.set_max_message(max_message);
         let shutdown = self.p.shutdown.clone();
@@ -223,11 +223,17 @@ impl Session {
             drain_act_at: None,
             drain_deadline: None,
             owed_hop: None,
-            span: span.clone(),
+            span: None,
         });
+        if extension_warning {
+            let span = r.span();
+            if let Some(side) = &r.up {
+                span.in_scope(|| tracing::info!(node = %side.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead"));
+            }
+        }
         async move {
             while r.step().await == Flow::Continue {}
-            let span = r.span.clone();
+            let span = r.span();
             // Boxed: the close path runs once per socket and is larger than a resting step.
             Box::pin(r.end_socket().instrument(span)).await;
         }
@@ -251,9 +257,10 @@ impl Relay {
         Box::pin(self.close_node(1001, "going away")).await;
         self.down.shutdown().await;
         let t = self.traffic;
+        let log = self.s.log.line(&self.s.ctx);
         self.s
             .p
-            .finish(&self.s.log, 101, self.s.ctx.start, t.bytes_in, t.bytes_out);
+            .finish(&log, 101, self.s.ctx.start, t.bytes_in, t.bytes_out);
     }
 }
 
@@ -282,14 +289,27 @@ async fn sleep_opt(at: Option<Instant>) {
 }
 
 impl Relay {
-    /// One event. The rare paths (closing, hop, hint) are boxed so the task's resting state,
-    /// kept for every idle socket, stays small (issue 7: memory per idle WebSocket).
+    /// Waits for one event and handles it; the handling is boxed so the task's resting state,
+    /// kept for every idle socket, is the wait alone (issue 7: memory per idle WebSocket).
     pub(super) async fn step(&mut self) -> Flow {
         // The wait runs outside the span (see `Relay::span`); the event is handled inside.
         let event = self.next_event().await;
-        let span = self.span.clone();
-        // Not through a helper taking the future by value: the task cell would hold it twice.
-        self.handle(event).instrument(span).await
+        if matches!(event, Event::Idle) && !self.idle_due() {
+            // The idle timer ran out but frames passed since it was set: it is set again from
+            // the last frame's time by the next wait.
+            return Flow::Continue;
+        }
+        let span = self.span();
+        // Boxed: the handlers' states (closing, hop, frame by frame) are far larger than the wait
+        // above, and the task cell would be sized for them for the socket's whole life (issue
+        // 16: memory per idle WebSocket); a busy socket's frames pass in the wait, not here.
+        Box::pin(self.handle(event).instrument(span)).await
+    }
+
+    /// The socket's span ([`socket_span`]), made the first time it is asked for and kept from then on.
+    fn span(&mut self) -> tracing::Span {
+        let ctx = &self.s.ctx;
+        self.span.get_or_insert_with(|| socket_span(ctx)).clone()
     }
 
     async fn handle(&mut self, event: Event) -> Flow {
@@ -305,7 +325,6 @@ impl Relay {
             }
             Event::Signal => self.on_signal().await,
             Event::Shutdown => Box::pin(self.end(ProxyError::ShuttingDown)).await,
-            Event::Idle if !self.idle_due() => Flow::Continue,
             Event::Idle => Box::pin(self.end(ProxyError::Idle)).await,
             Event::DrainAct => Box::pin(self.node_gone(HopReason::Draining, true)).await,
             Event::DrainDeadline => Box::pin(self.end(ProxyError::DrainDeadline)).await,
