@@ -38,8 +38,8 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a keepalive PING may wait for its PONG before the connection is given up (hyper's
 /// client default, kept from when hyper drove these connections).
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Send-window of each stream and of the connection the gateway grants a node (hyper's client
-/// defaults, 2 MiB and 5 MiB: a node streams an answer without waiting for WINDOW_UPDATEs).
+/// Receive windows the gateway advertises to a node, per stream and per connection (hyper's
+/// client defaults, 2 MiB and 5 MiB: a node streams an answer without waiting for WINDOW_UPDATEs).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONN_WINDOW: u32 = 5 * 1024 * 1024;
 /// Body bytes buffered per stream beyond what the node's window takes (hyper's client default).
