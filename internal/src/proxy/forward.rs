@@ -145,7 +145,7 @@ impl Attempts {
         }
         let head = NodeRequest {
             method: &self.method,
-            target: self.path_and_query.as_str(),
+            target: &self.path_and_query,
             headers: &self.up_headers,
             gate: self.gate.as_ref(),
         };

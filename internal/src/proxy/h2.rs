@@ -1,6 +1,7 @@
 //! Upstream HTTP/2 for `protocol = "h2c"` and `protocol = "h2"` (TLS, ALPN `h2`) clusters (SPEC
-//! sections 5 and 10): one multiplexed connection per node, shared by all of its requests, on
-//! hyper's low-level `client::conn::http2`.
+//! sections 5 and 10): one multiplexed connection per node, shared by all of its requests, on the
+//! `h2` crate directly (each request's stream is sent by the request's own task,
+//! [`super::h2_stream`]).
 //!
 //! Owns the per-node connection slot. Requests that find no usable connection join one shared
 //! dial instead of each opening their own (a burst of N requests to a fresh node opens one
@@ -11,20 +12,22 @@
 //! [`super::send_error::is_unprocessed`] recognises, for replay (CASE-09).
 //!
 //! Spawns one task per connection, driving it until it closes (after GOAWAY once its streams are
-//! done, or when the last handle is dropped). Never holds its mutex across an `.await`.
+//! done, or when the last handle is dropped) and sending a keepalive PING every
+//! [`KEEPALIVE_INTERVAL`] (no PONG within [`KEEPALIVE_TIMEOUT`] closes it). Never holds its mutex
+//! across an `.await`.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::future::{FutureExt, Shared};
 use http::Request;
-use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
+use super::h2_stream::{self, NodeH2Body, StreamError};
 use super::send_error::{is_unprocessed, SendError};
 use super::ProxyBody;
 use crate::registry::{Node, NodeId};
@@ -32,6 +35,17 @@ use crate::tls::client::{self as tls, Alpn, ClusterTls};
 
 /// Interval of h2 PINGs on an upstream connection, so a dead node is noticed on an idle one.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long a keepalive PING may wait for its PONG before the connection is given up (hyper's
+/// client default, kept from when hyper drove these connections).
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Receive windows the gateway advertises to a node, per stream and per connection (hyper's
+/// client defaults, 2 MiB and 5 MiB: a node streams an answer without waiting for WINDOW_UPDATEs).
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONN_WINDOW: u32 = 5 * 1024 * 1024;
+/// Body bytes buffered per stream beyond what the node's window takes (hyper's client default).
+const MAX_SEND_BUFFER: usize = 1024 * 1024;
+/// Streams the gateway opens before the node's SETTINGS say how many it takes (hyper's default).
+const INITIAL_MAX_SEND_STREAMS: usize = 100;
 /// Times a request moves to a newer connection after finding its connection closing (GOAWAY)
 /// before it gives up with "not sent": GOAWAYs racing a burst need one or two, never more.
 const MAX_STALE_RETRIES: usize = 3;
@@ -40,7 +54,15 @@ const MAX_STALE_RETRIES: usize = 3;
 #[derive(Clone)]
 struct Conn {
     id: u64,
-    send: http2::SendRequest<ProxyBody>,
+    send: h2::client::SendRequest<Bytes>,
+    /// Set by the connection's task when it ends.
+    closed: Arc<AtomicBool>,
+}
+
+impl Conn {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
 }
 
 type DialFuture = Pin<Box<dyn Future<Output = Result<Conn, Arc<std::io::Error>>> + Send>>;
@@ -106,7 +128,7 @@ impl H2Pool {
         self.slots()
             .get(&node.id)
             .and_then(|s| s.conn.clone())
-            .filter(|c| !c.send.is_closed())
+            .filter(|c| !c.is_closed())
     }
 
     /// The node's live connection, or the result of the one shared dial to it.
@@ -114,7 +136,7 @@ impl H2Pool {
         let dial = {
             let mut slots = self.slots();
             let slot = slots.entry(node.id.clone()).or_default();
-            if let Some(c) = slot.conn.clone().filter(|c| !c.send.is_closed()) {
+            if let Some(c) = slot.conn.clone().filter(|c| !c.is_closed()) {
                 return Ok(c);
             }
             match &slot.dial {
@@ -185,7 +207,7 @@ impl H2Pool {
         node: &Node,
         connect_timeout: Duration,
         mut req: Request<ProxyBody>,
-    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
+    ) -> Result<http::Response<NodeH2Body>, SendError> {
         let mut dialled: Option<u64> = None;
         let mut stale = 0;
         loop {
@@ -201,29 +223,24 @@ impl H2Pool {
             };
             let fresh = dialled == Some(conn.id);
             let mut send = conn.send.clone();
-            match send.try_send_request(req).await {
+            match h2_stream::send(&mut send, req).await {
                 Ok(response) => return Ok(response),
-                Err(mut e) => match e.take_message() {
-                    // The connection was closing (GOAWAY) before our stream went out: use another.
-                    Some(back) if !fresh && stale < MAX_STALE_RETRIES => {
-                        stale += 1;
+                // The connection was closing (GOAWAY) before our stream went out: use another.
+                Err(StreamError::NotSent(_, back)) if !fresh && stale < MAX_STALE_RETRIES => {
+                    stale += 1;
+                    self.drop_conn(node, conn.id);
+                    req = back;
+                }
+                Err(StreamError::NotSent(e, back)) => {
+                    self.drop_conn(node, conn.id);
+                    return Err(SendError::NotSent(Box::new(e), back.into_body()));
+                }
+                Err(StreamError::Sent(err)) => {
+                    if is_unprocessed(&*err) {
                         self.drop_conn(node, conn.id);
-                        req = back;
                     }
-                    Some(back) => {
-                        return Err(SendError::NotSent(
-                            Box::new(e.into_error()),
-                            back.into_body(),
-                        ))
-                    }
-                    None => {
-                        let err = e.into_error();
-                        if is_unprocessed(&err) {
-                            self.drop_conn(node, conn.id);
-                        }
-                        return Err(SendError::Sent(Box::new(err)));
-                    }
-                },
+                    return Err(SendError::Sent(err));
+                }
             }
         }
     }
@@ -245,21 +262,74 @@ async fn dial(
     max_header_list: u32,
 ) -> std::io::Result<Conn> {
     let tcp = tls::connect(&addr, &node, tls.as_deref(), Alpn::H2, connect_timeout).await?;
-    let (send, conn) = http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .keep_alive_interval(KEEPALIVE_INTERVAL)
+    let (send, mut conn) = h2::client::Builder::new()
+        .initial_max_send_streams(INITIAL_MAX_SEND_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONN_WINDOW)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
         .max_header_list_size(max_header_list)
+        .enable_push(false)
         // The gateway's own long-lived connections must never trip a lifetime reset cap
         // (hyperium/h2 #856; CASE-25 C): nodes are trusted, cancels are the gateway's own.
         .max_local_error_reset_streams(None)
         .max_concurrent_reset_streams(UPSTREAM_RESET_MEMORY)
-        .handshake(TokioIo::new(tcp))
+        .handshake::<_, Bytes>(tcp)
         .await
         .map_err(std::io::Error::other)?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let ping = conn.ping_pong();
+    let done = closed.clone();
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(addr, error = %e, "upstream h2 connection ended");
-        }
+        drive(conn, ping, &addr).await;
+        done.store(true, Ordering::Relaxed);
     });
-    Ok(Conn { id, send })
+    Ok(Conn { id, send, closed })
+}
+
+/// Drives connection `conn` (to `addr`) until it ends, with a keepalive PING every
+/// [`KEEPALIVE_INTERVAL`]; a PING unanswered for [`KEEPALIVE_TIMEOUT`] drops the connection (its
+/// streams fail, RFC 9113 section 6.7 leaves the timeout to the endpoint).
+async fn drive<T>(
+    mut conn: h2::client::Connection<T, Bytes>,
+    mut ping: Option<h2::PingPong>,
+    addr: &str,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.reset();
+    loop {
+        tokio::select! {
+            r = &mut conn => {
+                if let Err(e) = r {
+                    tracing::debug!(addr, error = %e, "upstream h2 connection ended");
+                }
+                return;
+            }
+            _ = tick.tick() => {}
+        }
+        let Some(p) = ping.as_mut() else { continue };
+        let pong = tokio::time::timeout(KEEPALIVE_TIMEOUT, p.ping(h2::Ping::opaque()));
+        tokio::pin!(pong);
+        tokio::select! {
+            r = &mut conn => {
+                if let Err(e) = r {
+                    tracing::debug!(addr, error = %e, "upstream h2 connection ended");
+                }
+                return;
+            }
+            r = &mut pong => match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(addr, error = %e, "upstream h2 keepalive PING failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(addr, "upstream h2 keepalive PING unanswered; closing");
+                    return;
+                }
+            },
+        }
+    }
 }

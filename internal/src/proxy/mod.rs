@@ -28,6 +28,7 @@ pub mod guard;
 pub(crate) mod h2;
 pub mod h2_frames;
 pub mod h2_penalty;
+pub(crate) mod h2_stream;
 pub mod h2_watch;
 pub mod head;
 pub(crate) mod headers;

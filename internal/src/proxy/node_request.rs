@@ -2,6 +2,7 @@
 //! each attempt of a request, borrowed from the request's attempts (a leaf of the request path:
 //! [`super::upstream`], [`super::http1::node_conn`] and [`super::outbound`] all take it).
 
+use http::uri::PathAndQuery;
 use http::{HeaderMap, Method};
 
 use super::expect::ContinueGate;
@@ -15,7 +16,7 @@ pub struct NodeRequest<'a> {
     /// The request method.
     pub(crate) method: &'a Method,
     /// The request target in origin form: path and query (RFC 9112 section 3.2.1).
-    pub(crate) target: &'a str,
+    pub(crate) target: &'a PathAndQuery,
     /// The fields as the node gets them.
     pub(crate) headers: &'a HeaderMap,
     /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).

@@ -44,7 +44,7 @@ pub fn connect_detail(e: &std::io::Error) -> String {
     }
 }
 
-/// An upstream error (hyper's, or the HTTP/1.1 client's
+/// An upstream error (h2's, or the HTTP/1.1 client's
 /// [`super::http1::node_conn::NodeError`]) with its cause chain, for a precise 502 message.
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();

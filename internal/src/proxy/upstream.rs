@@ -1,6 +1,6 @@
 //! The upstream client: per-node pools of HTTP/1.1 connections driven by the gateway's own client
 //! ([`super::http1::node_conn`], in the request's task) and one multiplexed h2c connection per
-//! node (hyper's `client::conn`), so every failure can be attributed exactly: connect failed
+//! node (the `h2` crate, [`super::h2`]), so every failure can be attributed exactly: connect failed
 //! (nothing sent), request handed back unsent (stale pooled connection), a reused connection the
 //! node closed after the request went out (stale, replayable when idempotent), or failed after
 //! sending (SPEC section 4 retry rules).
@@ -21,7 +21,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
 use super::http1::node_body::NodeBody;
 use super::http1::node_conn::{self, Handshook, NodeConn};
@@ -52,13 +51,13 @@ impl std::fmt::Debug for Upstream {
 }
 
 /// A node's answer body: read off an HTTP/1.1 connection by the gateway's own client, or an h2
-/// stream's body from hyper.
+/// stream's body ([`super::h2_stream::NodeH2Body`]).
 #[derive(Debug)]
 pub enum UpstreamBody {
     /// HTTP/1.1 ([`NodeBody`]).
     H1(NodeBody),
     /// h2c or h2.
-    H2(Incoming),
+    H2(super::h2_stream::NodeH2Body),
 }
 
 impl Body for UpstreamBody {

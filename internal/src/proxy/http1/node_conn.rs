@@ -117,7 +117,7 @@ async fn exchange(
     let length = node_head::encode_request(
         conn.wbuf(),
         req.method,
-        req.target,
+        req.target.as_str(),
         req.headers,
         exact,
         empty,

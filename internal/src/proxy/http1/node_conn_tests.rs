@@ -58,9 +58,10 @@ async fn send_gated(
     home: Home,
 ) -> Result<Response<NodeBody>, SendError> {
     let (parts, body) = req.into_parts();
+    let root = http::uri::PathAndQuery::from_static("/");
     let head = NodeRequest {
         method: &parts.method,
-        target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        target: parts.uri.path_and_query().unwrap_or(&root),
         headers: &parts.headers,
         gate,
     };

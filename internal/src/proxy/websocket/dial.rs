@@ -141,9 +141,13 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
         &with_host
     };
     // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+    let target = hs
+        .path_and_query
+        .parse()
+        .unwrap_or_else(|_| http::uri::PathAndQuery::from_static("/"));
     let head = NodeRequest {
         method: &hs.method,
-        target: &hs.path_and_query,
+        target: &target,
         headers,
         gate: None,
     };
