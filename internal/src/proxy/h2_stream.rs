@@ -22,7 +22,7 @@ use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
-use http::{header, HeaderMap, Request, Response};
+use http::{header, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::{BoxError, ProxyBody};
@@ -44,23 +44,6 @@ pub(crate) enum StreamError {
     Sent(BoxError),
 }
 
-/// Fields the `h2` crate refuses in a request (RFC 9113 section 8.2.2); the gateway strips the
-/// hop-by-hop ones already ([`super::headers::strip_hop_by_hop`]), this is the last guard.
-fn strip_connection_fields(h: &mut HeaderMap) {
-    for name in [
-        header::CONNECTION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::HeaderName::from_static("keep-alive"),
-        header::HeaderName::from_static("proxy-connection"),
-    ] {
-        h.remove(name);
-    }
-    if h.get(header::TE).is_some_and(|te| te != "trailers") {
-        h.remove(header::TE);
-    }
-}
-
 /// Sends `req` on the connection of `send` and waits for the node's answer head, pumping the body
 /// meanwhile; see the module docs.
 ///
@@ -75,8 +58,9 @@ pub(crate) async fn send(
         return Err(StreamError::NotSent(e, req));
     }
     let (parts, body) = req.into_parts();
+    // The connection-specific fields the `h2` crate refuses (RFC 9113 section 8.2.2) are gone
+    // already: the node's fields are made without hop-by-hop ones ([`super::outbound::node_headers`]).
     let mut head = Request::from_parts(parts, ());
-    strip_connection_fields(head.headers_mut());
     // As hyper's client did: a known length is declared (RFC 9110 section 8.6).
     if let Some(len) = body.size_hint().exact() {
         let payload_semantics = !matches!(

@@ -247,7 +247,7 @@ impl Proxy {
             };
             // A hop counted at placement is served again once the node answers the upgrade.
             let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
-            let target = matched.path_and_query.as_str().to_string();
+            let target = matched.path_and_query;
             return websocket::proxy(
                 self.clone(),
                 ctx,

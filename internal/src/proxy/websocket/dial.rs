@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use http::header::SEC_WEBSOCKET_KEY;
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method};
 use tokio::time::Instant;
 
@@ -30,7 +31,7 @@ pub(crate) use super::redial::Handshake;
 #[derive(Debug)]
 pub(super) struct FirstHandshake {
     pub(super) method: Method,
-    pub(super) path_and_query: String,
+    pub(super) path_and_query: PathAndQuery,
     /// Upstream request headers: the client's minus hop-by-hop, plus `X-Forwarded-*`, the affinity
     /// header and the upgrade pair. Replayed on every re-dial (cookies and `Authorization` included).
     pub(super) headers: HeaderMap,
@@ -141,13 +142,9 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
         &with_host
     };
     // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-    let target = hs
-        .path_and_query
-        .parse()
-        .unwrap_or_else(|_| http::uri::PathAndQuery::from_static("/"));
     let head = NodeRequest {
         method: &hs.method,
-        target: &target,
+        target: &hs.path_and_query,
         headers,
         gate: None,
     };

@@ -34,6 +34,7 @@ use stream::Stream;
 use std::sync::Arc;
 
 use http::header::SEC_WEBSOCKET_ACCEPT;
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
@@ -58,7 +59,7 @@ pub(crate) async fn proxy(
     node: Arc<Node>,
     req: Request<ProxyBody>,
     mut up_headers: HeaderMap,
-    path_and_query: String,
+    path_and_query: PathAndQuery,
     downstream: ClientUpgrade,
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -98,7 +99,12 @@ pub(crate) async fn proxy(
     let negotiated = Negotiated::of(&parts.headers);
     // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
     // (issue 7: memory per idle WebSocket).
-    let hs = Handshake::replay(&hs.method, &hs.path_and_query, &hs.headers, &negotiated);
+    let hs = Handshake::replay(
+        &hs.method,
+        hs.path_and_query.as_str(),
+        &hs.headers,
+        &negotiated,
+    );
     let session = relay::Session {
         p: p.clone(),
         ctx,
