@@ -148,6 +148,7 @@ impl Attempts {
             target: &self.path_and_query,
             headers: &self.up_headers,
             gate: self.gate.as_ref(),
+            raw_answer: !self.ctx.h2,
         };
         let sent =
             match tokio::time::timeout_at(self.deadline, self.p.upstream.send(&node, head, body))

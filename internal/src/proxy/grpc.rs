@@ -41,13 +41,16 @@ const DRAIN_MESSAGE: &str = "node%20drained%3B%20retry%20on%20another%20node";
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            let ct = ct.trim();
-            ct.len() >= 16
-                && ct[..16].eq_ignore_ascii_case("application/grpc")
-                && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
-        })
+        .is_some_and(|v| is_grpc_value(v.as_bytes()))
+}
+
+/// [`is_grpc`]'s rule for one `content-type` value (visible ASCII only, as `to_str` reads it).
+pub(crate) fn is_grpc_value(v: &[u8]) -> bool {
+    let ct = super::head::trim(v);
+    ct.iter().all(|b| matches!(b, b' ' | b'\t' | 0x21..=0x7e))
+        && ct.len() >= 16
+        && ct[..16].eq_ignore_ascii_case(b"application/grpc")
+        && matches!(ct.get(16), None | Some(b'+' | b';'))
 }
 
 /// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),

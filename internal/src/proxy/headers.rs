@@ -54,18 +54,18 @@ static STRIPPED: [HeaderName; 10] = [
 
 /// The index of `name` (lower case, as `HeaderName` stores it) in [`STRIPPED`]: a string match
 /// the compiler turns into a length switch, cheaper than comparing against each entry.
-fn stripped_index(name: &str) -> Option<usize> {
+pub(crate) fn stripped_index(name: &[u8]) -> Option<usize> {
     Some(match name {
-        "connection" => 0,
-        "keep-alive" => 1,
-        "proxy-connection" => 2,
-        "proxy-authenticate" => 3,
-        "proxy-authorization" => 4,
-        "trailer" => 5,
-        "transfer-encoding" => 6,
-        "upgrade" => 7,
-        "te" => 8,
-        "http2-settings" => 9,
+        b"connection" => 0,
+        b"keep-alive" => 1,
+        b"proxy-connection" => 2,
+        b"proxy-authenticate" => 3,
+        b"proxy-authorization" => 4,
+        b"trailer" => 5,
+        b"transfer-encoding" => 6,
+        b"upgrade" => 7,
+        b"te" => 8,
+        b"http2-settings" => 9,
         _ => return None,
     })
 }
@@ -78,7 +78,7 @@ fn stripped_index(name: &str) -> Option<usize> {
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present: u16 = 0;
     for name in headers.keys() {
-        if let Some(i) = stripped_index(name.as_str()) {
+        if let Some(i) = stripped_index(name.as_str().as_bytes()) {
             present |= 1 << i;
         }
     }
@@ -87,7 +87,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
-    let te_at = stripped_index("te").unwrap_or(0);
+    let te_at = stripped_index(b"te").unwrap_or(0);
     let te_trailers = present & (1 << te_at) != 0
         && headers
             .get_all(header::TE)
@@ -284,9 +284,9 @@ mod tests {
     #[test]
     fn stripped_index_matches_the_table() {
         for (i, name) in STRIPPED.iter().enumerate() {
-            assert_eq!(stripped_index(name.as_str()), Some(i), "{name}");
+            assert_eq!(stripped_index(name.as_str().as_bytes()), Some(i), "{name}");
         }
-        assert_eq!(stripped_index("x-keep"), None);
+        assert_eq!(stripped_index(b"x-keep"), None);
     }
 
     #[test]

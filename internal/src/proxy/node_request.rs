@@ -21,4 +21,7 @@ pub struct NodeRequest<'a> {
     pub(crate) headers: &'a HeaderMap,
     /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
     pub(crate) gate: Option<&'a ContinueGate>,
+    /// The client speaks HTTP/1.x: an HTTP/1.1 node's answer may keep its fields as bytes for the
+    /// client's writer ([`super::http1::node_head::ResponseHead::into_parts`]).
+    pub(crate) raw_answer: bool,
 }

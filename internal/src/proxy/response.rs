@@ -11,6 +11,7 @@ use super::body::{BodyTap, Completion, ResponseBody};
 use super::context::RequestCtx;
 use super::grpc;
 use super::grpc_call::CallBody;
+use super::http1::node_fields::NodeFields;
 use super::upstream::UpstreamBody;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::{InflightGuard, Node};
@@ -48,13 +49,22 @@ pub(crate) fn respond(
     // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
     // node's mistake (RFC 9110 section 8.6): never passed on (nor is its connection pooled,
     // [`super::http1::node_head`]).
-    if parts.status == http::StatusCode::NO_CONTENT {
-        parts.headers.remove(header::CONTENT_LENGTH);
+    // An HTTP/1.x node's fields kept as bytes had these rules applied as they were parsed
+    // ([`super::http1::node_fields`]); the map then holds only what the gateway adds.
+    let node_fields = parts.extensions.get_mut::<NodeFields>();
+    if node_fields.is_none() {
+        if parts.status == http::StatusCode::NO_CONTENT {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        headers::strip_hop_by_hop(&mut parts.headers);
+        // TE is a request header; a node has no business sending it back.
+        parts.headers.remove(header::TE);
     }
-    headers::strip_hop_by_hop(&mut parts.headers);
-    // TE is a request header; a node has no business sending it back.
-    parts.headers.remove(header::TE);
     if let Some(v) = ctx.issued_id() {
+        // Set, not added: a node's field of the same name is not passed on.
+        if let Some(node) = node_fields {
+            node.drop_named(p.settings.affinity_header.as_str().as_bytes());
+        }
         parts.headers.insert(p.settings.affinity_header.clone(), v);
     }
     let status = parts.status.as_u16();

@@ -38,6 +38,7 @@ use tokio::io::AsyncWrite;
 
 use super::body::{lock, BodyRead, ConnBody, Io, Shared};
 use super::chunked::{self, CHUNK_END, LAST_CHUNK};
+use super::node_fields::NodeFields;
 use super::request::{self, Framing};
 use super::response::{self, Answering, BodyLen, Encoding};
 use super::upgrade::{self, Socket};
@@ -238,7 +239,11 @@ async fn write_response<I: AsyncWrite + Unpin>(
         empty: body.is_end_stream(),
     };
     out.clear();
-    let head = response::encode_head(out, parts.status, reason, &parts.headers, a, len);
+    let fields = response::Fields {
+        node: parts.extensions.get::<NodeFields>(),
+        map: &parts.headers,
+    };
+    let head = response::encode_head(out, parts.status, reason, fields, a, len);
     let (enc, mut keep, send_trailers) = (head.encoding, head.keep_alive, head.trailers);
     if parts.status == StatusCode::SWITCHING_PROTOCOLS {
         // No further HTTP/1.x on this connection: it is handed on, or closed.

@@ -13,6 +13,7 @@ pub mod chunked;
 pub mod conn;
 pub mod node_body;
 pub mod node_conn;
+pub mod node_fields;
 pub mod node_head;
 pub mod node_io;
 pub mod node_pump;

@@ -153,17 +153,23 @@ async fn exchange(
             });
         }
     };
-    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+    let (framing, reusable) = (head.framing, head.reusable);
+    home.ttl = pool::ttl(home.ttl, head.keep_alive_timeout);
+    let switching = head.status == StatusCode::SWITCHING_PROTOCOLS;
+    let parts = match head.into_parts(req.raw_answer && !upgrade) {
+        Ok(p) => p,
+        Err(e) => return Err(SendError::Sent(Box::new(NodeError::from(e)))),
+    };
+    if switching {
         let (io, early) = conn.into_parts();
         return Ok(Answered::Switched {
-            head: head.parts,
+            head: parts,
             io,
             early,
         });
     }
-    home.ttl = pool::ttl(home.ttl, &head.parts.headers);
-    let body = NodeBody::new(conn, head.framing, head.reusable, pump, home);
-    Ok(Answered::Answer(Response::from_parts(head.parts, body)))
+    let body = NodeBody::new(conn, framing, reusable, pump, home);
+    Ok(Answered::Answer(Response::from_parts(parts, body)))
 }
 
 /// What the head's reader works with besides the connection.
@@ -216,7 +222,7 @@ fn poll_head(
             let Some(head) = node_head::parse_response(conn.rbuf(), method)? else {
                 break;
             };
-            match head.parts.status {
+            match head.status {
                 StatusCode::CONTINUE => {
                     if let Some(g) = gate {
                         g.opened();

@@ -60,6 +60,7 @@ async fn send_gated(
     let (parts, body) = req.into_parts();
     let root = http::uri::PathAndQuery::from_static("/");
     let head = NodeRequest {
+        raw_answer: false,
         method: &parts.method,
         target: parts.uri.path_and_query().unwrap_or(&root),
         headers: &parts.headers,

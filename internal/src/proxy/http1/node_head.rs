@@ -30,9 +30,10 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+use http::{header, HeaderMap, Method, StatusCode, Version};
 
-use crate::proxy::head;
+use super::node_fields::{known_name, NodeFields, LONGEST_KNOWN};
+use crate::proxy::{grpc, head, headers};
 
 /// Largest response head accepted from a node (bytes): hyper's client buffer bound
 /// (8 KiB + 100 × 4 KiB).
@@ -54,13 +55,55 @@ pub enum BodyFraming {
 /// One parsed response head of a node.
 #[derive(Debug)]
 pub struct ResponseHead {
-    /// Status, version and fields; field values share the head's bytes.
-    pub parts: http::response::Parts,
+    /// The status code.
+    pub status: StatusCode,
+    /// The node spoke HTTP/1.1 (else HTTP/1.0).
+    pub http11: bool,
+    /// The node's own reason phrase, when it is not the status's canonical one.
+    pub reason: Option<hyper::ext::ReasonPhrase>,
+    /// The fields, over the head's bytes ([`NodeFields`]: what the client gets is marked).
+    pub fields: NodeFields,
     /// The body's framing.
     pub framing: BodyFraming,
     /// The connection may carry another request after this answer (section 9.3, and no framing
     /// conflict that could leave stray bytes).
     pub reusable: bool,
+    /// The node's `Keep-Alive: timeout=N`, if it advertised one ([`super::pool::ttl`]).
+    pub keep_alive_timeout: Option<std::time::Duration>,
+    /// `Content-Type` says gRPC ([`crate::proxy::grpc::is_grpc`]'s rule).
+    pub grpc: bool,
+}
+
+impl ResponseHead {
+    /// The head as `http` parts. With `raw` (the client speaks HTTP/1.x, whose writer reads
+    /// [`NodeFields`]), an answer that is not a `101`, gRPC or of a custom reason keeps its fields
+    /// as bytes in the parts' extensions and leaves the map empty for what the gateway adds;
+    /// otherwise the map holds them (a `101` every field, else those passed on).
+    ///
+    /// # Errors
+    /// [`HeadError::Malformed`] for a field `http` refuses (see [`NodeFields::into_map`]).
+    pub fn into_parts(self, raw: bool) -> Result<http::response::Parts, HeadError> {
+        let mut parts = http::Response::new(()).into_parts().0;
+        parts.status = self.status;
+        parts.version = if self.http11 {
+            Version::HTTP_11
+        } else {
+            Version::HTTP_10
+        };
+        let switching = self.status == StatusCode::SWITCHING_PROTOCOLS;
+        if raw && !switching && !self.grpc && self.reason.is_none() {
+            parts.extensions.insert(self.fields);
+            return Ok(parts);
+        }
+        parts.headers = self
+            .fields
+            .into_map(switching)
+            .map_err(HeadError::Malformed)?;
+        if let Some(r) = self.reason {
+            parts.extensions.insert(r);
+        }
+        Ok(parts)
+    }
 }
 
 /// Why a node's response head is refused (the attempt fails; the answer is a 502).
@@ -173,52 +216,50 @@ pub fn parse_response(
     let reason = res.reason.unwrap_or("");
     let custom_reason = !reason.is_empty() && status.canonical_reason() != Some(reason);
     let base = bytes.as_ptr() as usize;
-    let mut spans = [[0u32; 4]; MAX_FIELDS];
-    let n = res.headers.len();
     let at = |s: &[u8]| [(s.as_ptr() as usize - base) as u32, s.len() as u32];
-    for (h, span) in res.headers.iter().zip(spans.iter_mut()) {
-        let ([n0, nl], [v0, vl]) = (at(h.name.as_bytes()), at(h.value));
-        *span = [n0, nl, v0, vl];
-    }
-    let reason_span = custom_reason.then(|| at(reason.as_bytes()));
-    let raw = buf.split_to(len).freeze();
-    let slice = |at: u32, len: u32| raw.slice(at as usize..(at + len) as usize);
-    let mut headers = HeaderMap::with_capacity(n + 1);
+    let reason = match custom_reason {
+        true => hyper::ext::ReasonPhrase::try_from(reason.as_bytes()).ok(),
+        false => None,
+    };
+    let mut fields = NodeFields::with_capacity(res.headers.len());
     let mut f = Facts::default();
-    for &[n0, nl, v0, vl] in &spans[..n] {
-        let name = HeaderName::from_bytes(&raw[n0 as usize..(n0 + nl) as usize])
-            .map_err(|_| HeadError::Malformed("invalid field name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(v0, vl))
-            .map_err(|_| HeadError::Malformed("invalid field value"))?;
-        f.see(&name, value.as_bytes(), http11)?;
-        headers.append(name, value);
+    for h in res.headers.iter() {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        if name.len() > usize::from(u16::MAX) {
+            return Err(HeadError::Malformed("invalid field name"));
+        }
+        let mut low = [0; LONGEST_KNOWN];
+        let known = known_name(name, &mut low);
+        f.see(known, value, http11)?;
+        let hop_by_hop = known.is_some_and(|k| headers::stripped_index(k).is_some());
+        // A 204's framing is the node's mistake (RFC 9110 section 8.6): never passed on.
+        let framing_of_204 =
+            matches!(known, Some(b"content-length")) && status == StatusCode::NO_CONTENT;
+        let pass = !(hop_by_hop || framing_of_204);
+        fields.push(at(name), at(value), pass, matches!(known, Some(b"date")));
     }
     let (framing, mut reusable) = framing(&f, status, method);
-    if f.te && f.cl.is_some() {
-        headers.remove(header::CONTENT_LENGTH);
-    }
     reusable &= f.keep_alive(http11);
-    let mut parts = http::Response::new(()).into_parts().0;
-    parts.status = status;
-    parts.version = if http11 {
-        Version::HTTP_11
-    } else {
-        Version::HTTP_10
-    };
-    parts.headers = headers;
-    if let Some([r0, rl]) = reason_span {
-        if let Ok(r) = hyper::ext::ReasonPhrase::try_from(slice(r0, rl)) {
-            parts.extensions.insert(r);
-        }
+    fields.finish(buf.split_to(len).freeze(), f.nominates);
+    if f.te && f.cl.is_some() {
+        fields.drop_named(b"content-length");
+    } else if status != StatusCode::NO_CONTENT {
+        fields.set_content_length(f.cl);
     }
+    let keep_alive_timeout = f.keep_alive_timeout;
     Ok(Some(ResponseHead {
-        parts,
+        status,
+        http11,
+        reason,
+        fields,
         framing,
         reusable,
+        keep_alive_timeout,
+        grpc: f.grpc,
     }))
 }
 
-/// What the fields of a response head say about framing and persistence.
+/// What the fields of a response head say about framing, persistence and what follows.
 #[derive(Debug, Default)]
 struct Facts {
     /// `Transfer-Encoding` seen, and whether its last coding is `chunked`.
@@ -228,45 +269,62 @@ struct Facts {
     cl: Option<u64>,
     close: bool,
     keep_alive: bool,
+    /// A `Connection` token names a field (to be dropped, [`NodeFields::finish`]).
+    nominates: bool,
+    /// `Keep-Alive: timeout=N`.
+    keep_alive_timeout: Option<std::time::Duration>,
+    /// `Content-Type` says gRPC.
+    grpc: bool,
 }
 
 impl Facts {
-    fn see(&mut self, name: &HeaderName, v: &[u8], http11: bool) -> Result<(), HeadError> {
-        if name == header::TRANSFER_ENCODING {
-            if !http11 {
-                return Err(HeadError::Malformed(
-                    "Transfer-Encoding in an HTTP/1.0 answer",
-                ));
+    /// Takes one field: `known` is its name in lower case when [`known_name`] gave one.
+    fn see(&mut self, known: Option<&[u8]>, v: &[u8], http11: bool) -> Result<(), HeadError> {
+        match known {
+            Some(b"transfer-encoding") => {
+                if !http11 {
+                    return Err(HeadError::Malformed(
+                        "Transfer-Encoding in an HTTP/1.0 answer",
+                    ));
+                }
+                self.te = true;
+                // The last coding of all the field lines is what frames the body (section 6.1).
+                self.chunked = v
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .is_some_and(|c| head::trim(c).eq_ignore_ascii_case(b"chunked"));
             }
-            self.te = true;
-            // The last coding of all the field lines is what frames the body (section 6.1).
-            self.chunked = v
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|c| head::trim(c).eq_ignore_ascii_case(b"chunked"));
-        } else if name == header::CONTENT_LENGTH {
-            // RFC 9110 section 8.6: a list of one repeated value is that value.
-            for part in v.split(|b| *b == b',') {
-                let part = head::trim(part);
-                let n = std::str::from_utf8(part)
-                    .ok()
-                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or(HeadError::Malformed("invalid Content-Length"))?;
-                match self.cl {
-                    Some(m) if m != n => {
-                        return Err(HeadError::Malformed("conflicting Content-Length values"))
+            Some(b"content-length") => {
+                // RFC 9110 section 8.6: a list of one repeated value is that value.
+                for part in v.split(|b| *b == b',') {
+                    let part = head::trim(part);
+                    let n = std::str::from_utf8(part)
+                        .ok()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .ok_or(HeadError::Malformed("invalid Content-Length"))?;
+                    match self.cl {
+                        Some(m) if m != n => {
+                            return Err(HeadError::Malformed("conflicting Content-Length values"))
+                        }
+                        _ => self.cl = Some(n),
                     }
-                    _ => self.cl = Some(n),
                 }
             }
-        } else if name == header::CONNECTION {
-            // One pass over the tokens for both (RFC 9110 section 7.6.1: a comma-separated list).
-            for t in v.split(|b| *b == b',') {
-                let t = head::trim(t);
-                self.close |= t.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            Some(b"connection") => {
+                // One pass over the tokens for all three (RFC 9110 section 7.6.1: a list).
+                for t in v.split(|b| *b == b',') {
+                    let t = head::trim(t);
+                    let close = t.eq_ignore_ascii_case(b"close");
+                    let keep_alive = t.eq_ignore_ascii_case(b"keep-alive");
+                    self.close |= close;
+                    self.keep_alive |= keep_alive;
+                    self.nominates |= !t.is_empty() && !close && !keep_alive;
+                }
             }
+            Some(b"keep-alive") => self.keep_alive_timeout = keepalive_timeout(v),
+            Some(b"content-type") => self.grpc = grpc::is_grpc_value(v),
+            _ => {}
         }
         Ok(())
     }
@@ -274,6 +332,19 @@ impl Facts {
     fn keep_alive(&self, http11: bool) -> bool {
         !self.close && (http11 || self.keep_alive)
     }
+}
+
+/// The `timeout=N` (seconds) of a node's `Keep-Alive` field value `v`, if it gives one.
+pub fn keepalive_timeout(v: &[u8]) -> Option<std::time::Duration> {
+    let v = std::str::from_utf8(v).ok()?;
+    v.split(',').find_map(|p| {
+        let (k, val) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("timeout")
+            .then(|| val.trim().parse::<u64>().ok())
+            .flatten()
+            .map(std::time::Duration::from_secs)
+    })
 }
 
 /// The body framing and whether it leaves the connection reusable (section 6.3; module docs).

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use http::HeaderMap;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::Instant;
 
@@ -106,27 +105,14 @@ impl Pool {
     }
 }
 
-/// The time to live of a connection returned after an answer with `headers`: `idle_timeout`,
-/// capped by the node's `Keep-Alive: timeout=N` less [`KEEPALIVE_MARGIN`].
-pub fn ttl(idle_timeout: Duration, headers: &HeaderMap) -> Duration {
-    match keepalive_timeout(headers) {
+/// The time to live of a connection returned after an answer: `idle_timeout`, capped by the
+/// node's `Keep-Alive: timeout=N` (`keep_alive`, [`super::node_head::keepalive_timeout`]) less
+/// [`KEEPALIVE_MARGIN`].
+pub fn ttl(idle_timeout: Duration, keep_alive: Option<Duration>) -> Duration {
+    match keep_alive {
         Some(k) => idle_timeout.min(k.saturating_sub(KEEPALIVE_MARGIN)),
         None => idle_timeout,
     }
-}
-
-/// The node's `Keep-Alive: timeout=N` (seconds), if it advertised one.
-pub fn keepalive_timeout(headers: &HeaderMap) -> Option<Duration> {
-    const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
-    let v = headers.get(KEEP_ALIVE)?.to_str().ok()?;
-    v.split(',').find_map(|p| {
-        let (k, val) = p.split_once('=')?;
-        k.trim()
-            .eq_ignore_ascii_case("timeout")
-            .then(|| val.trim().parse::<u64>().ok())
-            .flatten()
-            .map(Duration::from_secs)
-    })
 }
 
 /// True if an idle connection can carry a request: a read that does not block finds nothing (no

@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{header, HeaderMap, Method, StatusCode};
 
+use super::node_fields::NodeFields;
 use super::request::has_token;
 
 /// How the body after a head is sent.
@@ -69,19 +70,38 @@ pub struct HeadOut {
     pub trailers: bool,
 }
 
-/// Serialises the head of `status`/`headers` into `dst`, with the framing, `Connection` and
-/// `Date` fields the module docs' rules add written after the given ones (`headers` itself is
-/// read once and not changed).
+/// The fields of an answer: those of an HTTP/1.x node passed on as it sent them, if any
+/// ([`NodeFields`]), then the map's (the gateway's own answer, or what the gateway adds to a
+/// node's).
+#[derive(Debug, Clone, Copy)]
+pub struct Fields<'a> {
+    /// The node's fields kept as bytes.
+    pub node: Option<&'a NodeFields>,
+    /// The map's fields, written after them.
+    pub map: &'a HeaderMap,
+}
+
+/// Serialises the head of `status`/`fields` into `dst`, with the framing, `Connection` and
+/// `Date` fields the module docs' rules add written after the given ones (`fields` are read once
+/// and not changed).
 pub fn encode_head(
     dst: &mut Vec<u8>,
     status: StatusCode,
     reason: Option<&[u8]>,
-    headers: &HeaderMap,
+    fields: Fields<'_>,
     a: Answering<'_>,
     body: BodyLen,
 ) -> HeadOut {
-    let (mut given, mut close, mut keep_token, mut date, mut trailers) =
-        (None, false, false, false, false);
+    let headers = fields.map;
+    // A node's fields passed on hold no `Connection` or `Trailer` (hop-by-hop), and a valid
+    // `Content-Length` only (module docs of [`super::node_fields`]).
+    let (mut given, mut close, mut keep_token, mut date, mut trailers) = (
+        fields.node.and_then(NodeFields::content_length),
+        false,
+        false,
+        fields.node.is_some_and(NodeFields::has_date),
+        false,
+    );
     for (name, value) in headers {
         if *name == header::CONTENT_LENGTH {
             given = given.or_else(|| {
@@ -145,6 +165,9 @@ pub fn encode_head(
         }
     };
     status_line(dst, status, reason, a.http10);
+    if let Some(node) = fields.node {
+        node.write(dst);
+    }
     for (name, value) in headers {
         // An unparsable Content-Length is never passed on: the framing is the gateway's.
         if *name == header::CONTENT_LENGTH && given.is_none() {

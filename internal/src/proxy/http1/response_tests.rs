@@ -28,7 +28,10 @@ fn head(
         &mut dst,
         StatusCode::from_u16(status).expect("status"),
         None,
-        &h,
+        Fields {
+            node: None,
+            map: &h,
+        },
         a,
         BodyLen {
             exact: body.0,
@@ -180,4 +183,45 @@ fn status_lines_and_date() {
         httpdate::parse_http_date(std::str::from_utf8(&d).expect("ascii")).expect("IMF-fixdate");
     let off = SystemTime::now().duration_since(parsed).unwrap_or_default();
     assert!(off < Duration::from_secs(2));
+}
+
+#[test]
+fn a_nodes_fields_go_first_as_sent_then_the_gateways_and_their_length_and_date_count() {
+    let mut buf = bytes::BytesMut::from(
+        &b"HTTP/1.1 200 OK\r\nServer: n\r\nDate: Tue, 01 Dec 2026 00:00:00 GMT\r\nContent-Length: 3\r\n\r\n"[..],
+    );
+    let node = super::super::node_head::parse_response(&mut buf, &Method::GET)
+        .expect("valid")
+        .expect("complete");
+    let mut map = HeaderMap::new();
+    map.insert("x-conn-id", HeaderValue::from_static("c-1"));
+    let mut dst = Vec::new();
+    let a = Answering {
+        method: &Method::GET,
+        http10: false,
+        keep_alive: true,
+    };
+    let body = BodyLen {
+        exact: None,
+        empty: false,
+    };
+    let out = encode_head(
+        &mut dst,
+        StatusCode::OK,
+        None,
+        Fields {
+            node: Some(&node.fields),
+            map: &map,
+        },
+        a,
+        body,
+    );
+    // The node's length frames the body and its Date stands: neither is added.
+    assert_eq!(
+        String::from_utf8(dst).expect("ascii"),
+        "HTTP/1.1 200 OK\r\nServer: n\r\nDate: Tue, 01 Dec 2026 00:00:00 GMT\r\nContent-Length: 3\r\n\
+         x-conn-id: c-1\r\n\r\n"
+    );
+    assert_eq!(out.encoding, Encoding::Length(3));
+    assert!(out.keep_alive);
 }

@@ -143,6 +143,7 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
     };
     // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
     let head = NodeRequest {
+        raw_answer: false,
         method: &hs.method,
         target: &hs.path_and_query,
         headers,
