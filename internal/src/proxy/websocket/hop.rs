@@ -135,7 +135,7 @@ impl Relay {
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mut side = NodeSide::new(node, io, inflight);
-        side.io.set_max_message(self.max_message);
+        side.io.set_max_message(self.max_message());
         let held = self.held.take();
         let count = held.len();
         for f in held {

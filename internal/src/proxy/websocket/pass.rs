@@ -66,9 +66,9 @@ impl Relay {
             .as_ref()
             .map(|l| l.node.id.to_string())
             .unwrap_or_default();
-        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "client websocket message over limits.websocket_max_message; closing 1009");
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message(), "client websocket message over limits.websocket_max_message; closing 1009");
         self.end(ProxyError::MessageTooBig {
-            limit: self.max_message,
+            limit: self.max_message(),
         })
         .await
     }
@@ -81,10 +81,10 @@ impl Relay {
             .as_ref()
             .map(|l| l.node.id.to_string())
             .unwrap_or_default();
-        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message, "node websocket message over limits.websocket_max_message; closing 1009");
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message(), "node websocket message over limits.websocket_max_message; closing 1009");
         let (code, reason) = render(
             &ProxyError::MessageTooBig {
-                limit: self.max_message,
+                limit: self.max_message(),
             },
             Dialect::WebSocket,
         )

@@ -1,10 +1,10 @@
-//! The per-socket relay task: frames both ways, one `select!` over the two sides, the node's
-//! signal (ejected, draining), gateway shutdown and the timers (idle, drain jitter, drain deadline,
-//! close grace).
+//! The per-socket relay task: frames both ways, one resting wait ([`super::wait`]) over the two
+//! sides, the node's signal (ejected, draining), gateway shutdown and the timers (idle, drain
+//! jitter, drain deadline, close grace).
 //!
 //! While the socket is busy the two sides are served by the pump ([`super::pump`]): read batches
-//! pass through byte for byte, one write each, and the `select!` (its watch waiters and its one
-//! `Sleep`) stays armed across them; the idle deadline is checked lazily, against the time the
+//! pass through byte for byte, one write each, and the resting wait (its watch waiters and its
+//! one `Sleep`) stays armed across them; the idle deadline is checked lazily, against the time the
 //! last frame passed, when that sleep fires. Closing handshakes, a client's fragmented message and
 //! the first frames after a hop go frame by frame ([`super::pass`]).
 //!
@@ -29,6 +29,7 @@ use super::io::FrameIo;
 use super::message::{Held, Partial};
 use super::pump::{self, Pumped, Traffic};
 use super::socket_log::{socket_span, SocketLog};
+use super::wait::{Resting, Woken};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
@@ -63,6 +64,10 @@ pub(super) struct NodeSide {
     pub(super) io: FrameIo<Stream>,
     pub(super) node: Arc<Node>,
     pub(super) signal: watch::Receiver<NodeSignal>,
+    /// A second receiver of the node's signal, looked at (one atomic load) on each wake-up of
+    /// the resting wait to learn whether `signal`'s armed `changed()` may be ready: that future
+    /// holds `signal`, so `signal` itself cannot be asked ([`Relay::next_event`]).
+    pub(super) peek: watch::Receiver<NodeSignal>,
     pub(super) _inflight: InflightGuard,
     /// True once a Close went to the node on this side.
     pub(super) close_sent: bool,
@@ -77,6 +82,7 @@ impl NodeSide {
         NodeSide {
             io: FrameIo::new(io, Peer::Node),
             node,
+            peek: signal.clone(),
             signal,
             _inflight: inflight,
             close_sent: false,
@@ -156,11 +162,8 @@ pub(super) struct Relay {
     pub(super) node_closed: bool,
     pub(super) down_close_sent: bool,
     pub(super) closing_until: Option<Instant>,
-    /// `limits.websocket_max_message`, bytes (each side checks it: [`FrameIo`]).
-    pub(super) max_message: u64,
     /// The client's unfinished message as the current node received it, for a hop.
     pub(super) partial: Partial,
-    pub(super) idle: Option<Duration>,
     pub(super) drain_act_at: Option<Instant>,
     pub(super) drain_deadline: Option<Instant>,
     /// Set by a counted hop until the new node's first frame is relayed: its latency observation
@@ -190,7 +193,6 @@ impl Session {
         let mut side = *side;
         let mode = self.ctx.route.config.websocket;
         let extension_warning = mode == WsMode::Hop && self.negotiated.extensions;
-        let idle = self.p.settings.limits.websocket_idle_timeout;
         let max_message = self.p.settings.limits.websocket_max_message;
         side.io.set_max_message(max_message);
         // The node's state as the relay starts: a usable node needs no event (and so no span);
@@ -217,9 +219,7 @@ impl Session {
             node_closed: false,
             down_close_sent: false,
             closing_until: None,
-            max_message,
             partial: Partial::default(),
-            idle,
             drain_act_at: None,
             drain_deadline: None,
             owed_hop: None,
@@ -281,13 +281,6 @@ async fn changed_opt(rx: Option<&mut watch::Receiver<NodeSignal>>) {
     std::future::pending().await
 }
 
-async fn sleep_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 impl Relay {
     /// Waits for one event and handles it; the handling is boxed so the task's resting state,
     /// kept for every idle socket, is the wait alone (issue 7: memory per idle WebSocket).
@@ -341,12 +334,19 @@ impl Relay {
             && self.owed_hop.is_none()
     }
 
+    /// Waits for the next event: a frame or end from either side (the pump relays the busy path
+    /// inside this wait), the node's signal, shutdown, or the earliest timer ([`Resting`]).
     async fn next_event(&mut self) -> Event {
         let timer = self.next_timer();
         let busy = self.busy_path();
-        let (up_io, up_signal) = match self.up.as_mut() {
-            Some(side) => (Some(&mut side.io), Some(&mut side.signal)),
-            None => (None, None),
+        let (up_io, signal, peek) = match self.up.as_mut() {
+            Some(side) => {
+                // Changes from here on wake the `changed()` armed below; one not yet seen makes
+                // its first poll ready.
+                side.peek.mark_unchanged();
+                (Some(&mut side.io), Some(&mut side.signal), Some(&side.peek))
+            }
+            None => (None, None, None),
         };
         let down = &mut self.down;
         let traffic = &mut self.traffic;
@@ -361,23 +361,31 @@ impl Relay {
                 },
             }
         };
-        tokio::select! {
-            e = sides => e,
-            () = changed_opt(up_signal) => Event::Signal,
-            () = self.shutdown.signaled() => Event::Shutdown,
-            () = sleep_opt(timer.map(|(at, _)| at)) => timer.map_or(Event::Grace, |(_, t)| t.into()),
+        let woken = Resting::new(
+            sides,
+            changed_opt(signal),
+            peek,
+            self.shutdown.signaled(),
+            &self.s.p.shutdown,
+            timer.map(|(at, _)| sleep_until(at)),
+        );
+        match woken.await {
+            Woken::Sides(e) => e,
+            Woken::Signal => Event::Signal,
+            Woken::Shutdown => Event::Shutdown,
+            Woken::Timer => timer.map_or(Event::Grace, |(_, t)| t.into()),
         }
     }
 
     /// The earliest of the four timers (close grace, drain deadline, drain jitter, idle) and the
-    /// event it fires. One `Sleep` in the resting `select!` instead of four keeps an idle socket's
+    /// event it fires. One `Sleep` in the resting wait instead of four keeps an idle socket's
     /// task cell small (issue 16); on a tie the first in that order wins.
     fn next_timer(&self) -> Option<(Instant, Timer)> {
         [
             (self.closing_until, Timer::Grace),
             (self.drain_deadline, Timer::DrainDeadline),
             (self.drain_act_at, Timer::DrainAct),
-            (self.idle.map(|d| self.traffic.last + d), Timer::Idle),
+            (self.idle().map(|d| self.traffic.last + d), Timer::Idle),
         ]
         .into_iter()
         .filter_map(|(at, e)| at.map(|at| (at, e)))
@@ -392,7 +400,19 @@ impl Relay {
 
     /// True once no frame passed for the idle timeout.
     fn idle_due(&self) -> bool {
-        self.idle.is_some_and(|d| self.traffic.last.elapsed() >= d)
+        self.idle()
+            .is_some_and(|d| self.traffic.last.elapsed() >= d)
+    }
+
+    /// `limits.websocket_idle_timeout` (read from the settings, not kept per socket).
+    fn idle(&self) -> Option<Duration> {
+        self.s.p.settings.limits.websocket_idle_timeout
+    }
+
+    /// `limits.websocket_max_message`, bytes (each side checks it: [`FrameIo`]; read from the
+    /// settings, not kept per socket).
+    pub(super) fn max_message(&self) -> u64 {
+        self.s.p.settings.limits.websocket_max_message
     }
 }
 
