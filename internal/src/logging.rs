@@ -3,6 +3,8 @@
 
 use tracing_subscriber::EnvFilter;
 
+pub mod fields;
+
 /// Output format of logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -21,7 +23,10 @@ pub fn init(format: LogFormat) {
         .with_writer(std::io::stdout);
     // An Err means a subscriber is already installed (tests): keep it.
     let _ = match format {
-        LogFormat::Text => builder.with_ansi(false).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(false)
+            .fmt_fields(fields::TextFields)
+            .try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }

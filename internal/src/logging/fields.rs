@@ -1,0 +1,176 @@
+//! The text format's field formatter ([`TextFields`]): the same bytes as tracing-subscriber's
+//! `DefaultFields` (SPEC section 8: "structured fields are written `key=value`, tracing's
+//! default"), without its `write!` of three formatted arguments per field (issue 16: the access
+//! line's fields were ~17,000 instructions, about as much as the proxying of the request it logs).
+//!
+//! Rule by rule, as `DefaultFields` 0.3 writes them (`fmt/format/mod.rs`, `DefaultVisitor`):
+//! - fields are separated by one space, the first has none;
+//! - a field is `name=` and its value's `Debug` form: a string quoted and escaped (`str`'s
+//!   `Debug`), an integer or bool as `Debug` writes it, a `%` value as its `Display`;
+//! - what `DefaultVisitor` treats specially is left to it: the `message` field (written without a
+//!   name, ANSI escapes sanitised), raw identifiers (`r#` names), `log.` metadata fields of
+//!   tracing-log, errors with their sources, floats, 128-bit integers, byte slices, and every
+//!   field when the writer paints ANSI styles.
+
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
+use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+
+/// The text format's [`tracing_subscriber::fmt::FormatFields`] (module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextFields;
+
+impl<'a> MakeVisitor<Writer<'a>> for TextFields {
+    type Visitor = TextVisitor<'a>;
+
+    fn make_visitor(&self, target: Writer<'a>) -> TextVisitor<'a> {
+        TextVisitor {
+            writer: target,
+            is_empty: true,
+            result: Ok(()),
+        }
+    }
+}
+
+/// The visitor [`TextFields`] writes one event's or span's fields with.
+#[derive(Debug)]
+pub struct TextVisitor<'a> {
+    writer: Writer<'a>,
+    is_empty: bool,
+    result: fmt::Result,
+}
+
+impl TextVisitor<'_> {
+    /// True if `field` is written here rather than by `DefaultVisitor` (module docs).
+    fn plain(&self, field: &Field) -> bool {
+        let name = field.name();
+        self.result.is_ok()
+            && !self.writer.has_ansi_escapes()
+            && name != "message"
+            && !name.starts_with("r#")
+            && !name.starts_with("log.")
+    }
+
+    /// Writes the separator and `name=`.
+    fn key(&mut self, field: &Field) -> fmt::Result {
+        if !std::mem::replace(&mut self.is_empty, false) {
+            self.writer.write_char(' ')?;
+        }
+        self.writer.write_str(field.name())?;
+        self.writer.write_char('=')
+    }
+
+    /// Hands `field` to `DefaultVisitor` through `record`, keeping the separator state.
+    fn delegate(&mut self, field: &Field, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        if self.result.is_err() {
+            return;
+        }
+        let mut v = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+        record(&mut v);
+        self.result = v.finish();
+        // A `log.` field is skipped by DefaultVisitor, separator included.
+        if !field.name().starts_with("log.") {
+            self.is_empty = false;
+        }
+    }
+}
+
+/// `s` as `str`'s `Debug` writes it: quoted, with `\"` and `\\` escaped (and any other character
+/// that is not printable ASCII left to `Debug` itself).
+fn write_quoted(w: &mut Writer<'_>, s: &str) -> fmt::Result {
+    if s.bytes()
+        .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+    {
+        w.write_char('"')?;
+        w.write_str(s)?;
+        w.write_char('"')
+    } else {
+        write!(w, "{s:?}")
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !self.plain(field) {
+            return self.delegate(field, |v| v.record_str(field, value));
+        }
+        self.result = self
+            .key(field)
+            .and_then(|()| write_quoted(&mut self.writer, value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if !self.plain(field) {
+            return self.delegate(field, |v| v.record_u64(field, value));
+        }
+        let mut buf = itoa::Buffer::new();
+        self.result = self
+            .key(field)
+            .and_then(|()| self.writer.write_str(buf.format(value)));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if !self.plain(field) {
+            return self.delegate(field, |v| v.record_i64(field, value));
+        }
+        let mut buf = itoa::Buffer::new();
+        self.result = self
+            .key(field)
+            .and_then(|()| self.writer.write_str(buf.format(value)));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if !self.plain(field) {
+            return self.delegate(field, |v| v.record_bool(field, value));
+        }
+        let text = if value { "true" } else { "false" };
+        self.result = self.key(field).and_then(|()| self.writer.write_str(text));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.delegate(field, |v| v.record_f64(field, value));
+    }
+
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.delegate(field, |v| v.record_i128(field, value));
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.delegate(field, |v| v.record_u128(field, value));
+    }
+
+    fn record_bytes(&mut self, field: &Field, value: &[u8]) {
+        self.delegate(field, |v| v.record_bytes(field, value));
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.delegate(field, |v| v.record_error(field, value));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !self.plain(field) {
+            return self.delegate(field, |v| v.record_debug(field, value));
+        }
+        self.result = self
+            .key(field)
+            .and_then(|()| write!(self.writer, "{value:?}"));
+    }
+}
+
+impl VisitOutput<fmt::Result> for TextVisitor<'_> {
+    fn finish(self) -> fmt::Result {
+        self.result
+    }
+}
+
+impl VisitFmt for TextVisitor<'_> {
+    fn writer(&mut self) -> &mut dyn fmt::Write {
+        &mut self.writer
+    }
+}
+
+#[cfg(test)]
+#[path = "fields_tests.rs"]
+mod tests;
