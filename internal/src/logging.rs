@@ -4,6 +4,7 @@
 use tracing_subscriber::EnvFilter;
 
 pub mod fields;
+pub mod time;
 
 /// Output format of logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +27,7 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => builder
             .with_ansi(false)
             .fmt_fields(fields::TextFields)
+            .with_timer(time::LogTime)
             .try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
