@@ -248,6 +248,12 @@ def render(fig, a):
     r = ratio(g("gateway", "max.rps"), g("nginx", "max.rps"))
     row("max req/s ≥ nginx", f"{fmt(g('gateway', 'max.rps'), 0)} vs {fmt(g('nginx', 'max.rps'), 0)} (×{fmt(r, 2)})",
         None if r is None else r >= 1.0)
+    r = ratio(g("gateway", "rate.cpu_us"), g("nginx", "rate.cpu_us"))
+    row(f"CPU µs/req @{a.rate}/s ≤ nginx", f"{fmt(g('gateway', 'rate.cpu_us'), 2)} vs {fmt(g('nginx', 'rate.cpu_us'), 2)} (×{fmt(r, 2)})",
+        None if r is None else r <= 1.0)
+    p99, n99 = g("gateway", "rate.p99"), g("nginx", "rate.p99")
+    row(f"p99 @{a.rate}/s ≤ nginx", f"{fmt(p99, 3)} vs {fmt(n99, 3)} ms",
+        None if p99 is None or n99 is None else p99 <= n99)
     p99, d99 = g("gateway", "rate.p99"), g("direct", "rate.p99")
     row(f"p99 @{a.rate}/s ≤ direct + 0.3 ms", f"{fmt(p99, 3)} vs {fmt(d99, 3)} (+{fmt(None if p99 is None or d99 is None else p99 - d99, 3)} ms)",
         None if p99 is None or d99 is None else p99 <= d99 + 0.3)
