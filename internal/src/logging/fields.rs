@@ -62,6 +62,11 @@ impl TextVisitor<'_> {
         self.writer.write_char('=')
     }
 
+    /// Writes `field` as `name=text` (`text` is the value's `Debug` form already).
+    fn value(&mut self, field: &Field, text: &str) {
+        self.result = self.key(field).and_then(|()| self.writer.write_str(text));
+    }
+
     /// Hands `field` to `DefaultVisitor` through `record`, keeping the separator state.
     fn delegate(&mut self, field: &Field, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
         if self.result.is_err() {
@@ -105,28 +110,21 @@ impl Visit for TextVisitor<'_> {
         if !self.plain(field) {
             return self.delegate(field, |v| v.record_u64(field, value));
         }
-        let mut buf = itoa::Buffer::new();
-        self.result = self
-            .key(field)
-            .and_then(|()| self.writer.write_str(buf.format(value)));
+        self.value(field, itoa::Buffer::new().format(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         if !self.plain(field) {
             return self.delegate(field, |v| v.record_i64(field, value));
         }
-        let mut buf = itoa::Buffer::new();
-        self.result = self
-            .key(field)
-            .and_then(|()| self.writer.write_str(buf.format(value)));
+        self.value(field, itoa::Buffer::new().format(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         if !self.plain(field) {
             return self.delegate(field, |v| v.record_bool(field, value));
         }
-        let text = if value { "true" } else { "false" };
-        self.result = self.key(field).and_then(|()| self.writer.write_str(text));
+        self.value(field, if value { "true" } else { "false" });
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
