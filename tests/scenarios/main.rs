@@ -37,6 +37,7 @@ mod redis_outage;
 mod redis_sentinel;
 mod reload;
 mod reload_streams;
+mod repeated_length;
 mod retry;
 mod shared_drain;
 mod slow_clients;

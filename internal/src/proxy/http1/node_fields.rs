@@ -10,6 +10,8 @@
 //!   request field a node has no business sending back.
 //! - RFC 9110 section 8.6 / RFC 9112 section 6.3 rule 3: a 204's `Content-Length` and a
 //!   `Content-Length` beside `Transfer-Encoding` are not passed on (CASE-27).
+//! - RFC 9110 section 8.6: a `Content-Length` given as a list of one value or on several lines
+//!   reaches the client as that value, once ([`NodeFields::replace_content_length`]).
 //! - Names and values were checked by httparse (RFC 9110 section 5.1 token, section 5.5 field
 //!   value: HTAB, SP, VCHAR, obs-text); `http`'s `HeaderName`/`HeaderValue` accept the same bytes,
 //!   so either path accepts the same heads (unit test). A name keeps the node's spelling (field
@@ -39,6 +41,9 @@ pub struct NodeFields {
     fields: Vec<Field>,
     /// The framing `Content-Length` passed on, if any.
     content_length: Option<u64>,
+    /// The node gave that length as a list or on several lines: its lines are not passed on and
+    /// [`NodeFields::write`] writes the one value instead.
+    content_length_written: bool,
     /// A `Date` field is passed on.
     date: bool,
 }
@@ -63,6 +68,7 @@ impl NodeFields {
             head: Bytes::new(),
             fields: Vec::with_capacity(n),
             content_length: None,
+            content_length_written: false,
             date: false,
         }
     }
@@ -85,6 +91,16 @@ impl NodeFields {
     /// Sets the `Content-Length` that frames the body and is passed on.
     pub(crate) fn set_content_length(&mut self, n: Option<u64>) {
         self.content_length = n;
+    }
+
+    /// Passes on `Content-Length: n` once in place of the node's lines, which gave it as a list
+    /// or more than once (RFC 9110 section 8.6: a recipient may replace such a field with one
+    /// instance of the value; a client must not meet a list it may refuse, RFC 9112 section 6.3
+    /// rule 5).
+    pub(crate) fn replace_content_length(&mut self, n: u64) {
+        self.drop_named(b"content-length");
+        self.content_length = Some(n);
+        self.content_length_written = true;
     }
 
     /// Sets the head's bytes the spans refer to (status line included) and, when a `Connection`
@@ -115,15 +131,16 @@ impl NodeFields {
 
     /// Stops passing on the fields named `name` (any case): the gateway sets that field itself.
     pub fn drop_named(&mut self, name: &[u8]) {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.content_length = None;
+            self.content_length_written = false;
+        }
         let head = &self.head;
         let mut date = false;
         for f in &mut self.fields {
             let n = span(head, f.name, f.name_len.into());
             if f.pass && n.eq_ignore_ascii_case(name) {
                 f.pass = false;
-                if n.eq_ignore_ascii_case(b"content-length") {
-                    self.content_length = None;
-                }
             }
             date |= f.pass && n.eq_ignore_ascii_case(b"date");
         }
@@ -141,12 +158,18 @@ impl NodeFields {
     }
 
     /// Appends every field passed on to `dst`, one `name: value CRLF` line each (RFC 9112
-    /// section 5).
+    /// section 5), then the one `content-length` line that replaces a node's list
+    /// ([`NodeFields::replace_content_length`]).
     pub fn write(&self, dst: &mut Vec<u8>) {
         for f in self.fields.iter().filter(|f| f.pass) {
             dst.extend_from_slice(span(&self.head, f.name, f.name_len.into()));
             dst.extend_from_slice(b": ");
             dst.extend_from_slice(span(&self.head, f.value, f.value_len));
+            dst.extend_from_slice(b"\r\n");
+        }
+        if let Some(n) = self.content_length.filter(|_| self.content_length_written) {
+            dst.extend_from_slice(b"content-length: ");
+            dst.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
             dst.extend_from_slice(b"\r\n");
         }
     }
@@ -167,6 +190,12 @@ impl NodeFields {
                 HeaderValue::from_maybe_shared(self.head.slice(v..v + f.value_len as usize))
                     .map_err(|_| "invalid field value")?;
             map.append(name, value);
+        }
+        if let Some(n) = self
+            .content_length
+            .filter(|_| self.content_length_written && !all)
+        {
+            map.append(http::header::CONTENT_LENGTH, HeaderValue::from(n));
         }
         Ok(map)
     }

@@ -8,7 +8,8 @@
 //!   path and query the route phase settled).
 //! - Section 5: the fields as given, one `name: value CRLF` line each, names in lower case (as
 //!   hyper sent them).
-//! - Section 6: a `Content-Length` given frames the body; else a body known to be empty gets
+//! - Section 6: a `Content-Length` given frames the body (sent once, however many lines of the
+//!   one value the client gave, RFC 9110 section 8.6); else a body known to be empty gets
 //!   none (`Content-Length: 0` for `POST`, `PUT` and `PATCH`, whose empty body is content, RFC
 //!   9110 section 8.6), a body of known size gets its length, and any other body is chunked.
 //!
@@ -20,7 +21,8 @@
 //!   `Transfer-Encoding` whose last coding is `chunked` frames it chunked, any other coding makes
 //!   it close-delimited (rule 4), and HTTP/1.0 with `Transfer-Encoding` is refused; with both
 //!   fields the `Content-Length` is dropped and the connection not reused (rule 3); a valid
-//!   `Content-Length` (repeated only with one value) frames it (rule 5), an invalid one is refused;
+//!   `Content-Length` (repeated only with one value) frames it (rule 5) and reaches the client as
+//!   one value on one line (RFC 9110 section 8.6), an invalid one is refused;
 //!   otherwise the body runs to the connection's close (rule 8).
 //! - RFC 9110 section 8.6: a 204 carrying framing fields is the node's mistake: its connection
 //!   may hold stray body bytes, so it is not reused (CASE-27).
@@ -140,6 +142,11 @@ pub fn encode_request(
     let mut given = None;
     for (name, value) in headers {
         if name == header::CONTENT_LENGTH {
+            if given.is_some() {
+                // A length repeated on another line (the request judge let only one value
+                // through): the node gets it once.
+                continue;
+            }
             given = std::str::from_utf8(value.as_bytes())
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok());
@@ -244,7 +251,10 @@ pub fn parse_response(
     if f.te && f.cl.is_some() {
         fields.drop_named(b"content-length");
     } else if status != StatusCode::NO_CONTENT {
-        fields.set_content_length(f.cl);
+        match f.cl {
+            Some(n) if f.cl_given > 1 => fields.replace_content_length(n),
+            cl => fields.set_content_length(cl),
+        }
     }
     let keep_alive_timeout = f.keep_alive_timeout;
     Ok(Some(ResponseHead {
@@ -267,6 +277,8 @@ struct Facts {
     chunked: bool,
     /// The one `Content-Length` value, if any was given.
     cl: Option<u64>,
+    /// How many times that value was given (list items and lines together).
+    cl_given: u32,
     close: bool,
     keep_alive: bool,
     /// A `Connection` token names a field (to be dropped, [`NodeFields::finish`]).
@@ -309,6 +321,7 @@ impl Facts {
                         }
                         _ => self.cl = Some(n),
                     }
+                    self.cl_given += 1;
                 }
             }
             Some(b"connection") => {

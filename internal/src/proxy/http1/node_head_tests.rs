@@ -53,6 +53,26 @@ fn a_given_content_length_frames_the_body_and_transfer_encoding_never_passes() {
 }
 
 #[test]
+fn a_length_given_on_two_lines_goes_to_the_node_once() {
+    assert_eq!(
+        encoded(
+            Method::POST,
+            &[
+                ("content-length", "5"),
+                ("x-b", "2"),
+                ("content-length", "5")
+            ],
+            Some(5),
+            false
+        ),
+        (
+            "POST /a?b=1 HTTP/1.1\r\ncontent-length: 5\r\nx-b: 2\r\n\r\n".to_owned(),
+            Some(5)
+        )
+    );
+}
+
+#[test]
 fn a_sized_body_gets_its_length_and_an_unsized_one_is_chunked() {
     assert_eq!(
         encoded(Method::POST, &[], Some(12), false),
@@ -180,6 +200,42 @@ fn content_length_repeated_with_one_value_counts_once_and_conflicts_are_refused(
         Method::GET,
     );
     assert_eq!(h.framing, BodyFraming::Length(4));
+    // The client gets the value once, after the node's other fields, in either form.
+    assert_eq!(h.fields.content_length(), Some(4));
+    assert_eq!(written(&h), "content-length: 4\r\n");
+    assert_eq!(
+        map(h).get_all("content-length").iter().collect::<Vec<_>>(),
+        ["4"]
+    );
+    let h = head(
+        "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nx-a: 1\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!(written(&h), "Content-Length: 4\r\nx-a: 1\r\n");
+    let h = head(
+        "HTTP/1.1 200 OK\r\nContent-Length: 4,4\r\nx-a: 1\r\n\r\n",
+        Method::HEAD,
+    );
+    assert_eq!(written(&h), "x-a: 1\r\ncontent-length: 4\r\n");
+    // A length beside chunked is dropped whatever its form.
+    let mut h = head(
+        "HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\ntransfer-encoding: chunked\r\n\r\n",
+        Method::GET,
+    );
+    assert_eq!(
+        (h.fields.content_length(), written(&h).as_str()),
+        (None, "")
+    );
+    // The gateway dropping the field drops the replacement too.
+    h = head(
+        "HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 4\r\n\r\n",
+        Method::GET,
+    );
+    h.fields.drop_named(b"Content-Length");
+    assert_eq!(
+        (h.fields.content_length(), written(&h).as_str()),
+        (None, "")
+    );
     assert_eq!(
         parsed(
             "HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 5\r\n\r\n",
