@@ -150,27 +150,28 @@ impl Attempts {
             gate: self.gate.as_ref(),
             raw_answer: !self.ctx.h2,
         };
-        let sent =
-            match tokio::time::timeout_at(self.deadline, self.p.upstream.send(&node, head, body))
-                .await
-            {
-                Err(_) => {
-                    if self.budget.is_none() {
-                        let h = &node.settings.health;
-                        node.runtime
-                            .record_passive_error(h, "timeout", Instant::now());
-                    }
-                    return Err(ProxyError::Timeout {
-                        node: node.id.to_string(),
-                        timeout_ms: self
-                            .budget
-                            .unwrap_or(self.ctx.route.config.timeout)
-                            .as_millis(),
-                    });
+        let mut deadline = super::deadline::Deadline::at(self.deadline);
+        let sent = match deadline
+            .bound(self.p.upstream.send(&node, head, body))
+            .await
+        {
+            Err(()) => {
+                if self.budget.is_none() {
+                    let h = &node.settings.health;
+                    node.runtime
+                        .record_passive_error(h, "timeout", Instant::now());
                 }
-                Ok(Err(e)) => return Ok(Err((e, mark))),
-                Ok(Ok(sent)) => sent,
-            };
+                return Err(ProxyError::Timeout {
+                    node: node.id.to_string(),
+                    timeout_ms: self
+                        .budget
+                        .unwrap_or(self.ctx.route.config.timeout)
+                        .as_millis(),
+                });
+            }
+            Ok(Err(e)) => return Ok(Err((e, mark))),
+            Ok(Ok(sent)) => sent,
+        };
         if let Some(g) = &self.gate {
             g.answered();
         }

@@ -19,6 +19,7 @@ pub(crate) mod access;
 pub(crate) mod body;
 pub(crate) mod client_body;
 pub(crate) mod context;
+pub mod deadline;
 pub mod error;
 pub(crate) mod expect;
 pub(crate) mod forward;

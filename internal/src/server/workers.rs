@@ -74,6 +74,8 @@ pub(super) async fn serve(w: Worker) {
             tls: tls_limit,
         },
     } = w;
+    // This worker's requests take their deadline timers from its own pool (proxy::deadline).
+    let _timers = crate::proxy::deadline::install();
     let tls = {
         let (proxy, watch) = (proxy.clone(), watch.clone());
         async move {
