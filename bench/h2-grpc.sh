@@ -158,6 +158,44 @@ if [ "${1:-}" = callgrind ]; then
   exit 0
 fi
 
+if [ "${1:-}" = syscalls ]; then
+  # `bench/h2-grpc.sh syscalls [calls]`: per target, after the warm-up, `strace -c -f` and
+  # `perf stat -e context-switches,task-clock` attached to the proxy's pids over a fixed number of
+  # calls (20,000): syscalls and context switches per call, kernel work included in the CPU figure.
+  N=${2:-20000}
+  ticks_split() { local p; for p in "$@"; do awk '{print $14, $15}' "/proc/$p/stat"; done | awk '{u += $1; s += $2} END {print u, s}'; }
+  for t in "${TARGETS[@]}"; do
+    start_target "$t"
+    check "$t"
+    load -n 2000 >/dev/null
+    pids=$(for p in $TPIDS; do ls "/proc/$p/task"; done | paste -sd, -)
+    # perf alone first (strace's stops would add switches of their own), then strace.
+    perf stat -e context-switches,task-clock -x, -o "$W/perf.$t" -p "$pids" 2>/dev/null &
+    ppid=$!
+    sleep 0.5
+    u0=$(ticks_split $TPIDS)
+    load -n "$N" | grep -E '^requests' >&2
+    u1=$(ticks_split $TPIDS)
+    kill -INT "$ppid"
+    wait "$ppid" 2>/dev/null || true
+    strace -c -f -o "$W/strace.$t" -p "$pids" 2>/dev/null &
+    spid=$!
+    sleep 1
+    load -n "$N" | grep -E '^requests' >&2
+    kill -INT "$spid"
+    wait "$spid" 2>/dev/null || true
+    stop_target
+    log "$t: per call over $N calls"
+    awk -v n="$N" '$1 ~ /^[0-9.]+$/ && NF >= 5 {c = $4; name = $NF; if (name != "total") printf "  %-16s %8.3f\n", name, c / n}
+      $NF == "total" {printf "  %-16s %8.3f\n", "syscalls", $4 / n}' "$W/strace.$t" >&2
+    awk -F, -v n="$N" '$3 == "context-switches" {printf "  context-switches %8.3f\n", $1 / n}
+      $3 ~ /task-clock/ {printf "  task-clock µs    %8.3f\n", $1 * 1000 / n}' "$W/perf.$t" >&2
+    awk -v a="$u0" -v b="$u1" -v n="$N" -v hz="$CLK_TCK" 'BEGIN {split(a, x, " "); split(b, y, " ");
+      printf "  user µs          %8.3f\n  system µs        %8.3f\n", (y[1] - x[1]) / hz * 1e6 / n, (y[2] - x[2]) / hz * 1e6 / n}' >&2
+  done
+  exit 0
+fi
+
 log "work dir $W; proxies on cpu $PCPU, h2load and node on cpu $LCPU; $ROUNDS rounds x ${SECS}s"
 for r in $(seq 1 "$ROUNDS"); do
   for t in "${TARGETS[@]}"; do
