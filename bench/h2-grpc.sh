@@ -9,6 +9,7 @@
 # trailers. CPU = utime+stime of the proxy's pids from /proc/<pid>/stat over the run, divided by the
 # calls h2load completed with status 200. Rounds are interleaved (gateway, nginx, HAProxy, again);
 # the figure is the median over rounds.
+# `bench/h2-grpc.sh syscalls [calls]` counts syscalls and context switches per call for each target.
 # `bench/h2-grpc.sh callgrind [calls]` instead runs the gateway alone under callgrind for a fixed
 # number of calls (20,000; h2load -n) and prints its per-call profile (bench/profile_tools.py cg).
 # Env: BENCH_SECONDS (10) per run, BENCH_ROUNDS (3), BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0),
