@@ -9,6 +9,7 @@
 # trailers. CPU = utime+stime of the proxy's pids from /proc/<pid>/stat over the run, divided by the
 # calls h2load completed with status 200. Rounds are interleaved (gateway, nginx, HAProxy, again);
 # the figure is the median over rounds.
+# `bench/h2-grpc.sh syscalls [calls]` counts syscalls and context switches per call for each target.
 # `bench/h2-grpc.sh callgrind [calls]` instead runs the gateway alone under callgrind for a fixed
 # number of calls (20,000; h2load -n) and prints its per-call profile (bench/profile_tools.py cg).
 # Env: BENCH_SECONDS (10) per run, BENCH_ROUNDS (3), BENCH_PROXY_CPU (1), BENCH_LOAD_CPU (0),
@@ -155,6 +156,44 @@ if [ "${1:-}" = callgrind ]; then
   stop_target
   python3 "$ROOT/bench/profile_tools.py" cg "$OUT/callgrind.grpc.out" "$((N + 1))" self "" 30
   log "profile in $OUT/callgrind.grpc.out ($((N + 1)) calls with the check)"
+  exit 0
+fi
+
+if [ "${1:-}" = syscalls ]; then
+  # `bench/h2-grpc.sh syscalls [calls]`: per target, after the warm-up, `strace -c -f` and
+  # `perf stat -e context-switches,task-clock` attached to the proxy's pids over a fixed number of
+  # calls (20,000): syscalls and context switches per call, kernel work included in the CPU figure.
+  N=${2:-20000}
+  ticks_split() { local p; for p in "$@"; do awk '{print $14, $15}' "/proc/$p/stat"; done | awk '{u += $1; s += $2} END {print u, s}'; }
+  for t in "${TARGETS[@]}"; do
+    start_target "$t"
+    check "$t"
+    load -n 2000 >/dev/null
+    pids=$(for p in $TPIDS; do ls "/proc/$p/task"; done | paste -sd, -)
+    # perf alone first (strace's stops would add switches of their own), then strace.
+    perf stat -e context-switches,task-clock -x, -o "$W/perf.$t" -p "$pids" 2>/dev/null &
+    ppid=$!
+    sleep 0.5
+    u0=$(ticks_split $TPIDS)
+    load -n "$N" | grep -E '^requests' >&2
+    u1=$(ticks_split $TPIDS)
+    kill -INT "$ppid"
+    wait "$ppid" 2>/dev/null || true
+    strace -c -f -o "$W/strace.$t" -p "$pids" 2>/dev/null &
+    spid=$!
+    sleep 1
+    load -n "$N" | grep -E '^requests' >&2
+    kill -INT "$spid"
+    wait "$spid" 2>/dev/null || true
+    stop_target
+    log "$t: per call over $N calls"
+    awk -v n="$N" '$1 ~ /^[0-9.]+$/ && NF >= 5 {c = $4; name = $NF; if (name != "total") printf "  %-16s %8.3f\n", name, c / n}
+      $NF == "total" {printf "  %-16s %8.3f\n", "syscalls", $4 / n}' "$W/strace.$t" >&2
+    awk -F, -v n="$N" '$3 == "context-switches" {printf "  context-switches %8.3f\n", $1 / n}
+      $3 ~ /task-clock/ {printf "  task-clock µs    %8.3f\n", $1 * 1000 / n}' "$W/perf.$t" >&2
+    awk -v a="$u0" -v b="$u1" -v n="$N" -v hz="$CLK_TCK" 'BEGIN {split(a, x, " "); split(b, y, " ");
+      printf "  user µs          %8.3f\n  system µs        %8.3f\n", (y[1] - x[1]) / hz * 1e6 / n, (y[2] - x[2]) / hz * 1e6 / n}' >&2
+  done
   exit 0
 fi
 

@@ -194,23 +194,34 @@ impl Pump {
                     }
                 }
             }
-            // A node that reset the stream wants no more of the body.
-            if let Poll::Ready(r) = self.tx.poll_reset(cx) {
-                let e = r.map_or_else(|e| e, h2::Error::from);
-                return Poll::Ready(Err(PumpError::Stream(e)));
+            // A node that reset the stream wants no more of the body. Asked before reading on once
+            // a chunk went out (the capacity wait has registered the task for the stream's news
+            // anyway), but before the first chunk only when the body makes the pump wait: asking
+            // registers the task with the stream, and h2 then wakes it when it opens the stream
+            // and when it grants the stream capacity, a wasted poll of the whole request per unary
+            // call (issue 16, bench/README "Session 11"). A reset that came first fails the
+            // chunk's `send_data` instead.
+            if self.wait_capacity {
+                self.check_node_reset(cx)?;
             }
-            let frame = match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
-                Some(Ok(f)) => f,
-                Some(Err(e)) => {
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(f))) => f,
+                Poll::Ready(Some(Err(e))) => {
                     self.tx.send_reset(h2::Reason::INTERNAL_ERROR);
                     return Poll::Ready(Err(PumpError::Body(e)));
                 }
-                None => {
+                Poll::Ready(None) => {
                     return Poll::Ready(
                         self.tx
                             .send_data(Bytes::new(), true)
                             .map_err(PumpError::Stream),
                     );
+                }
+                Poll::Pending => {
+                    if !self.wait_capacity {
+                        self.check_node_reset(cx)?;
+                    }
+                    return Poll::Pending;
                 }
             };
             let frame = match frame.into_data() {
@@ -231,6 +242,15 @@ impl Pump {
             if let Ok(trailers) = frame.into_trailers() {
                 return Poll::Ready(self.tx.send_trailers(trailers).map_err(PumpError::Stream));
             }
+        }
+    }
+
+    /// `Err` once the node has reset the stream (with its reason, or the stream's error); else
+    /// `Ok`, and the task is woken when the node does (or on other news of the stream from h2).
+    fn check_node_reset(&mut self, cx: &mut Context<'_>) -> Result<(), PumpError> {
+        match self.tx.poll_reset(cx) {
+            Poll::Ready(r) => Err(PumpError::Stream(r.map_or_else(|e| e, h2::Error::from))),
+            Poll::Pending => Ok(()),
         }
     }
 }
@@ -300,3 +320,7 @@ impl Body for NodeH2Body {
             .map_or_else(SizeHint::default, SizeHint::with_exact)
     }
 }
+
+#[cfg(test)]
+#[path = "h2_stream_tests.rs"]
+mod tests;
