@@ -47,13 +47,10 @@ async fn a_length_given_as_a_list_or_twice_passes_once_in_both_directions() {
             }
         })
         .await;
-    let toml = Config::single_addrs(
-        Health::tcp_200ms(),
-        &[("node-a", addr)],
-        Route::api().timeout("20s"),
+    let gw = Gateway::start(
+        &Config::single_addrs(Health::tcp_fast(), &[("node-a", addr)], Route::api()).toml(),
     )
-    .toml();
-    let gw = Gateway::start(&toml).await;
+    .await;
     let t = Duration::from_secs(5);
     let mut c = Raw::connect(gw.port).await;
 
