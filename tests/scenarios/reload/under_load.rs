@@ -35,11 +35,9 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         .map(|(v2, fresh)| ("/api/echo/ping", v2, fresh));
     let load = Load::start(&gw, &specs, Duration::from_millis(20));
     for i in 0..20 {
-        std::fs::write(
-            &gw.config_path,
-            if i % 2 == 0 { &with_new } else { &original },
-        )
-        .expect("write");
+        // Write-then-rename: the file watch never reads a half-written file (a truncated file
+        // read between truncate and write would be one more generation, serving 404s).
+        gw.write_config(if i % 2 == 0 { &with_new } else { &original });
         let r = gw.admin_post("/admin/reload").await;
         assert_eq!(r.status, 200, "{}", r.text());
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -57,7 +55,7 @@ async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
         "{original}{}",
         route("broken", "/broken", "nope", "", "timeout = \"soon\"")
     );
-    std::fs::write(&gw.config_path, &bad).expect("write bad");
+    gw.write_config(&bad);
     let r = gw.admin_post("/admin/reload").await;
     assert_eq!(r.status, 422, "{}", r.text());
     let errors = r.json()["errors"].as_array().expect("errors").clone();
