@@ -110,16 +110,17 @@ fn dash() -> Arc<str> {
 }
 
 /// `grpc` for gRPC requests, `ws` for WebSocket upgrades (HTTP/1.1 `Upgrade: websocket` or an
-/// RFC 8441 extended CONNECT), else `h2`, `http/1.1` or `http/1.0` by version.
-pub(crate) fn protocol<B>(req: &Request<B>, grpc: bool) -> &'static str {
+/// RFC 8441 extended CONNECT), else `h2`, `http/1.1` or `http/1.0` by version; `upgrade` is
+/// `req`'s (first) `Upgrade` field, looked up once by the caller.
+pub(crate) fn protocol<B>(
+    req: &Request<B>,
+    grpc: bool,
+    upgrade: Option<&http::HeaderValue>,
+) -> &'static str {
     if grpc {
         return "grpc";
     }
-    let ws_upgrade = req
-        .headers()
-        .get(http::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let ws_upgrade = upgrade.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     let extended_connect = req.method() == Method::CONNECT
         && req
             .extensions()

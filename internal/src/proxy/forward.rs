@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay};
 use super::client_body::request_body;
-use super::context::RequestCtx;
+use super::context::{Kind, RequestCtx};
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
 use super::node_request::NodeRequest;
@@ -71,7 +71,9 @@ pub(crate) async fn forward(
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
     // instead, head and stream alike, and each attempt tells the node what is left of it.
-    let budget = super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout);
+    let budget = (ctx.kind == Kind::Grpc)
+        .then(|| super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout))
+        .flatten();
     let mut a = Attempts {
         clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
         deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),

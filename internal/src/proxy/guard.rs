@@ -40,35 +40,41 @@ pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError
             limit: format!("{} fields", limits.max_headers),
         });
     }
-    // Each field line is "name: value\r\n".
-    let bytes: usize = headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
+    // One pass: the counted bytes (each field line is "name: value\r\n"), the `Host` lines,
+    // the `Transfer-Encoding` lines (at most one kept: a second is refused either way) and
+    // whether a `Content-Length` is given.
+    let (mut bytes, mut hosts, mut te_lines, mut length) = (0usize, 0usize, 0usize, false);
+    let mut te: &[u8] = b"";
+    for (k, v) in headers {
+        bytes += k.as_str().len() + v.len() + 4;
+        if k == header::HOST {
+            hosts += 1;
+        } else if k == header::TRANSFER_ENCODING {
+            te_lines += 1;
+            te = v.as_bytes();
+        } else if k == header::CONTENT_LENGTH {
+            length = true;
+        }
+    }
     if bytes > limits.max_header_bytes {
         return Err(ProxyError::HeadersTooLarge {
             limit: format!("{} bytes", limits.max_header_bytes),
         });
     }
     // RFC 9112 section 3.2: more than one Host line is a 400; which one would a node pick?
-    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+    if hosts > 1 {
         return Err(ProxyError::BadRequest("more than one Host header"));
     }
-    let te: Vec<&[u8]> = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .map(|v| v.as_bytes())
-        .collect();
-    if !te.is_empty() {
+    if te_lines > 0 {
         // hyper drops Content-Length when Transfer-Encoding is present, so on HTTP/1.1 this never
         // fires: proxy::head refuses that case as the head is parsed. Kept for other parsers.
-        if headers.contains_key(header::CONTENT_LENGTH) {
+        if length {
             return Err(ProxyError::BadRequest(
                 "Content-Length together with Transfer-Encoding",
             ));
         }
         // Only a single, exact `chunked` is unambiguous between every pair of parsers.
-        if te.len() != 1 || !te[0].eq_ignore_ascii_case(b"chunked") {
+        if te_lines != 1 || !te.eq_ignore_ascii_case(b"chunked") {
             return Err(ProxyError::BadRequest(
                 "Transfer-Encoding other than a single \"chunked\"",
             ));

@@ -171,19 +171,19 @@ impl Proxy {
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
         let kind = context::kind_of(&req);
+        let upgrade = req.headers().get(header::UPGRADE);
+        // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
+        // not be HTTP/1.x (CASE-13).
+        let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
         let mut log = LogCtx {
             method: Some(req.method().clone()),
             uri: Some(req.uri().clone()),
             client: Some(dc.peer),
-            protocol: access::protocol(&req, kind == Kind::Grpc),
+            protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
             trace_id: access::trace_id(req.headers()),
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
-        // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
-        // not be HTTP/1.x (CASE-13).
-        let h1_upgrade =
-            req.version() <= http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
         let mut resp = match self
             .phases(req, kind, &dc, start, &mut log, on_upgrade)
             .await

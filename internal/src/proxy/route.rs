@@ -35,7 +35,8 @@ pub(crate) fn match_route<B>(
     req: &Request<B>,
     now: Instant,
 ) -> Result<Matched, ProxyError> {
-    let host = request_host(req)?;
+    let host_field = req.headers().get(header::HOST);
+    let host = request_host(req, host_field)?;
     let norm = path::normalize(req.uri().path());
     let head = RequestHead {
         method: req.method(),
@@ -64,7 +65,9 @@ pub(crate) fn match_route<B>(
         }
     }
     let path_and_query = upstream_path(req, &norm, route.config.strip_prefix.as_deref());
-    let host = host_value(req, host.as_deref());
+    let host = host_field
+        .cloned()
+        .or_else(|| host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()));
     Ok(Matched {
         route,
         host,
@@ -72,12 +75,13 @@ pub(crate) fn match_route<B>(
     })
 }
 
-/// The request's host: `Host`, or `:authority` for HTTP/2. Both present and different is 400 (CASE-12).
-fn request_host<B>(req: &Request<B>) -> Result<Option<Cow<'_, str>>, ProxyError> {
-    let host_hdr = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok());
+/// The request's host: its `Host` field `host_field`, or `:authority` for HTTP/2. Both present
+/// and different is 400 (CASE-12).
+fn request_host<'a, B>(
+    req: &'a Request<B>,
+    host_field: Option<&'a HeaderValue>,
+) -> Result<Option<Cow<'a, str>>, ProxyError> {
+    let host_hdr = host_field.and_then(|v| v.to_str().ok());
     let authority = req.uri().authority().map(|a| a.as_str());
     match (host_hdr, authority) {
         (Some(h), Some(a))
@@ -98,13 +102,6 @@ fn ascii_lowercase(s: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(s)
     }
-}
-
-fn host_value<B>(req: &Request<B>, host: Option<&str>) -> Option<HeaderValue> {
-    req.headers()
-        .get(header::HOST)
-        .cloned()
-        .or_else(|| host.and_then(|h| HeaderValue::from_str(h).ok()))
 }
 
 fn strip_port(h: &str) -> &str {
