@@ -22,9 +22,14 @@ ALLOC_FRAME = re.compile(r"alloc::|__rust|malloc|realloc|raw_vec|RawVec|<alloc|c
 
 
 def parse_callgrind(path):
-    names, self_cost, calls = {}, collections.Counter(), collections.defaultdict(lambda: [0, 0])
+    # Callgrind compresses names per kind (functions, files, objects), each with its own ids: the
+    # same "(12)" names one function and another file, so each kind keeps its own table.
+    tables = {"fn": {}, "fl": {}, "ob": {}}
+    kind_of = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl", "ob": "ob", "cob": "ob"}
+    self_cost, calls = collections.Counter(), collections.defaultdict(lambda: [0, 0])
 
-    def name(tok):
+    def name(tok, kind="fn"):
+        names = tables[kind]
         m = re.match(r"\((\d+)\)(?: (.*))?", tok)
         if not m:
             return tok
@@ -57,7 +62,7 @@ def parse_callgrind(path):
             else:
                 for p in ("fl=", "fi=", "fe=", "cfi=", "cfl=", "ob=", "cob="):
                     if line.startswith(p):
-                        name(line[len(p):])
+                        name(line[len(p):], kind_of[p[:-1]])
                         break
     incl, called = collections.Counter(self_cost), collections.Counter()
     for (a, b), (n, c) in calls.items():

@@ -111,7 +111,7 @@ impl BodyTap {
             epoch: c.epoch,
             next: 0,
             idle,
-            timer: tokio::time::sleep(idle),
+            timer: None,
         };
         Replay::Body(body.boxed_unsync())
     }
@@ -130,8 +130,10 @@ pin_project_lite::pin_project! {
         // Index of the next captured chunk to send again before reading on (replays only).
         next: usize,
         idle: Duration,
+        // The idle timeout, made when the body first waits for the client and reset by each
+        // frame after that (a body that is whole when it is read costs no timer).
         #[pin]
-        timer: Sleep,
+        timer: Option<Sleep>,
     }
 }
 
@@ -152,7 +154,7 @@ impl RequestBody {
             epoch: 0,
             next: 0,
             idle,
-            timer: tokio::time::sleep(idle),
+            timer: None,
         };
         (body, tap)
     }
@@ -183,7 +185,15 @@ impl Body for RequestBody {
         match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Pending => {
                 drop(guard);
-                if this.timer.as_mut().poll(cx).is_ready() {
+                let idle = *this.idle;
+                let timer = match this.timer.as_mut().as_pin_mut() {
+                    Some(t) => t,
+                    None => {
+                        this.timer.set(Some(tokio::time::sleep(idle)));
+                        this.timer.as_mut().as_pin_mut().expect("the timer was just set")
+                    }
+                };
+                if timer.poll(cx).is_ready() {
                     return Poll::Ready(Some(Err(Box::new(BodyError::Idle(*this.idle)))));
                 }
                 Poll::Pending
@@ -195,7 +205,9 @@ impl Body for RequestBody {
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Ready(Some(Ok(frame))) => {
                 let end = inner.is_end_stream();
-                this.timer.as_mut().reset(Instant::now() + *this.idle);
+                if let Some(t) = this.timer.as_mut().as_pin_mut() {
+                    t.reset(Instant::now() + *this.idle);
+                }
                 if let Some(data) = frame.data_ref() {
                     c.seen += data.len() as u64;
                     if let Some(max) = c.max {

@@ -65,8 +65,9 @@ pin_project_lite::pin_project! {
         window_start: Duration,
         window_bytes: u64,
         in_grace: bool,
+        // Made at the first wait (a body that never makes the gateway wait costs no timer).
         #[pin]
-        timer: Sleep,
+        timer: Option<Sleep>,
     }
 }
 
@@ -81,7 +82,7 @@ impl<B> MinRate<B> {
             window_start: Duration::ZERO,
             window_bytes: 0,
             in_grace: true,
-            timer: tokio::time::sleep(Duration::ZERO),
+            timer: None,
         }
     }
 }
@@ -163,8 +164,17 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for MinRate<B> {
                     }
                     // Wake when the current window of waiting ends, to judge it even if no byte comes.
                     let left = (*this.window_start + rule.window).saturating_sub(waited_now);
-                    this.timer.as_mut().reset(now + left);
-                    if this.timer.as_mut().poll(cx).is_pending() {
+                    let timer = match this.timer.as_mut().as_pin_mut() {
+                        Some(mut t) => {
+                            t.as_mut().reset(now + left);
+                            t
+                        }
+                        None => {
+                            this.timer.set(Some(tokio::time::sleep_until(now + left)));
+                            this.timer.as_mut().as_pin_mut().expect("the timer was just set")
+                        }
+                    };
+                    if timer.poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }

@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Method, Request, Response};
+use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay};
 use super::client_body::request_body;
-use super::context::{Kind, RequestCtx};
+use super::context::RequestCtx;
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
 use super::node_request::NodeRequest;
@@ -53,6 +53,7 @@ pub(crate) async fn forward(
     node: Arc<Node>,
     req: Request<ProxyBody>,
     up_headers: HeaderMap,
+    host: Option<HeaderValue>,
     path_and_query: PathAndQuery,
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -71,9 +72,8 @@ pub(crate) async fn forward(
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
     // instead, head and stream alike, and each attempt tells the node what is left of it.
-    let budget = (ctx.kind == Kind::Grpc)
-        .then(|| super::grpc_call::budget(&up_headers, ctx.route.config.grpc_max_timeout))
-        .flatten();
+    let budget =
+        super::grpc_call::budget(ctx.kind, &up_headers, ctx.route.config.grpc_max_timeout);
     let mut a = Attempts {
         clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
         deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
@@ -83,6 +83,7 @@ pub(crate) async fn forward(
         method,
         path_and_query,
         up_headers,
+        host,
         gate,
         tap: Some(tap),
         budget,
@@ -108,6 +109,8 @@ struct Attempts {
     method: Method,
     path_and_query: PathAndQuery,
     up_headers: HeaderMap,
+    /// The host the route phase settled: an h2 node's `:authority`.
+    host: Option<HeaderValue>,
     gate: Option<ContinueGate>,
     /// The client's body as sent so far; `None` once a response took it.
     tap: Option<BodyTap>,
@@ -143,12 +146,13 @@ impl Attempts {
         if self.budget.is_some() {
             let left = self.deadline.saturating_duration_since(Instant::now());
             self.up_headers
-                .insert("grpc-timeout", super::grpc_call::encode_timeout(left));
+                .insert(super::grpc::GRPC_TIMEOUT, super::grpc_call::encode_timeout(left));
         }
         let head = NodeRequest {
             method: &self.method,
             target: &self.path_and_query,
             headers: &self.up_headers,
+            host: self.host.as_ref(),
             gate: self.gate.as_ref(),
             raw_answer: !self.ctx.h2,
         };

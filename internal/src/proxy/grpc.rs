@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use std::time::Duration;
 
@@ -31,6 +31,14 @@ use crate::registry::{Node, NodeSignal};
 /// gRPC status code UNAVAILABLE (gRPC `doc/statuscodes.md`): what a stream cut at its node's
 /// drain deadline ends with (SPEC section 5), so clients retry elsewhere.
 pub(crate) const UNAVAILABLE: u32 = 14;
+
+/// The `grpc-status` field (gRPC `PROTOCOL-HTTP2.md`), as a constant: a lookup by name skips
+/// parsing and lower-casing a string on every call.
+pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// The `grpc-message` field (gRPC `PROTOCOL-HTTP2.md`).
+pub(crate) const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// The `grpc-timeout` field (gRPC `PROTOCOL-HTTP2.md`): the call's deadline.
+pub(crate) const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The `grpc-message` sent with [`UNAVAILABLE`] at a drain deadline (percent-encoded per the
 /// gRPC HTTP/2 protocol spec; spaces are `%20`).
@@ -47,17 +55,18 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 /// [`is_grpc`]'s rule for one `content-type` value (visible ASCII only, as `to_str` reads it).
 pub(crate) fn is_grpc_value(v: &[u8]) -> bool {
     let ct = super::head::trim(v);
-    ct.iter().all(|b| matches!(b, b' ' | b'\t' | 0x21..=0x7e))
-        && ct.len() >= 16
+    // The prefix's bytes are checked by the comparison itself; only the rest needs the scan.
+    ct.len() >= 16
         && ct[..16].eq_ignore_ascii_case(b"application/grpc")
         && matches!(ct.get(16), None | Some(b'+' | b';'))
+        && ct[16..].iter().all(|b| matches!(b, b' ' | b'\t' | 0x21..=0x7e))
 }
 
 /// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),
 /// if present and numeric.
 pub(crate) fn status_of(headers: &HeaderMap) -> Option<u32> {
     headers
-        .get("grpc-status")?
+        .get(GRPC_STATUS)?
         .to_str()
         .ok()?
         .trim()
@@ -271,9 +280,9 @@ pub(crate) fn trailers_only(code: u32, message: &str, close: bool) -> Response<P
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    h.insert("grpc-status", HeaderValue::from(code));
+    h.insert(GRPC_STATUS, HeaderValue::from(code));
     if let Ok(v) = HeaderValue::from_str(&encode_message(message)) {
-        h.insert("grpc-message", v);
+        h.insert(GRPC_MESSAGE, v);
     }
     if close {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -284,8 +293,8 @@ pub(crate) fn trailers_only(code: u32, message: &str, close: bool) -> Response<P
 /// The trailers a gRPC stream cut at a drain deadline ends with.
 fn unavailable_trailers() -> HeaderMap {
     let mut t = HeaderMap::new();
-    t.insert("grpc-status", HeaderValue::from(UNAVAILABLE));
-    t.insert("grpc-message", HeaderValue::from_static(DRAIN_MESSAGE));
+    t.insert(GRPC_STATUS, HeaderValue::from(UNAVAILABLE));
+    t.insert(GRPC_MESSAGE, HeaderValue::from_static(DRAIN_MESSAGE));
     t
 }
 

@@ -23,21 +23,24 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::body::FramePoll;
-use super::grpc::{is_grpc, parse_timeout, GrpcStatus, UNAVAILABLE};
+use super::context::Kind;
+use super::grpc::{parse_timeout, GrpcStatus, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT, UNAVAILABLE};
 use super::BoxError;
 
 /// gRPC status DEADLINE_EXCEEDED.
 pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 
-/// The time budget of a gRPC request with headers `request` on a route whose cap is `cap`
-/// (`grpc_max_timeout`, `None` = no cap): the shorter of the two; `None` for a request that is
-/// not gRPC or has neither (then the route `timeout` bounds the response head).
-pub(crate) fn budget(request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
-    if !is_grpc(request) {
+/// The time budget of a request of `kind` with headers `request` on a route whose cap is `cap`
+/// (`grpc_max_timeout`, `None` = no cap): for a gRPC call ([`Kind::Grpc`], decided once per
+/// request from its `content-type` by [`super::context::kind_of`]), the shorter of its `grpc-timeout` and the
+/// cap; `None` for any other kind, or a call with neither (then the route `timeout` bounds the
+/// response head).
+pub(crate) fn budget(kind: Kind, request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
+    if kind != Kind::Grpc {
         return None;
     }
     let client = request
-        .get("grpc-timeout")
+        .get(GRPC_TIMEOUT)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_timeout);
     match (client, cap) {
@@ -61,8 +64,8 @@ pub(crate) fn encode_timeout(remaining: Duration) -> HeaderValue {
 /// Trailers ending a gRPC stream with `code` and the (already percent-encoded) `message`.
 fn trailers(code: u32, message: &'static str) -> HeaderMap {
     let mut t = HeaderMap::new();
-    t.insert("grpc-status", HeaderValue::from(code));
-    t.insert("grpc-message", HeaderValue::from_static(message));
+    t.insert(GRPC_STATUS, HeaderValue::from(code));
+    t.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
     t
 }
 
@@ -182,18 +185,18 @@ mod tests {
     fn budget_is_the_shorter_and_ignores_malformed_values() {
         let s = Duration::from_secs;
         assert_eq!(
-            budget(&grpc(Some("200m")), None),
+            budget(Kind::Grpc, &grpc(Some("200m")), None),
             Some(Duration::from_millis(200))
         );
-        assert_eq!(budget(&grpc(Some("100S")), Some(s(10))), Some(s(10)));
-        assert_eq!(budget(&grpc(Some("1S")), Some(s(10))), Some(s(1)));
-        assert_eq!(budget(&grpc(None), Some(s(10))), Some(s(10)));
-        assert_eq!(budget(&grpc(None), None), None);
-        assert_eq!(budget(&grpc(Some("1x")), None), None);
-        assert_eq!(budget(&grpc(Some("123456789m")), None), None);
-        let mut plain = grpc(Some("1S"));
-        plain.remove(header::CONTENT_TYPE);
-        assert_eq!(budget(&plain, Some(s(1))), None);
+        assert_eq!(budget(Kind::Grpc, &grpc(Some("100S")), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(Kind::Grpc, &grpc(Some("1S")), Some(s(10))), Some(s(1)));
+        assert_eq!(budget(Kind::Grpc, &grpc(None), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(Kind::Grpc, &grpc(None), None), None);
+        assert_eq!(budget(Kind::Grpc, &grpc(Some("1x")), None), None);
+        assert_eq!(budget(Kind::Grpc, &grpc(Some("123456789m")), None), None);
+        // Only a gRPC call has a budget, whatever its fields say.
+        assert_eq!(budget(Kind::Http, &grpc(Some("1S")), Some(s(1))), None);
+        assert_eq!(budget(Kind::WebSocket, &grpc(None), Some(s(1))), None);
     }
 
     #[test]
@@ -233,32 +236,22 @@ mod tests {
 
     #[test]
     fn head_deadline_is_the_call_deadline_or_the_route_timeout() {
-        fn ct(v: &str) -> HeaderMap {
-            let mut h = HeaderMap::new();
-            h.insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_str(v).expect("value"),
-            );
-            h
-        }
         let start = Instant::now();
-        let mut h = ct("application/grpc");
+        let mut h = grpc(None);
+        let route = Duration::from_secs(30);
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
-            start + Duration::from_secs(30)
+            head_deadline(start, route, budget(Kind::Grpc, &h, None)),
+            start + route
         );
         h.insert("grpc-timeout", http::HeaderValue::from_static("90S"));
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
+            head_deadline(start, route, budget(Kind::Grpc, &h, None)),
             start + Duration::from_secs(90)
         );
-        h.insert(
-            header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
+        // Not a gRPC call: its grpc-timeout field means nothing, the route timeout holds.
         assert_eq!(
-            head_deadline(start, Duration::from_secs(30), budget(&h, None)),
-            start + Duration::from_secs(30)
+            head_deadline(start, route, budget(Kind::Http, &h, None)),
+            start + route
         );
     }
 }

@@ -22,6 +22,10 @@ fn grpc_content_types() {
     assert!(!is_grpc(&ct("application/grpc-web")));
     assert!(!is_grpc(&ct("application/json")));
     assert!(!is_grpc(&HeaderMap::new()));
+    // The bytes after the prefix are read as `to_str` reads them: visible ASCII only.
+    assert!(is_grpc_value(b"application/grpc+proto ; q=1"));
+    assert!(!is_grpc_value(b"application/grpc;\x01"));
+    assert!(!is_grpc_value(b"application/grpc+\xc3\xa9"));
 }
 
 #[test]

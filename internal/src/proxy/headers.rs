@@ -85,9 +85,14 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present == 0 {
         return;
     }
+    let te_at = stripped_index(b"te").unwrap_or(0);
+    if present == 1 << te_at && is_lone_te_trailers(headers) {
+        // A lone `TE: trailers` (every gRPC call) is what would be kept: removing and adding it
+        // back costs more than the rest of the strip.
+        return;
+    }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
-    let te_at = stripped_index(b"te").unwrap_or(0);
     let te_trailers = present & (1 << te_at) != 0
         && headers
             .get_all(header::TE)
@@ -129,6 +134,16 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+}
+
+/// True if `headers` has exactly one `TE` field, whose value is `trailers` (ASCII case-insensitive,
+/// RFC 9110 section 10.1.4: the token is case-insensitive).
+fn is_lone_te_trailers(headers: &HeaderMap) -> bool {
+    let mut te = headers.get_all(header::TE).iter();
+    matches!(
+        (te.next(), te.next()),
+        (Some(v), None) if v.as_bytes().eq_ignore_ascii_case(b"trailers")
+    )
 }
 
 /// Sets `Connection: Upgrade` and `Upgrade: websocket` for a forwarded WebSocket handshake.
@@ -287,6 +302,23 @@ mod tests {
             assert_eq!(stripped_index(name.as_str().as_bytes()), Some(i), "{name}");
         }
         assert_eq!(stripped_index(b"x-keep"), None);
+    }
+
+    #[test]
+    fn a_lone_te_trailers_stays_and_any_other_te_is_reduced_to_it() {
+        let mut h = map(&[("te", "Trailers"), ("content-type", "application/grpc")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["Trailers"]);
+        assert_eq!(h.len(), 2);
+        // Two TE lines are one list: reduced to one `trailers`.
+        let mut h = map(&[("te", "trailers"), ("te", "gzip")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
+        // Nominated by Connection, it is still the one TE kept (CASE-08).
+        let mut h = map(&[("connection", "TE"), ("te", "trailers")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
+        assert!(h.get("connection").is_none());
     }
 
     #[test]

@@ -56,7 +56,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::Limits;
+use crate::config::{Limits, Protocol};
 use crate::drain;
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
@@ -237,7 +237,16 @@ impl Proxy {
             hop_seen: None,
         };
         let node = select::select(self, &mut ctx, dc, log).await?;
-        let up_headers = outbound::node_headers(self, req.headers_mut(), dc, &ctx, matched.host);
+        // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+        let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
+        let up_headers = outbound::node_headers(
+            self,
+            req.headers_mut(),
+            dc,
+            &ctx,
+            matched.host.as_ref(),
+            h1_node,
+        );
         if kind == Kind::WebSocket {
             // The socket may live for days: its log context must not keep hyper's read buffer
             // (which the parsed target shares) alive, so the target is copied.
@@ -267,6 +276,7 @@ impl Proxy {
             node,
             req,
             up_headers,
+            matched.host,
             matched.path_and_query,
             log,
         )

@@ -3,7 +3,7 @@
 //! [`super::upstream`], [`super::http1::node_conn`] and [`super::outbound`] all take it).
 
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderValue, Method};
 
 use super::expect::ContinueGate;
 
@@ -19,6 +19,10 @@ pub struct NodeRequest<'a> {
     pub(crate) target: &'a PathAndQuery,
     /// The fields as the node gets them.
     pub(crate) headers: &'a HeaderMap,
+    /// The request's host as the route phase settled it (the client's `Host`, else its
+    /// `:authority`): an h2 node's `:authority` ([`super::outbound::build`]); an HTTP/1.1 node
+    /// reads `Host` from `headers`.
+    pub(crate) host: Option<&'a HeaderValue>,
     /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
     pub(crate) gate: Option<&'a ContinueGate>,
     /// The client speaks HTTP/1.x: an HTTP/1.1 node's answer may keep its fields as bytes for the

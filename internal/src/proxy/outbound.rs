@@ -1,6 +1,7 @@
 //! The request head as the node sees it (start of phase 4, forward): the client's fields minus
 //! hop-by-hop (RFC 9110 section 7.6.1), plus `X-Forwarded-*` (SPEC section 4), the conn id the
-//! gateway issued, and `Host` for an HTTP/2 client.
+//! gateway issued, and `Host` for an HTTP/2 client whose node speaks HTTP/1.1 (an h2 node gets
+//! the host as `:authority` instead, RFC 9113 section 8.3.1).
 
 use http::uri::{Authority, Scheme};
 use http::{header, HeaderMap, HeaderValue, Request, Uri};
@@ -15,14 +16,18 @@ use super::{headers, DownstreamConn, Proxy};
 
 /// The node's header map for a request with `client` headers (taken, or copied for a WebSocket,
 /// whose handshake headers are replayed on every re-dial), on `dc`, in `ctx`, whose route phase
-/// settled `host`. A conn id the gateway issued is added ([`RequestCtx::issued_id`]); the client's
-/// own affinity header stays as sent (or away, when the client nominated it in `Connection`).
+/// settled `host`; `h1_node` says the node gets an HTTP/1.1 head (an `http1` cluster, or any
+/// WebSocket handshake), which then carries `host` as its `Host` field (RFC 9112 section 3.2) when
+/// the client spoke HTTP/2. A conn id the gateway issued is added ([`RequestCtx::issued_id`]); the
+/// client's own affinity header stays as sent (or away, when the client nominated it in
+/// `Connection`).
 pub(crate) fn node_headers(
     p: &Proxy,
     client: &mut HeaderMap,
     dc: &DownstreamConn,
     ctx: &RequestCtx,
-    host: Option<HeaderValue>,
+    host: Option<&HeaderValue>,
+    h1_node: bool,
 ) -> HeaderMap {
     let mut up = if ctx.kind == Kind::WebSocket {
         client.clone()
@@ -33,7 +38,7 @@ pub(crate) fn node_headers(
     headers::set_forwarded(
         &mut up,
         &dc.forwarded_peer,
-        host.as_ref(),
+        host,
         p.settings.trusted.as_deref(),
     );
     if dc.tls.is_some() {
@@ -45,17 +50,19 @@ pub(crate) fn node_headers(
     if let Some(v) = ctx.issued_id() {
         up.insert(p.settings.affinity_header.clone(), v);
     }
-    if ctx.h2 {
+    if ctx.h2 && h1_node {
         if let Some(h) = host {
-            up.insert(header::HOST, h);
+            up.insert(header::HOST, h.clone());
         }
     }
     up
 }
 
 /// The request for an h2 `node` (whose client takes it whole): `head` (its fields copied) and
-/// `body`, with an absolute URI whose authority is the `Host` (RFC 9113 section 8.3.1; the
-/// node's address when there is no valid one), and no `Host` field.
+/// `body`, with an absolute URI whose authority is the request's host ([`NodeRequest::host`];
+/// RFC 9113 section 8.3.1; the node's address when there is no valid one), and no `Host` field
+/// (an HTTP/1.1 client's `Host`, or one an HTTP/2 client sent, is removed from the copy; the host
+/// the route phase settled for an HTTP/2 client is never added as one, [`node_headers`]).
 pub(crate) fn build(head: NodeRequest<'_>, node: &Node, body: ProxyBody) -> Request<ProxyBody> {
     let mut req = Request::new(body);
     *req.method_mut() = head.method.clone();
@@ -70,8 +77,7 @@ pub(crate) fn build(head: NodeRequest<'_>, node: &Node, body: ProxyBody) -> Requ
         Scheme::HTTP
     });
     uri.authority = head
-        .headers
-        .get(header::HOST)
+        .host
         .and_then(|h| Authority::try_from(h.as_bytes()).ok())
         .or_else(|| Authority::try_from(node.addr.as_str()).ok());
     uri.path_and_query = Some(head.target.clone());

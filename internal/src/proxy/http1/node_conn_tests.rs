@@ -64,6 +64,7 @@ async fn send_gated(
         method: &parts.method,
         target: parts.uri.path_and_query().unwrap_or(&root),
         headers: &parts.headers,
+        host: None,
         gate,
     };
     super::send(conn, reused, head, body, home).await

@@ -147,6 +147,7 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
         method: &hs.method,
         target: &hs.path_and_query,
         headers,
+        host: None,
         gate: None,
     };
     p.upstream.handshake(node, head).await.map_err(|e| match e {
