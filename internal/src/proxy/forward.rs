@@ -15,7 +15,7 @@ use super::client_body::request_body;
 use super::context::RequestCtx;
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
-use super::node_request::NodeRequest;
+use super::node_request::{ForwardedFields, NodeRequest};
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::upstream::SendError;
@@ -53,6 +53,7 @@ pub(crate) async fn forward(
     node: Arc<Node>,
     req: Request<ProxyBody>,
     up_headers: HeaderMap,
+    forwarded: Option<ForwardedFields>,
     host: Option<HeaderValue>,
     path_and_query: PathAndQuery,
     log: &mut LogCtx,
@@ -83,6 +84,7 @@ pub(crate) async fn forward(
         method,
         path_and_query,
         up_headers,
+        forwarded,
         host,
         gate,
         tap: Some(tap),
@@ -109,6 +111,8 @@ struct Attempts {
     method: Method,
     path_and_query: PathAndQuery,
     up_headers: HeaderMap,
+    /// The `X-Forwarded-*` fields kept beside `up_headers` ([`ForwardedFields`]), if any.
+    forwarded: Option<ForwardedFields>,
     /// The host the route phase settled: an h2 node's `:authority`.
     host: Option<HeaderValue>,
     gate: Option<ContinueGate>,
@@ -152,6 +156,7 @@ impl Attempts {
             method: &self.method,
             target: &self.path_and_query,
             headers: &self.up_headers,
+            forwarded: self.forwarded.as_ref(),
             host: self.host.as_ref(),
             gate: self.gate.as_ref(),
             raw_answer: !self.ctx.h2,

@@ -32,9 +32,9 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 
 /// `HTTP2-Settings`: only meaningful with an h2c upgrade, which is never forwarded (CASE-10).
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Every name [`strip_hop_by_hop`] removes (or, for `TE`, rewrites) without looking at
 /// `Connection`: the always-hop-by-hop headers (RFC 9110 section 7.6.1, RFC 7230 section 6.1, and
@@ -70,26 +70,55 @@ pub(crate) fn stripped_index(name: &[u8]) -> Option<usize> {
     })
 }
 
+/// True for the names [`set_forwarded`] rewrites or drops (lower case, as `HeaderName` stores
+/// them): `X-Forwarded-*` (`For`, `Proto`, `Host`, `Port`, `Prefix`), `Forwarded`, `X-Real-IP`.
+fn is_forwarding(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"x-forwarded-for"
+            | b"x-forwarded-proto"
+            | b"x-forwarded-host"
+            | b"x-forwarded-port"
+            | b"x-forwarded-prefix"
+            | b"forwarded"
+            | b"x-real-ip"
+    )
+}
+
+/// What [`strip_hop_by_hop`]'s pass over the names saw besides the hop-by-hop ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// A forwarding field ([`set_forwarded`]'s names) was present before the strip: only then
+    /// does the node's map need [`set_forwarded`]; without one, the gateway's own three fields
+    /// are all there is ([`super::node_request::ForwardedFields`]).
+    pub(crate) forwarding: bool,
+}
+
 /// Removes hop-by-hop headers, and every header named in `Connection`, from `headers`.
 /// `TE` keeps only `trailers` when it was offered (CASE-08); `Expect` is left to the caller.
+/// Returns what else the pass over the names saw ([`Seen`]).
 ///
 /// One pass over the names finds which of [`STRIPPED`] are present (a bit each), so a message
 /// without hop-by-hop headers costs no hashing and no allocation.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) -> Seen {
     let mut present: u16 = 0;
+    let mut seen = Seen { forwarding: false };
     for name in headers.keys() {
-        if let Some(i) = stripped_index(name.as_str().as_bytes()) {
+        let name = name.as_str().as_bytes();
+        if let Some(i) = stripped_index(name) {
             present |= 1 << i;
+        } else if is_forwarding(name) {
+            seen.forwarding = true;
         }
     }
     if present == 0 {
-        return;
+        return seen;
     }
     let te_at = stripped_index(b"te").unwrap_or(0);
     if present == 1 << te_at && is_lone_te_trailers(headers) {
         // A lone `TE: trailers` (every gRPC call) is what would be kept: removing and adding it
         // back costs more than the rest of the strip.
-        return;
+        return seen;
     }
     // Read TE first: a compliant client lists it in `Connection` (RFC 9110 section 10.1.4), which
     // would otherwise remove it before `trailers` is kept (CASE-08).
@@ -134,6 +163,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    seen
 }
 
 /// True if `headers` has exactly one `TE` field, whose value is `trailers` (ASCII case-insensitive,
@@ -319,6 +349,25 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
         assert!(h.get("connection").is_none());
+    }
+
+    #[test]
+    fn the_strip_reports_forwarding_fields_it_saw() {
+        for name in [
+            "x-forwarded-for",
+            "X-Forwarded-Proto",
+            "x-forwarded-host",
+            "x-forwarded-port",
+            "x-forwarded-prefix",
+            "forwarded",
+            "x-real-ip",
+        ] {
+            let mut h = map(&[("te", "trailers"), (name, "1")]);
+            assert!(strip_hop_by_hop(&mut h).forwarding, "{name}");
+        }
+        let mut h = map(&[("connection", "close"), ("x-forwarded", "1"), ("host", "a")]);
+        assert!(!strip_hop_by_hop(&mut h).forwarding);
+        assert!(!strip_hop_by_hop(&mut HeaderMap::new()).forwarding);
     }
 
     #[test]

@@ -239,7 +239,7 @@ impl Proxy {
         let node = select::select(self, &mut ctx, dc, log).await?;
         // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
         let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
-        let up_headers = outbound::node_headers(
+        let (up_headers, forwarded) = outbound::node_headers(
             self,
             req.headers_mut(),
             dc,
@@ -276,6 +276,7 @@ impl Proxy {
             node,
             req,
             up_headers,
+            forwarded,
             matched.host,
             matched.path_and_query,
             log,

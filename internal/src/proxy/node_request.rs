@@ -19,6 +19,9 @@ pub struct NodeRequest<'a> {
     pub(crate) target: &'a PathAndQuery,
     /// The fields as the node gets them.
     pub(crate) headers: &'a HeaderMap,
+    /// The gateway's `X-Forwarded-*` fields when they are not in `headers`: an HTTP/1.1 node's
+    /// head gets them as lines after the map's fields, an h2 node's request adds them to its copy.
+    pub(crate) forwarded: Option<&'a ForwardedFields>,
     /// The request's host as the route phase settled it (the client's `Host`, else its
     /// `:authority`): an h2 node's `:authority` ([`super::outbound::build`]); an HTTP/1.1 node
     /// reads `Host` from `headers`.
@@ -28,4 +31,30 @@ pub struct NodeRequest<'a> {
     /// The client speaks HTTP/1.x: an HTTP/1.1 node's answer may keep its fields as bytes for the
     /// client's writer ([`super::http1::node_head::ResponseHead::into_parts`]).
     pub(crate) raw_answer: bool,
+}
+
+/// The `X-Forwarded-*` fields of a request whose client sent no forwarding field (SPEC section 4;
+/// [`super::headers::Seen`]): with none to keep or drop, the gateway's own three are the whole
+/// rewrite, so for an HTTP/1.1 node they are written as head lines after the map's fields
+/// ([`super::http1::node_head::encode_request`]) instead of being hashed into the map.
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardedFields {
+    /// `X-Forwarded-For`: the peer's IP, formatted once per connection.
+    pub(crate) peer: HeaderValue,
+    /// `X-Forwarded-Proto`: `https` on a TLS listener, else `http`.
+    pub(crate) proto: &'static str,
+    /// `X-Forwarded-Host`: the request's host, when it has one.
+    pub(crate) host: Option<HeaderValue>,
+}
+
+impl ForwardedFields {
+    /// Adds the fields to `headers` (which holds no field of these names).
+    pub(crate) fn insert_into(&self, headers: &mut HeaderMap) {
+        use super::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+        headers.insert(X_FORWARDED_FOR, self.peer.clone());
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto));
+        if let Some(h) = &self.host {
+            headers.insert(X_FORWARDED_HOST, h.clone());
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use http::uri::{Authority, Scheme};
 use http::{header, HeaderMap, HeaderValue, Request, Uri};
 
-use super::node_request::NodeRequest;
+use super::node_request::{ForwardedFields, NodeRequest};
 use super::ProxyBody;
 use crate::config::Protocol;
 use crate::registry::Node;
@@ -21,6 +21,10 @@ use super::{headers, DownstreamConn, Proxy};
 /// the client spoke HTTP/2. A conn id the gateway issued is added ([`RequestCtx::issued_id`]); the
 /// client's own affinity header stays as sent (or away, when the client nominated it in
 /// `Connection`).
+///
+/// Returns the map, and the `X-Forwarded-*` fields when they are not in it: a forwarded (not
+/// upgraded) request to an HTTP/1.1 node whose client sent no forwarding field gets them as head
+/// lines ([`ForwardedFields`]); every other request has them in the map.
 pub(crate) fn node_headers(
     p: &Proxy,
     client: &mut HeaderMap,
@@ -28,24 +32,37 @@ pub(crate) fn node_headers(
     ctx: &RequestCtx,
     host: Option<&HeaderValue>,
     h1_node: bool,
-) -> HeaderMap {
+) -> (HeaderMap, Option<ForwardedFields>) {
     let mut up = if ctx.kind == Kind::WebSocket {
         client.clone()
     } else {
         std::mem::take(client)
     };
-    headers::strip_hop_by_hop(&mut up);
-    headers::set_forwarded(
-        &mut up,
-        &dc.forwarded_peer,
-        host,
-        p.settings.trusted.as_deref(),
-    );
-    if dc.tls.is_some() {
-        up.insert(
-            headers::X_FORWARDED_PROTO,
-            HeaderValue::from_static("https"),
+    let seen = headers::strip_hop_by_hop(&mut up);
+    let proto = if dc.tls.is_some() { "https" } else { "http" };
+    let mut lines = None;
+    if seen.forwarding {
+        // Fields to keep, join or drop (CASE-11): the map's own rewrite.
+        headers::set_forwarded(
+            &mut up,
+            &dc.forwarded_peer,
+            host,
+            p.settings.trusted.as_deref(),
         );
+        if dc.tls.is_some() {
+            up.insert(headers::X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+        }
+    } else {
+        let fields = ForwardedFields {
+            peer: dc.forwarded_peer.text.clone(),
+            proto,
+            host: host.cloned(),
+        };
+        if h1_node && ctx.kind != Kind::WebSocket {
+            lines = Some(fields);
+        } else {
+            fields.insert_into(&mut up);
+        }
     }
     if let Some(v) = ctx.issued_id() {
         up.insert(p.settings.affinity_header.clone(), v);
@@ -55,7 +72,7 @@ pub(crate) fn node_headers(
             up.insert(header::HOST, h.clone());
         }
     }
-    up
+    (up, lines)
 }
 
 /// The request for an h2 `node` (whose client takes it whole): `head` (its fields copied) and
@@ -67,6 +84,9 @@ pub(crate) fn build(head: NodeRequest<'_>, node: &Node, body: ProxyBody) -> Requ
     let mut req = Request::new(body);
     *req.method_mut() = head.method.clone();
     *req.headers_mut() = head.headers.clone();
+    if let Some(f) = head.forwarded {
+        f.insert_into(req.headers_mut());
+    }
     *req.version_mut() = http::Version::HTTP_2;
     // Built from its parts: formatting the URI and parsing it back cost a tenth of the
     // gateway's own work per gRPC call (issue 16, bench/README).

@@ -119,6 +119,7 @@ async fn exchange(
         req.method,
         req.target.as_str(),
         req.headers,
+        req.forwarded,
         exact,
         empty,
     );

@@ -64,6 +64,7 @@ async fn send_gated(
         method: &parts.method,
         target: parts.uri.path_and_query().unwrap_or(&root),
         headers: &parts.headers,
+        forwarded: None,
         host: None,
         gate,
     };

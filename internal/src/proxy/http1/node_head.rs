@@ -35,6 +35,7 @@ use bytes::BytesMut;
 use http::{header, HeaderMap, Method, StatusCode, Version};
 
 use super::node_fields::{known_name, NodeFields, LONGEST_KNOWN};
+use crate::proxy::node_request::ForwardedFields;
 use crate::proxy::{grpc, head, headers};
 
 /// Largest response head accepted from a node (bytes): hyper's client buffer bound
@@ -123,14 +124,16 @@ pub enum HeadError {
 }
 
 /// Serialises the request head for an HTTP/1.1 node into `dst` (cleared first): `method`,
-/// `target` (origin form), `headers`, and the framing field the module docs' rules add for a body
-/// whose exact size is `exact` (`None`: unknown) and that is known to be empty when `empty`.
-/// Returns how the body is to be sent: `Some(n)` exactly `n` bytes, `None` chunked.
-pub fn encode_request(
+/// `target` (origin form), `headers`, then the `forwarded` fields kept beside the map (SPEC
+/// section 4), and the framing field the module docs' rules add for a body whose exact size is
+/// `exact` (`None`: unknown) and that is known to be empty when `empty`. Returns how the body is
+/// to be sent: `Some(n)` exactly `n` bytes, `None` chunked.
+pub(crate) fn encode_request(
     dst: &mut Vec<u8>,
     method: &Method,
     target: &str,
     headers: &HeaderMap,
+    forwarded: Option<&ForwardedFields>,
     exact: Option<u64>,
     empty: bool,
 ) -> Option<u64> {
@@ -159,6 +162,13 @@ pub fn encode_request(
             continue;
         }
         field(dst, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(f) = forwarded {
+        field(dst, b"x-forwarded-for", f.peer.as_bytes());
+        field(dst, b"x-forwarded-proto", f.proto.as_bytes());
+        if let Some(h) = &f.host {
+            field(dst, b"x-forwarded-host", h.as_bytes());
+        }
     }
     let framing = match (given, exact, empty) {
         (Some(n), _, _) => Some(n),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::proxy::node_request::ForwardedFields;
 use http::HeaderValue;
 
 fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -16,7 +17,15 @@ fn encoded(
     empty: bool,
 ) -> (String, Option<u64>) {
     let mut dst = Vec::new();
-    let framing = encode_request(&mut dst, &method, "/a?b=1", &headers(fields), exact, empty);
+    let framing = encode_request(
+        &mut dst,
+        &method,
+        "/a?b=1",
+        &headers(fields),
+        None,
+        exact,
+        empty,
+    );
     (String::from_utf8(dst).expect("ascii"), framing)
 }
 
@@ -25,6 +34,42 @@ fn a_get_without_body_gets_no_framing_field() {
     assert_eq!(
         encoded(Method::GET, &[("host", "x")], Some(0), true),
         ("GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n".to_owned(), Some(0))
+    );
+}
+
+#[test]
+fn forwarded_fields_kept_beside_the_map_follow_its_fields() {
+    let forwarded = ForwardedFields {
+        peer: HeaderValue::from_static("10.0.0.7"),
+        proto: "https",
+        host: Some(HeaderValue::from_static("api.example")),
+    };
+    let mut dst = Vec::new();
+    let framing = encode_request(
+        &mut dst,
+        &Method::POST,
+        "/up",
+        &headers(&[("host", "api.example"), ("x-a", "1")]),
+        Some(&forwarded),
+        Some(3),
+        false,
+    );
+    assert_eq!(framing, Some(3));
+    assert_eq!(
+        String::from_utf8(dst.clone()).expect("ascii"),
+        "POST /up HTTP/1.1\r\nhost: api.example\r\nx-a: 1\r\nx-forwarded-for: 10.0.0.7\r\n\
+         x-forwarded-proto: https\r\nx-forwarded-host: api.example\r\ncontent-length: 3\r\n\r\n"
+    );
+    // Without a host, no X-Forwarded-Host line.
+    let plain = ForwardedFields {
+        host: None,
+        proto: "http",
+        ..forwarded
+    };
+    encode_request(&mut dst, &Method::GET, "/", &HeaderMap::new(), Some(&plain), Some(0), true);
+    assert_eq!(
+        String::from_utf8(dst).expect("ascii"),
+        "GET / HTTP/1.1\r\nx-forwarded-for: 10.0.0.7\r\nx-forwarded-proto: http\r\n\r\n"
     );
 }
 

@@ -147,6 +147,7 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
         method: &hs.method,
         target: &hs.path_and_query,
         headers,
+        forwarded: None,
         host: None,
         gate: None,
     };
