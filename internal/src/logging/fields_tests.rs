@@ -109,3 +109,18 @@ fn the_hop_line_reads_as_before() {
     assert_eq!(ours, theirs);
     assert!(ours.contains("Hopping triggered for conn c-1 from node-1 to node-2 conn_id=\"c-1\""));
 }
+
+#[test]
+fn messages_are_sanitised_as_the_default_sanitises_them() {
+    let (theirs, ours) = both(|| {
+        tracing::info!("plain message {} with {:?}", "text", "debug");
+        tracing::info!("bell \u{7} bs \u{8} ff \u{c} del \u{7f} esc \u{1b}[1m");
+        tracing::info!(n = 1u64, "c1 \u{85} and \u{9f}, not c1 \u{a0} é \u{c2}");
+        tracing::info!("{}", "\u{1b}\u{1b}");
+        tracing::info!(message = "a message as a str \u{1b}", k = "v");
+        tracing::info!(message = ?"a message as debug \u{1b}");
+    });
+    assert_eq!(ours, theirs);
+    assert!(ours.contains("esc \\x1b[1m"), "{ours}");
+    assert!(ours.contains("c1 \\u{85} and \\u{9f}"), "{ours}");
+}

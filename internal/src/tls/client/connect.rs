@@ -93,6 +93,26 @@ pub(crate) async fn connect(
     let Some(tls) = tls else {
         return Ok(NodeStream::Plain(tcp));
     };
+    // Boxed: the handshake's state (rustls' connection, the connector future) is ~6 KB, which
+    // every plain connect's future (and every future awaiting one, e.g. a WebSocket re-dial)
+    // would otherwise carry and copy when it is moved (issue 16: one 6 KB copy per hop).
+    Box::pin(handshake(tcp, addr, id, tls, alpn, deadline, timeout)).await
+}
+
+/// The TLS part of [`connect`]: the handshake over `tcp` with node `id` at `addr`, offering
+/// `alpn`, by `deadline` (`timeout` after the connect began, named in its error).
+///
+/// # Errors
+/// As [`connect`].
+async fn handshake(
+    tcp: TcpStream,
+    addr: &str,
+    id: &str,
+    tls: &ClusterTls,
+    alpn: Alpn,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> io::Result<NodeStream> {
     let name = tls.server_name(addr)?;
     let base = match alpn {
         Alpn::Http1 => &tls.h1,
