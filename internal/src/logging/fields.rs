@@ -192,7 +192,10 @@ impl Visit for TextVisitor<'_> {
             let sanitize = self.writer.sanitizes_ansi_escapes();
             self.result = self.result.and_then(|()| {
                 if sanitize {
-                    fmt::Write::write_fmt(&mut Sanitized(&mut self.writer), format_args!("{value:?}"))
+                    fmt::Write::write_fmt(
+                        &mut Sanitized(&mut self.writer),
+                        format_args!("{value:?}"),
+                    )
                 } else {
                     write!(self.writer, "{value:?}")
                 }

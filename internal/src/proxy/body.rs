@@ -190,7 +190,10 @@ impl Body for RequestBody {
                     Some(t) => t,
                     None => {
                         this.timer.set(Some(tokio::time::sleep(idle)));
-                        this.timer.as_mut().as_pin_mut().expect("the timer was just set")
+                        this.timer
+                            .as_mut()
+                            .as_pin_mut()
+                            .expect("the timer was just set")
                     }
                 };
                 if timer.poll(cx).is_ready() {

@@ -171,7 +171,10 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for MinRate<B> {
                         }
                         None => {
                             this.timer.set(Some(tokio::time::sleep_until(now + left)));
-                            this.timer.as_mut().as_pin_mut().expect("the timer was just set")
+                            this.timer
+                                .as_mut()
+                                .as_pin_mut()
+                                .expect("the timer was just set")
                         }
                     };
                     if timer.poll(cx).is_pending() {

@@ -6,16 +6,16 @@
 
 use std::sync::Arc;
 
-use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderValue, Method, Request, Response};
+use http::{Method, Request, Response};
 use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay};
 use super::client_body::request_body;
-use super::context::RequestCtx;
+use super::context::{Kind, RequestCtx};
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
-use super::node_request::{ForwardedFields, NodeRequest};
+use super::node_request::NodeRequest;
+use super::outbound::Outbound;
 use super::respond::ProxyError;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::upstream::SendError;
@@ -52,17 +52,14 @@ pub(crate) async fn forward(
     ctx: RequestCtx,
     node: Arc<Node>,
     req: Request<ProxyBody>,
-    up_headers: HeaderMap,
-    forwarded: Option<ForwardedFields>,
-    host: Option<HeaderValue>,
-    path_and_query: PathAndQuery,
+    out: Outbound,
     log: &mut LogCtx,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let method = req.method().clone();
     // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
     let gate = (req.version() == http::Version::HTTP_11
         && node.settings.protocol == Protocol::Http1
-        && expect::wants_continue(&up_headers))
+        && expect::wants_continue(&out.headers))
     .then(ContinueGate::new);
     let (mut body, tap) = request_body(
         req.into_body(),
@@ -73,8 +70,11 @@ pub(crate) async fn forward(
     // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
     // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
     // instead, head and stream alike, and each attempt tells the node what is left of it.
-    let budget =
-        super::grpc_call::budget(ctx.kind, &up_headers, ctx.route.config.grpc_max_timeout);
+    let budget = super::grpc_call::budget(
+        ctx.kind == Kind::Grpc,
+        &out.headers,
+        ctx.route.config.grpc_max_timeout,
+    );
     let mut a = Attempts {
         clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
         deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
@@ -82,10 +82,7 @@ pub(crate) async fn forward(
         ctx,
         node,
         method,
-        path_and_query,
-        up_headers,
-        forwarded,
-        host,
+        out,
         gate,
         tap: Some(tap),
         budget,
@@ -109,12 +106,8 @@ struct Attempts {
     /// The node the next attempt goes to.
     node: Arc<Node>,
     method: Method,
-    path_and_query: PathAndQuery,
-    up_headers: HeaderMap,
-    /// The `X-Forwarded-*` fields kept beside `up_headers` ([`ForwardedFields`]), if any.
-    forwarded: Option<ForwardedFields>,
-    /// The host the route phase settled: an h2 node's `:authority`.
-    host: Option<HeaderValue>,
+    /// What every attempt sends the node (its fields get the gRPC call's remaining time).
+    out: Outbound,
     gate: Option<ContinueGate>,
     /// The client's body as sent so far; `None` once a response took it.
     tap: Option<BodyTap>,
@@ -149,15 +142,17 @@ impl Attempts {
         let mark = node.runtime.passive_mark();
         if self.budget.is_some() {
             let left = self.deadline.saturating_duration_since(Instant::now());
-            self.up_headers
-                .insert(super::grpc::GRPC_TIMEOUT, super::grpc_call::encode_timeout(left));
+            self.out.headers.insert(
+                super::grpc::GRPC_TIMEOUT,
+                super::grpc_call::encode_timeout(left),
+            );
         }
         let head = NodeRequest {
             method: &self.method,
-            target: &self.path_and_query,
-            headers: &self.up_headers,
-            forwarded: self.forwarded.as_ref(),
-            host: self.host.as_ref(),
+            target: &self.out.target,
+            headers: &self.out.headers,
+            forwarded: self.out.forwarded.as_ref(),
+            host: self.out.host.as_ref(),
             gate: self.gate.as_ref(),
             raw_answer: !self.ctx.h2,
         };

@@ -59,19 +59,15 @@ pub(crate) fn is_grpc_value(v: &[u8]) -> bool {
     ct.len() >= 16
         && ct[..16].eq_ignore_ascii_case(b"application/grpc")
         && matches!(ct.get(16), None | Some(b'+' | b';'))
-        && ct[16..].iter().all(|b| matches!(b, b' ' | b'\t' | 0x21..=0x7e))
+        && ct[16..]
+            .iter()
+            .all(|b| matches!(b, b' ' | b'\t' | 0x21..=0x7e))
 }
 
 /// The `grpc-status` code in `headers` (a response head of a trailers-only answer, or trailers),
 /// if present and numeric.
 pub(crate) fn status_of(headers: &HeaderMap) -> Option<u32> {
-    headers
-        .get(GRPC_STATUS)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    headers.get(GRPC_STATUS)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// The gRPC status a response ended with, shared between the body relaying it and the access log.

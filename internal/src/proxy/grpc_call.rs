@@ -23,20 +23,21 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::body::FramePoll;
-use super::context::Kind;
-use super::grpc::{parse_timeout, GrpcStatus, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT, UNAVAILABLE};
+use super::grpc::{
+    parse_timeout, GrpcStatus, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT, UNAVAILABLE,
+};
 use super::BoxError;
 
 /// gRPC status DEADLINE_EXCEEDED.
 pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 
-/// The time budget of a request of `kind` with headers `request` on a route whose cap is `cap`
-/// (`grpc_max_timeout`, `None` = no cap): for a gRPC call ([`Kind::Grpc`], decided once per
-/// request from its `content-type` by [`super::context::kind_of`]), the shorter of its `grpc-timeout` and the
-/// cap; `None` for any other kind, or a call with neither (then the route `timeout` bounds the
-/// response head).
-pub(crate) fn budget(kind: Kind, request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
-    if kind != Kind::Grpc {
+/// The time budget of a request with headers `request` on a route whose cap is `cap`
+/// (`grpc_max_timeout`, `None` = no cap): for a gRPC call (`grpc`: the request's kind is
+/// `Kind::Grpc`, decided once per request from its `content-type` by
+/// [`super::context::kind_of`]), the shorter of its `grpc-timeout` and the cap; `None` for any
+/// other request, or a call with neither (then the route `timeout` bounds the response head).
+pub(crate) fn budget(grpc: bool, request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
+    if !grpc {
         return None;
     }
     let client = request
@@ -185,18 +186,18 @@ mod tests {
     fn budget_is_the_shorter_and_ignores_malformed_values() {
         let s = Duration::from_secs;
         assert_eq!(
-            budget(Kind::Grpc, &grpc(Some("200m")), None),
+            budget(true, &grpc(Some("200m")), None),
             Some(Duration::from_millis(200))
         );
-        assert_eq!(budget(Kind::Grpc, &grpc(Some("100S")), Some(s(10))), Some(s(10)));
-        assert_eq!(budget(Kind::Grpc, &grpc(Some("1S")), Some(s(10))), Some(s(1)));
-        assert_eq!(budget(Kind::Grpc, &grpc(None), Some(s(10))), Some(s(10)));
-        assert_eq!(budget(Kind::Grpc, &grpc(None), None), None);
-        assert_eq!(budget(Kind::Grpc, &grpc(Some("1x")), None), None);
-        assert_eq!(budget(Kind::Grpc, &grpc(Some("123456789m")), None), None);
+        assert_eq!(budget(true, &grpc(Some("100S")), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(true, &grpc(Some("1S")), Some(s(10))), Some(s(1)));
+        assert_eq!(budget(true, &grpc(None), Some(s(10))), Some(s(10)));
+        assert_eq!(budget(true, &grpc(None), None), None);
+        assert_eq!(budget(true, &grpc(Some("1x")), None), None);
+        assert_eq!(budget(true, &grpc(Some("123456789m")), None), None);
         // Only a gRPC call has a budget, whatever its fields say.
-        assert_eq!(budget(Kind::Http, &grpc(Some("1S")), Some(s(1))), None);
-        assert_eq!(budget(Kind::WebSocket, &grpc(None), Some(s(1))), None);
+        assert_eq!(budget(false, &grpc(Some("1S")), Some(s(1))), None);
+        assert_eq!(budget(false, &grpc(None), Some(s(1))), None);
     }
 
     #[test]
@@ -240,17 +241,17 @@ mod tests {
         let mut h = grpc(None);
         let route = Duration::from_secs(30);
         assert_eq!(
-            head_deadline(start, route, budget(Kind::Grpc, &h, None)),
+            head_deadline(start, route, budget(true, &h, None)),
             start + route
         );
         h.insert("grpc-timeout", http::HeaderValue::from_static("90S"));
         assert_eq!(
-            head_deadline(start, route, budget(Kind::Grpc, &h, None)),
+            head_deadline(start, route, budget(true, &h, None)),
             start + Duration::from_secs(90)
         );
         // Not a gRPC call: its grpc-timeout field means nothing, the route timeout holds.
         assert_eq!(
-            head_deadline(start, route, budget(Kind::Http, &h, None)),
+            head_deadline(start, route, budget(false, &h, None)),
             start + route
         );
     }

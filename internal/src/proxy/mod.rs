@@ -275,10 +275,12 @@ impl Proxy {
             ctx,
             node,
             req,
-            up_headers,
-            forwarded,
-            matched.host,
-            matched.path_and_query,
+            outbound::Outbound {
+                headers: up_headers,
+                forwarded,
+                host: matched.host,
+                target: matched.path_and_query,
+            },
             log,
         )
         .await

@@ -3,7 +3,7 @@
 //! gateway issued, and `Host` for an HTTP/2 client whose node speaks HTTP/1.1 (an h2 node gets
 //! the host as `:authority` instead, RFC 9113 section 8.3.1).
 
-use http::uri::{Authority, Scheme};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{header, HeaderMap, HeaderValue, Request, Uri};
 
 use super::node_request::{ForwardedFields, NodeRequest};
@@ -73,6 +73,20 @@ pub(crate) fn node_headers(
         }
     }
     (up, lines)
+}
+
+/// What the node gets of one request, made once at the start of phase 4 and sent again by every
+/// attempt ([`NodeRequest`] borrows it per attempt).
+#[derive(Debug)]
+pub(crate) struct Outbound {
+    /// The node's fields ([`node_headers`]).
+    pub(crate) headers: HeaderMap,
+    /// The `X-Forwarded-*` fields kept beside `headers`, if any ([`ForwardedFields`]).
+    pub(crate) forwarded: Option<ForwardedFields>,
+    /// The host the route phase settled: an h2 node's `:authority` ([`build`]).
+    pub(crate) host: Option<HeaderValue>,
+    /// The request target in origin form (RFC 9112 section 3.2.1), `strip_prefix` applied.
+    pub(crate) target: PathAndQuery,
 }
 
 /// The request for an h2 `node` (whose client takes it whole): `head` (its fields copied) and

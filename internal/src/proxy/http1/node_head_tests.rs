@@ -66,7 +66,15 @@ fn forwarded_fields_kept_beside_the_map_follow_its_fields() {
         proto: "http",
         ..forwarded
     };
-    encode_request(&mut dst, &Method::GET, "/", &HeaderMap::new(), Some(&plain), Some(0), true);
+    encode_request(
+        &mut dst,
+        &Method::GET,
+        "/",
+        &HeaderMap::new(),
+        Some(&plain),
+        Some(0),
+        true,
+    );
     assert_eq!(
         String::from_utf8(dst).expect("ascii"),
         "GET / HTTP/1.1\r\nx-forwarded-for: 10.0.0.7\r\nx-forwarded-proto: http\r\n\r\n"
