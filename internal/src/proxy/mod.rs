@@ -180,7 +180,12 @@ impl Proxy {
             uri: Some(req.uri().clone()),
             client: Some(dc.peer),
             protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
-            trace_id: access::trace_id(req.headers()),
+            // Read only for the access line ([`Proxy::finish`] writes none when it is off).
+            trace_id: if self.settings.access_log {
+                access::trace_id(req.headers())
+            } else {
+                None
+            },
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
