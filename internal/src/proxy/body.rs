@@ -18,8 +18,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
+use super::deadline::Deadline;
 use super::{BoxError, ProxyBody};
 
 /// What a body's `poll_frame` returns here: the next data or trailers frame, an error (the cause
@@ -130,10 +131,10 @@ pin_project_lite::pin_project! {
         // Index of the next captured chunk to send again before reading on (replays only).
         next: usize,
         idle: Duration,
-        // The idle timeout, made when the body first waits for the client and reset by each
-        // frame after that (a body that is whole when it is read costs no timer).
-        #[pin]
-        timer: Option<Sleep>,
+        // The idle timeout, taken from the worker's timers when the body first waits for the
+        // client and reset by each frame after that (a body that is whole when it is read costs
+        // no timer).
+        timer: Option<Deadline>,
     }
 }
 
@@ -165,7 +166,7 @@ impl Body for RequestBody {
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
-        let mut this = self.project();
+        let this = self.project();
         let mut guard = this
             .capture
             .lock()
@@ -186,17 +187,10 @@ impl Body for RequestBody {
             Poll::Pending => {
                 drop(guard);
                 let idle = *this.idle;
-                let timer = match this.timer.as_mut().as_pin_mut() {
-                    Some(t) => t,
-                    None => {
-                        this.timer.set(Some(tokio::time::sleep(idle)));
-                        this.timer
-                            .as_mut()
-                            .as_pin_mut()
-                            .expect("the timer was just set")
-                    }
-                };
-                if timer.poll(cx).is_ready() {
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Deadline::at(Instant::now() + idle));
+                if timer.sleep().poll(cx).is_ready() {
                     return Poll::Ready(Some(Err(Box::new(BodyError::Idle(*this.idle)))));
                 }
                 Poll::Pending
@@ -208,8 +202,8 @@ impl Body for RequestBody {
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Ready(Some(Ok(frame))) => {
                 let end = inner.is_end_stream();
-                if let Some(t) = this.timer.as_mut().as_pin_mut() {
-                    t.reset(Instant::now() + *this.idle);
+                if let Some(t) = this.timer {
+                    t.sleep().reset(Instant::now() + *this.idle);
                 }
                 if let Some(data) = frame.data_ref() {
                     c.seen += data.len() as u64;

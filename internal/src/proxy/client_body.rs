@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, SizeHint};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::body::FramePoll;
 use super::BoxError;
 use http_body_util::{BodyExt, Empty};
 
 use super::body::{BodyTap, RequestBody};
+use super::deadline::Deadline;
 use super::expect::{self, ContinueGate};
 use super::ProxyBody;
 use crate::config::{BodyMinRate, Limits};
@@ -65,9 +66,9 @@ pin_project_lite::pin_project! {
         window_start: Duration,
         window_bytes: u64,
         in_grace: bool,
-        // Made at the first wait (a body that never makes the gateway wait costs no timer).
-        #[pin]
-        timer: Option<Sleep>,
+        // Taken from the worker's timers at the first wait (a body that never makes the gateway
+        // wait costs no timer).
+        timer: Option<Deadline>,
     }
 }
 
@@ -164,20 +165,14 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for MinRate<B> {
                     }
                     // Wake when the current window of waiting ends, to judge it even if no byte comes.
                     let left = (*this.window_start + rule.window).saturating_sub(waited_now);
-                    let timer = match this.timer.as_mut().as_pin_mut() {
-                        Some(mut t) => {
-                            t.as_mut().reset(now + left);
+                    let timer = match this.timer {
+                        Some(t) => {
+                            t.sleep().reset(now + left);
                             t
                         }
-                        None => {
-                            this.timer.set(Some(tokio::time::sleep_until(now + left)));
-                            this.timer
-                                .as_mut()
-                                .as_pin_mut()
-                                .expect("the timer was just set")
-                        }
+                        None => this.timer.insert(Deadline::at(now + left)),
                     };
-                    if timer.poll(cx).is_pending() {
+                    if timer.sleep().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }
