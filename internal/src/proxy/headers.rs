@@ -70,8 +70,20 @@ pub(crate) fn stripped_index(name: &[u8]) -> Option<usize> {
     })
 }
 
-/// True for the names [`set_forwarded`] rewrites or drops (lower case, as `HeaderName` stores
-/// them): `X-Forwarded-*` (`For`, `Proto`, `Host`, `Port`, `Prefix`), `Forwarded`, `X-Real-IP`.
+/// The forwarding fields: every name [`set_forwarded`] rewrites, or drops for an untrusted peer
+/// (CASE-11). `X-Forwarded-For` first.
+static FORWARDING: [HeaderName; 7] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    header::FORWARDED,
+    HeaderName::from_static("x-real-ip"),
+];
+
+/// True for a name in [`FORWARDING`] (`name` in lower case, as `HeaderName` stores it): a
+/// string match the compiler turns into a length switch, as [`stripped_index`].
 fn is_forwarding(name: &[u8]) -> bool {
     matches!(
         name,
@@ -252,14 +264,8 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: &Peer, keep: bool) {
             value.push_str(", ");
         }
     } else {
-        for name in [
-            "x-forwarded-proto",
-            "x-forwarded-host",
-            "x-forwarded-port",
-            "x-forwarded-prefix",
-            "forwarded",
-            "x-real-ip",
-        ] {
+        // `X-Forwarded-For` itself is replaced below.
+        for name in &FORWARDING[1..] {
             headers.remove(name);
         }
     }
@@ -349,6 +355,15 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
         assert!(h.get("connection").is_none());
+    }
+
+    #[test]
+    fn is_forwarding_matches_the_table() {
+        for name in &FORWARDING {
+            assert!(is_forwarding(name.as_str().as_bytes()), "{name}");
+        }
+        assert_eq!(FORWARDING[0], X_FORWARDED_FOR);
+        assert!(!is_forwarding(b"x-forwarded"));
     }
 
     #[test]
