@@ -118,8 +118,7 @@ fn strip_port(h: &str) -> &str {
 /// own target is reused without copying when nothing changes.
 fn upstream_path<B>(req: &Request<B>, norm: &str, strip: Option<&str>) -> PathAndQuery {
     let raw = req.uri().path();
-    let dotted = raw.contains("/.")
-        || (raw.contains('%') && path::contains_ignore_ascii_case(raw.as_bytes(), b"%2e"));
+    let dotted = raw.contains("/.") || path::contains_ignore_ascii_case(raw.as_bytes(), b"%2e");
     let base = if dotted { norm } else { raw };
     let stripped = strip.filter(|s| base.starts_with(*s));
     if !dotted && stripped.is_none() {
