@@ -23,8 +23,8 @@ pub struct NodeRequest<'a> {
     /// head gets them as lines after the map's fields, an h2 node's request adds them to its copy.
     pub(crate) forwarded: Option<&'a ForwardedFields>,
     /// The request's host as the route phase settled it (the client's `Host`, else its
-    /// `:authority`): an h2 node's `:authority` ([`super::outbound::build`]); an HTTP/1.1 node
-    /// reads `Host` from `headers`.
+    /// `:authority`): an h2 node's `:authority` ([`super::outbound::build`]) and, with
+    /// `forwarded`, the `X-Forwarded-Host` value; an HTTP/1.1 node reads `Host` from `headers`.
     pub(crate) host: Option<&'a HeaderValue>,
     /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
     pub(crate) gate: Option<&'a ContinueGate>,
@@ -37,23 +37,23 @@ pub struct NodeRequest<'a> {
 /// [`super::headers::Seen`]): with none to keep or drop, the gateway's own three are the whole
 /// rewrite, so for an HTTP/1.1 node they are written as head lines after the map's fields
 /// ([`super::http1::node_head::encode_request`]) instead of being hashed into the map.
+/// `X-Forwarded-Host` is the request's host ([`NodeRequest::host`]), kept once.
 #[derive(Debug, Clone)]
 pub(crate) struct ForwardedFields {
     /// `X-Forwarded-For`: the peer's IP, formatted once per connection.
     pub(crate) peer: HeaderValue,
     /// `X-Forwarded-Proto`: `https` on a TLS listener, else `http`.
     pub(crate) proto: &'static str,
-    /// `X-Forwarded-Host`: the request's host, when it has one.
-    pub(crate) host: Option<HeaderValue>,
 }
 
 impl ForwardedFields {
-    /// Adds the fields to `headers` (which holds no field of these names).
-    pub(crate) fn insert_into(&self, headers: &mut HeaderMap) {
+    /// Adds the fields to `headers` (which holds no field of these names), `X-Forwarded-Host`
+    /// when the request has a `host`.
+    pub(crate) fn insert_into(&self, headers: &mut HeaderMap, host: Option<&HeaderValue>) {
         use super::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
         headers.insert(X_FORWARDED_FOR, self.peer.clone());
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto));
-        if let Some(h) = &self.host {
+        if let Some(h) = host {
             headers.insert(X_FORWARDED_HOST, h.clone());
         }
     }

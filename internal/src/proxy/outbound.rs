@@ -56,12 +56,11 @@ pub(crate) fn node_headers(
         let fields = ForwardedFields {
             peer: dc.forwarded_peer.text.clone(),
             proto,
-            host: host.cloned(),
         };
         if h1_node && ctx.kind != Kind::WebSocket {
             lines = Some(fields);
         } else {
-            fields.insert_into(&mut up);
+            fields.insert_into(&mut up, host);
         }
     }
     if let Some(v) = ctx.issued_id() {
@@ -99,7 +98,7 @@ pub(crate) fn build(head: NodeRequest<'_>, node: &Node, body: ProxyBody) -> Requ
     *req.method_mut() = head.method.clone();
     *req.headers_mut() = head.headers.clone();
     if let Some(f) = head.forwarded {
-        f.insert_into(req.headers_mut());
+        f.insert_into(req.headers_mut(), head.host);
     }
     *req.version_mut() = http::Version::HTTP_2;
     // Built from its parts: formatting the URI and parsing it back cost a tenth of the

@@ -114,15 +114,7 @@ async fn exchange(
     upgrade: bool,
 ) -> Result<Answered, SendError> {
     let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
-    let length = node_head::encode_request(
-        conn.wbuf(),
-        req.method,
-        req.target.as_str(),
-        req.headers,
-        req.forwarded,
-        exact,
-        empty,
-    );
+    let length = node_head::encode_request(conn.wbuf(), &req, exact, empty);
     if let Err(e) = conn.write_head().await {
         return Err(SendError::NotSent(Box::new(NodeError::Write(e)), body));
     }

@@ -32,10 +32,10 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::{header, HeaderMap, Method, StatusCode, Version};
+use http::{header, Method, StatusCode, Version};
 
 use super::node_fields::{known_name, NodeFields, LONGEST_KNOWN};
-use crate::proxy::node_request::ForwardedFields;
+use crate::proxy::node_request::NodeRequest;
 use crate::proxy::{grpc, head, headers};
 
 /// Largest response head accepted from a node (bytes): hyper's client buffer bound
@@ -123,24 +123,22 @@ pub enum HeadError {
     TooManyFields,
 }
 
-/// Serialises the request head for an HTTP/1.1 node into `dst` (cleared first): `method`,
-/// `target` (origin form), `headers`, then the `forwarded` fields kept beside the map (SPEC
-/// section 4), and the framing field the module docs' rules add for a body whose exact size is
-/// `exact` (`None`: unknown) and that is known to be empty when `empty`. Returns how the body is
-/// to be sent: `Some(n)` exactly `n` bytes, `None` chunked.
+/// Serialises the request head `req` for an HTTP/1.1 node into `dst` (cleared first): method,
+/// target (origin form), fields, then the forwarding fields kept beside the map (SPEC section 4;
+/// `X-Forwarded-Host` from the request's host), and the framing field the module docs' rules add
+/// for a body whose exact size is `exact` (`None`: unknown) and that is known to be empty when
+/// `empty`. Returns how the body is to be sent: `Some(n)` exactly `n` bytes, `None` chunked.
 pub(crate) fn encode_request(
     dst: &mut Vec<u8>,
-    method: &Method,
-    target: &str,
-    headers: &HeaderMap,
-    forwarded: Option<&ForwardedFields>,
+    req: &NodeRequest<'_>,
     exact: Option<u64>,
     empty: bool,
 ) -> Option<u64> {
+    let (method, headers) = (req.method, req.headers);
     dst.clear();
     dst.extend_from_slice(method.as_str().as_bytes());
     dst.push(b' ');
-    dst.extend_from_slice(target.as_bytes());
+    dst.extend_from_slice(req.target.as_str().as_bytes());
     dst.extend_from_slice(b" HTTP/1.1\r\n");
     let mut given = None;
     for (name, value) in headers {
@@ -163,10 +161,10 @@ pub(crate) fn encode_request(
         }
         field(dst, name.as_str().as_bytes(), value.as_bytes());
     }
-    if let Some(f) = forwarded {
+    if let Some(f) = req.forwarded {
         field(dst, b"x-forwarded-for", f.peer.as_bytes());
         field(dst, b"x-forwarded-proto", f.proto.as_bytes());
-        if let Some(h) = &f.host {
+        if let Some(h) = req.host {
             field(dst, b"x-forwarded-host", h.as_bytes());
         }
     }

@@ -1,6 +1,6 @@
 use super::*;
-use crate::proxy::node_request::ForwardedFields;
-use http::HeaderValue;
+use crate::proxy::node_request::{ForwardedFields, NodeRequest};
+use http::{HeaderMap, HeaderValue};
 
 fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -10,23 +10,40 @@ fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
     h
 }
 
+/// The head of a request with `method`, target `target`, `fields`, and `forwarded` fields with
+/// `host`, as [`encode_request`] writes it, and its framing.
+fn encoded_with(
+    method: Method,
+    target: &'static str,
+    fields: &[(&'static str, &'static str)],
+    forwarded: Option<&ForwardedFields>,
+    host: Option<&HeaderValue>,
+    exact: Option<u64>,
+    empty: bool,
+) -> (String, Option<u64>) {
+    let target = http::uri::PathAndQuery::from_static(target);
+    let fields = headers(fields);
+    let req = NodeRequest {
+        method: &method,
+        target: &target,
+        headers: &fields,
+        forwarded,
+        host,
+        gate: None,
+        raw_answer: false,
+    };
+    let mut dst = Vec::new();
+    let framing = encode_request(&mut dst, &req, exact, empty);
+    (String::from_utf8(dst).expect("ascii"), framing)
+}
+
 fn encoded(
     method: Method,
     fields: &[(&'static str, &'static str)],
     exact: Option<u64>,
     empty: bool,
 ) -> (String, Option<u64>) {
-    let mut dst = Vec::new();
-    let framing = encode_request(
-        &mut dst,
-        &method,
-        "/a?b=1",
-        &headers(fields),
-        None,
-        exact,
-        empty,
-    );
-    (String::from_utf8(dst).expect("ascii"), framing)
+    encoded_with(method, "/a?b=1", fields, None, None, exact, empty)
 }
 
 #[test]
@@ -42,41 +59,32 @@ fn forwarded_fields_kept_beside_the_map_follow_its_fields() {
     let forwarded = ForwardedFields {
         peer: HeaderValue::from_static("10.0.0.7"),
         proto: "https",
-        host: Some(HeaderValue::from_static("api.example")),
     };
-    let mut dst = Vec::new();
-    let framing = encode_request(
-        &mut dst,
-        &Method::POST,
-        "/up",
-        &headers(&[("host", "api.example"), ("x-a", "1")]),
-        Some(&forwarded),
-        Some(3),
-        false,
-    );
-    assert_eq!(framing, Some(3));
+    let host = HeaderValue::from_static("api.example");
     assert_eq!(
-        String::from_utf8(dst.clone()).expect("ascii"),
-        "POST /up HTTP/1.1\r\nhost: api.example\r\nx-a: 1\r\nx-forwarded-for: 10.0.0.7\r\n\
-         x-forwarded-proto: https\r\nx-forwarded-host: api.example\r\ncontent-length: 3\r\n\r\n"
+        encoded_with(
+            Method::POST,
+            "/up",
+            &[("host", "api.example"), ("x-a", "1")],
+            Some(&forwarded),
+            Some(&host),
+            Some(3),
+            false,
+        ),
+        (
+            "POST /up HTTP/1.1\r\nhost: api.example\r\nx-a: 1\r\nx-forwarded-for: 10.0.0.7\r\n\
+             x-forwarded-proto: https\r\nx-forwarded-host: api.example\r\ncontent-length: 3\r\n\r\n"
+                .to_owned(),
+            Some(3)
+        )
     );
     // Without a host, no X-Forwarded-Host line.
     let plain = ForwardedFields {
-        host: None,
         proto: "http",
         ..forwarded
     };
-    encode_request(
-        &mut dst,
-        &Method::GET,
-        "/",
-        &HeaderMap::new(),
-        Some(&plain),
-        Some(0),
-        true,
-    );
     assert_eq!(
-        String::from_utf8(dst).expect("ascii"),
+        encoded_with(Method::GET, "/", &[], Some(&plain), None, Some(0), true).0,
         "GET / HTTP/1.1\r\nx-forwarded-for: 10.0.0.7\r\nx-forwarded-proto: http\r\n\r\n"
     );
 }
