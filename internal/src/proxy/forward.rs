@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use http::{Method, Request, Response};
+use http::{Method, Request};
 use tokio::time::Instant;
 
 use super::body::{BodyTap, Replay};
@@ -14,6 +14,7 @@ use super::client_body::request_body;
 use super::context::{Kind, RequestCtx};
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
+use super::http1::node_fields::Answer;
 use super::node_request::NodeRequest;
 use super::outbound::Outbound;
 use super::respond::ProxyError;
@@ -54,7 +55,7 @@ pub(crate) async fn forward(
     req: Request<ProxyBody>,
     out: Outbound,
     log: &mut LogCtx,
-) -> Result<Response<ProxyBody>, ProxyError> {
+) -> Result<Answer<ProxyBody>, ProxyError> {
     let method = req.method().clone();
     // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
     let gate = (req.version() == http::Version::HTTP_11
@@ -135,7 +136,7 @@ impl Attempts {
         &mut self,
         body: ProxyBody,
         log: &mut LogCtx,
-    ) -> Result<Result<Response<ProxyBody>, Failed>, ProxyError> {
+    ) -> Result<Result<Answer<ProxyBody>, Failed>, ProxyError> {
         let node = self.node.clone();
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
@@ -181,7 +182,7 @@ impl Attempts {
         if let Some(g) = &self.gate {
             g.answered();
         }
-        let status = sent.status();
+        let status = sent.response.status();
         if status.is_server_error() {
             let detail = format!("status {}", status.as_u16());
             node.runtime

@@ -67,6 +67,7 @@ use crate::selection::version;
 pub use access::LogCtx;
 use context::{Kind, RequestCtx};
 pub use error::ProxyError;
+use http1::node_fields::Answer;
 use respond::render;
 
 /// Boxed error for bodies (the cause of a failed body frame; read with `downcast_ref`).
@@ -157,18 +158,29 @@ impl Proxy {
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
-        self.serve(req, dc, None).await
+        let answer = self.serve(req, dc, None).await?;
+        // Asked with `raw_answer: false` (an HTTP/2 client), the node's fields are in the map
+        // already; should a caller ever ask for them as bytes, they are added to it here.
+        Ok(answer.into_response().unwrap_or_else(|why| {
+            tracing::warn!(error = why, "a node's answer field could not be relayed");
+            respond::json_error(
+                http::StatusCode::BAD_GATEWAY,
+                "malformed response from node",
+            )
+        }))
     }
 
     /// Handles one downstream request from `dc`, as [`Proxy::handle`]; `on_upgrade`, given by the
     /// gateway's own HTTP/1.1 driver for an upgrade head, is where a WebSocket takes the client's
     /// socket once the `101` went out ([`http1::upgrade`]); `None` takes hyper's upgrade.
+    /// Returns the answer with an HTTP/1.x node's fields as bytes beside it when the client
+    /// speaks HTTP/1.x ([`Answer`]).
     pub async fn serve(
         self: Arc<Self>,
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
         on_upgrade: Option<http1::upgrade::OnUpgrade>,
-    ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+    ) -> Result<Answer<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
         let kind = context::kind_of(&req);
         let upgrade = req.headers().get(header::UPGRADE);
@@ -194,10 +206,11 @@ impl Proxy {
             .await
         {
             Ok(resp) => resp,
-            Err(err) => self.fail(&err, kind, start, &mut log),
+            Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
         };
-        if h1_upgrade && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            resp.headers_mut()
+        if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            resp.response
+                .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         Ok(resp)
@@ -212,7 +225,7 @@ impl Proxy {
         start: Instant,
         log: &mut LogCtx,
         on_upgrade: Option<http1::upgrade::OnUpgrade>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    ) -> Result<Answer<ProxyBody>, ProxyError> {
         guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
         let matched = route::match_route(&table, &req, start)?;
@@ -273,7 +286,8 @@ impl Proxy {
                 upgrade,
                 log,
             )
-            .await;
+            .await
+            .map(Answer::from);
         }
         forward::forward(
             self.clone(),

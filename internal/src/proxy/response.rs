@@ -11,7 +11,7 @@ use super::body::{BodyTap, Completion, ResponseBody};
 use super::context::RequestCtx;
 use super::grpc;
 use super::grpc_call::CallBody;
-use super::http1::node_fields::NodeFields;
+use super::http1::node_fields::Answer;
 use super::upstream::UpstreamBody;
 use super::{headers, LogCtx, Proxy, ProxyBody};
 use crate::registry::{InflightGuard, Node};
@@ -29,11 +29,15 @@ pub(crate) fn respond(
     ctx: &RequestCtx,
     node: &Node,
     call_deadline: Option<Instant>,
-    sent: Response<UpstreamBody>,
+    sent: Answer<UpstreamBody>,
     inflight: InflightGuard,
     tap: BodyTap,
     log: LogCtx,
-) -> Response<ProxyBody> {
+) -> Answer<ProxyBody> {
+    let Answer {
+        response: sent,
+        mut node_fields,
+    } = sent;
     let (mut parts, incoming) = sent.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
     let mut log = log;
@@ -51,7 +55,6 @@ pub(crate) fn respond(
     // [`super::http1::node_head`]).
     // An HTTP/1.x node's fields kept as bytes had these rules applied as they were parsed
     // ([`super::http1::node_fields`]); the map then holds only what the gateway adds.
-    let node_fields = parts.extensions.get_mut::<NodeFields>();
     if node_fields.is_none() {
         if parts.status == http::StatusCode::NO_CONTENT {
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -62,7 +65,7 @@ pub(crate) fn respond(
     }
     if let Some(v) = ctx.issued_id() {
         // Set, not added: a node's field of the same name is not passed on.
-        if let Some(node) = node_fields {
+        if let Some(node) = node_fields.as_mut() {
             node.drop_named(p.settings.affinity_header.as_str().as_bytes());
         }
         parts.headers.insert(p.settings.affinity_header.clone(), v);
@@ -80,5 +83,8 @@ pub(crate) fn respond(
     } else {
         ResponseBody::new(incoming, done).boxed_unsync()
     };
-    Response::from_parts(parts, body)
+    Answer {
+        response: Response::from_parts(parts, body),
+        node_fields,
+    }
 }

@@ -19,11 +19,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
 use http_body::{Body, Frame, SizeHint};
 
 use super::http1::node_body::NodeBody;
 use super::http1::node_conn::{self, Handshook, NodeConn};
+use super::http1::node_fields::Answer;
 use super::http1::pool::{Home, Pool};
 use super::node_request::NodeRequest;
 pub use super::send_error::{connect_detail, describe, is_refused, is_unprocessed, SendError};
@@ -126,7 +126,8 @@ impl Upstream {
     /// Sends `head` and `body` to `node` on a pooled or new connection and returns the node's
     /// answer (head and streaming body). A pooled HTTP/1.1 connection that turns out stale before
     /// the request is written is replaced by a new one transparently; an HTTP/1.1 connection goes
-    /// back to the pool by itself when the answer's body ends cleanly.
+    /// back to the pool by itself when the answer's body ends cleanly. An HTTP/1.1 node's fields
+    /// come as bytes beside the response when `head.raw_answer` asks for them ([`Answer`]).
     ///
     /// # Errors
     /// [`SendError`] saying whether anything was sent (with the body when nothing was).
@@ -135,13 +136,13 @@ impl Upstream {
         node: &Node,
         head: NodeRequest<'_>,
         body: ProxyBody,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    ) -> Result<Answer<UpstreamBody>, SendError> {
         match node.settings.protocol {
             Protocol::Http1 => self.send_h1(node, head, body).await,
             Protocol::H2c | Protocol::H2 => {
                 let req = super::outbound::build(head, node, body);
                 let response = self.h2.send(node, self.connect_timeout, req).await?;
-                Ok(response.map(UpstreamBody::H2))
+                Ok(Answer::from(response.map(UpstreamBody::H2)))
             }
         }
     }
@@ -151,7 +152,7 @@ impl Upstream {
         node: &Node,
         head: NodeRequest<'_>,
         mut body: ProxyBody,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    ) -> Result<Answer<UpstreamBody>, SendError> {
         loop {
             let (conn, reused) = match self.pool.checkout(&node.id) {
                 Some(c) => (c, true),

@@ -31,14 +31,14 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::io::AsyncWrite;
 
 use super::body::{lock, BodyRead, ConnBody, Io, Shared};
 use super::chunked::{self, CHUNK_END, LAST_CHUNK};
-use super::node_fields::NodeFields;
+use super::node_fields::Answer;
 use super::request::{self, Framing};
 use super::response::{self, Answering, BodyLen, Encoding};
 use super::upgrade::{self, Socket};
@@ -101,7 +101,7 @@ pub async fn serve<I: Socket>(
                     http10,
                     keep_alive: false,
                 };
-                let _ = write_response(&shared, resp, a, &mut out).await;
+                let _ = write_response(&shared, Answer::from(resp), a, &mut out).await;
                 close(&shared).await;
                 return;
             }
@@ -173,7 +173,7 @@ pub async fn serve<I: Socket>(
         };
         draining |= watch.is_signaled();
         let body_done = lock(&shared).body.is_done();
-        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+        let switching = resp.response.status() == StatusCode::SWITCHING_PROTOCOLS;
         let a = Answering {
             method: &method,
             http10,
@@ -225,11 +225,11 @@ async fn hand_on<I: Socket>(shared: Shared<I>, handoff: upgrade::Handoff) {
 /// The socket's write error; a body that failed mid-answer (the connection must close).
 async fn write_response<I: AsyncWrite + Unpin>(
     shared: &Shared<I>,
-    resp: Response<ProxyBody>,
+    answer: Answer<ProxyBody>,
     a: Answering<'_>,
     out: &mut Vec<u8>,
 ) -> io::Result<bool> {
-    let (parts, mut body) = resp.into_parts();
+    let (parts, mut body) = answer.response.into_parts();
     let reason = parts
         .extensions
         .get::<hyper::ext::ReasonPhrase>()
@@ -240,7 +240,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
     };
     out.clear();
     let fields = response::Fields {
-        node: parts.extensions.get::<NodeFields>(),
+        node: answer.node_fields.as_ref(),
         map: &parts.headers,
     };
     let head = response::encode_head(out, parts.status, reason, fields, a, len);

@@ -27,6 +27,7 @@ use http::{Method, Response, StatusCode};
 use http_body::Body as _;
 
 use super::node_body::NodeBody;
+use super::node_fields::Answer;
 use super::node_head::{self, ResponseHead};
 pub use super::node_io::{NodeConn, NodeError};
 use super::node_pump::{Pump, PumpError};
@@ -51,7 +52,7 @@ pub async fn send(
     head: NodeRequest<'_>,
     body: ProxyBody,
     home: Home,
-) -> Result<Response<NodeBody>, SendError> {
+) -> Result<Answer<NodeBody>, SendError> {
     match exchange(conn, reused, head, body, home, false).await? {
         Answered::Answer(r) => Ok(r),
         Answered::Switched { .. } => unreachable!("a 101 is an error unless an upgrade was asked"),
@@ -89,14 +90,19 @@ pub async fn handshake(
 ) -> Result<Handshook, SendError> {
     let body = crate::proxy::body::full(Bytes::new());
     Ok(match exchange(conn, false, head, body, home, true).await? {
-        Answered::Answer(r) => Handshook::Answer(r),
+        // Asked with `raw_answer: false` (a handshake's answer reaches hyper's map or the
+        // relay), so every field is in the map.
+        Answered::Answer(r) => Handshook::Answer(r.response),
         Answered::Switched { head, io, early } => Handshook::Switched { head, io, early },
     })
 }
 
 /// What [`exchange`] returns: [`Handshook`] by another name, private to the two entry points.
+// The large variant is the common one (every answer); boxing it would cost an allocation per
+// request, and the value lives only from `exchange` to its two callers.
+#[allow(clippy::large_enum_variant)]
 enum Answered {
-    Answer(Response<NodeBody>),
+    Answer(Answer<NodeBody>),
     Switched {
         head: http::response::Parts,
         io: NodeStream,
@@ -149,7 +155,7 @@ async fn exchange(
     let (framing, reusable) = (head.framing, head.reusable);
     home.ttl = pool::ttl(home.ttl, head.keep_alive_timeout);
     let switching = head.status == StatusCode::SWITCHING_PROTOCOLS;
-    let parts = match head.into_parts(req.raw_answer && !upgrade) {
+    let (parts, node_fields) = match head.into_parts(req.raw_answer && !upgrade) {
         Ok(p) => p,
         Err(e) => return Err(SendError::Sent(Box::new(NodeError::from(e)))),
     };
@@ -162,7 +168,10 @@ async fn exchange(
         });
     }
     let body = NodeBody::new(conn, framing, reusable, pump, home);
-    Ok(Answered::Answer(Response::from_parts(parts, body)))
+    Ok(Answered::Answer(Answer {
+        response: Response::from_parts(parts, body),
+        node_fields,
+    }))
 }
 
 /// What the head's reader works with besides the connection.

@@ -78,14 +78,19 @@ pub struct ResponseHead {
 }
 
 impl ResponseHead {
-    /// The head as `http` parts. With `raw` (the client speaks HTTP/1.x, whose writer reads
-    /// [`NodeFields`]), an answer that is not a `101`, gRPC or of a custom reason keeps its fields
-    /// as bytes in the parts' extensions and leaves the map empty for what the gateway adds;
-    /// otherwise the map holds them (a `101` every field, else those passed on).
+    /// The head as `http` parts, and the fields kept as bytes. With `raw` (the client speaks
+    /// HTTP/1.x, whose writer reads [`NodeFields`]), an answer that is not a `101`, gRPC or of a
+    /// custom reason keeps its fields as bytes (returned beside the parts, for an
+    /// [`super::node_fields::Answer`]) and leaves the map empty for what the gateway adds;
+    /// otherwise the map holds them (a `101` every field, else those passed on) and the second
+    /// value is `None`.
     ///
     /// # Errors
     /// [`HeadError::Malformed`] for a field `http` refuses (see [`NodeFields::into_map`]).
-    pub fn into_parts(self, raw: bool) -> Result<http::response::Parts, HeadError> {
+    pub fn into_parts(
+        self,
+        raw: bool,
+    ) -> Result<(http::response::Parts, Option<NodeFields>), HeadError> {
         let mut parts = http::Response::new(()).into_parts().0;
         parts.status = self.status;
         parts.version = if self.http11 {
@@ -95,8 +100,7 @@ impl ResponseHead {
         };
         let switching = self.status == StatusCode::SWITCHING_PROTOCOLS;
         if raw && !switching && !self.grpc && self.reason.is_none() {
-            parts.extensions.insert(self.fields);
-            return Ok(parts);
+            return Ok((parts, Some(self.fields)));
         }
         parts.headers = self
             .fields
@@ -105,7 +109,7 @@ impl ResponseHead {
         if let Some(r) = self.reason {
             parts.extensions.insert(r);
         }
-        Ok(parts)
+        Ok((parts, None))
     }
 }
 

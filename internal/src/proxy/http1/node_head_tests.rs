@@ -185,7 +185,8 @@ fn a_sized_answer_is_reusable_and_leaves_its_body_in_the_buffer() {
     assert!(h.reusable);
     assert_eq!(left, 3);
     assert!(h.reason.is_none());
-    let parts = h.into_parts(false).expect("valid");
+    let (parts, raw) = h.into_parts(false).expect("valid");
+    assert!(raw.is_none());
     assert_eq!(parts.headers["x-a"], "1");
 }
 
@@ -323,7 +324,10 @@ fn persistence_follows_the_version_and_connection() {
     assert!(!h.reusable);
     let h = head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n", Method::GET);
     assert!(!h.reusable);
-    assert_eq!(h.into_parts(true).expect("valid").version, Version::HTTP_10);
+    assert_eq!(
+        h.into_parts(true).expect("valid").0.version,
+        Version::HTTP_10
+    );
     let h = head(
         "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n",
         Method::GET,
@@ -349,8 +353,8 @@ fn a_custom_reason_is_kept_and_a_canonical_one_is_not() {
         Method::GET,
     );
     // A custom reason takes the map: the client's writer reads it from the extensions.
-    let parts = h.into_parts(true).expect("valid");
-    assert!(parts.extensions.get::<NodeFields>().is_none());
+    let (parts, raw) = h.into_parts(true).expect("valid");
+    assert!(raw.is_none());
     let r = parts
         .extensions
         .get::<hyper::ext::ReasonPhrase>()
@@ -429,21 +433,23 @@ fn a_field_the_gateway_sets_replaces_the_nodes_of_any_spelling() {
 #[test]
 fn raw_fields_are_kept_only_where_the_clients_writer_reads_them() {
     let wire = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-    let parts = head(wire, Method::GET).into_parts(true).expect("valid");
+    let (parts, raw) = head(wire, Method::GET).into_parts(true).expect("valid");
     assert!(parts.headers.is_empty());
-    assert!(parts.extensions.get::<NodeFields>().is_some());
-    let parts = head(wire, Method::GET).into_parts(false).expect("valid");
+    assert_eq!(raw.expect("kept as bytes").content_length(), Some(0));
+    let (parts, raw) = head(wire, Method::GET).into_parts(false).expect("valid");
     assert_eq!(parts.headers.len(), 1);
-    assert!(parts.extensions.get::<NodeFields>().is_none());
+    assert!(raw.is_none());
     // gRPC answers and 101s always get the map (a 101 with every field).
     let grpc =
         "HTTP/1.1 200 OK\r\ncontent-type: application/grpc+proto\r\ncontent-length: 0\r\n\r\n";
     let h = head(grpc, Method::POST);
     assert!(h.grpc);
-    assert_eq!(h.into_parts(true).expect("valid").headers.len(), 2);
+    let (parts, raw) = h.into_parts(true).expect("valid");
+    assert_eq!((parts.headers.len(), raw.is_none()), (2, true));
     let up =
         "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n";
-    let parts = head(up, Method::GET).into_parts(true).expect("valid");
+    let (parts, raw) = head(up, Method::GET).into_parts(true).expect("valid");
+    assert!(raw.is_none());
     assert_eq!(parts.headers["upgrade"], "websocket");
     assert_eq!(parts.headers["connection"], "upgrade");
 }
@@ -475,4 +481,44 @@ fn every_value_byte_httparse_accepts_is_one_http_accepts() {
         let http_ok = http::HeaderName::from_bytes(&[b'x', b, b'x']).is_ok();
         assert_eq!(ours, http_ok, "name byte {b:#04x}");
     }
+}
+
+#[test]
+fn an_answer_for_a_map_reader_gets_the_node_fields_under_the_gateways() {
+    let wire = "HTTP/1.1 200 OK\r\nx-a: 1\r\nx-conn-id: node\r\nset-cookie: a\r\nset-cookie: b\r\ncontent-length: 0\r\n\r\n";
+    let (parts, raw) = head(wire, Method::GET).into_parts(true).expect("valid");
+    let mut fields = raw.expect("kept as bytes");
+    // What respond() does for an issued id: the node's line stops, the gateway's is set.
+    fields.drop_named(b"x-conn-id");
+    let mut response = http::Response::from_parts(parts, ());
+    let gateway = response.headers_mut();
+    gateway.insert("x-conn-id", HeaderValue::from_static("gw"));
+    gateway.append("x-gw", HeaderValue::from_static("1"));
+    gateway.append("x-gw", HeaderValue::from_static("2"));
+    let answer = super::super::node_fields::Answer {
+        response,
+        node_fields: Some(fields),
+    };
+    let map = answer.into_response().expect("valid").headers().clone();
+    let all: Vec<(String, String)> = map
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_str().expect("ascii").to_owned()))
+        .collect();
+    let want = [
+        ("x-a", "1"),
+        ("set-cookie", "a"),
+        ("set-cookie", "b"),
+        ("content-length", "0"),
+        ("x-conn-id", "gw"),
+        ("x-gw", "1"),
+        ("x-gw", "2"),
+    ];
+    let mut got = all.clone();
+    got.sort();
+    let mut want: Vec<(String, String)> = want
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }
