@@ -7,7 +7,7 @@ use http::{header, Response};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::body::{BodyTap, Completion, ResponseBody};
+use super::body::{BodyTap, ResponseBody};
 use super::context::RequestCtx;
 use super::grpc;
 use super::grpc_call::CallBody;
@@ -73,10 +73,10 @@ pub(crate) fn respond(
     let status = parts.status.as_u16();
     let proxy = p.clone();
     let start = ctx.start;
-    let done: Completion = Box::new(move |bytes_out| {
+    let done = move |bytes_out| {
         drop(inflight);
         proxy.finish(&log, status, start, tap.bytes_in(), bytes_out);
-    });
+    };
     let body = if is_grpc {
         let call = CallBody::new(incoming, call_deadline, grpc_status);
         ResponseBody::new(call, done).boxed_unsync()

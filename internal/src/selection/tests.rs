@@ -198,7 +198,7 @@ fn empty_candidates_pick_nothing() {
 
 // === filters ===
 
-fn canary_nodes() -> Vec<Candidate> {
+fn canary_nodes() -> Candidates {
     let ns = nodes(&[
         (100, &[("version", "v1"), ("zone", "hz")]),
         (100, &[("Version", "v1"), ("zone", "sh")]),
@@ -266,7 +266,7 @@ fn version_filter_table() {
 
 #[test]
 fn avoided_versions_serve_when_nothing_else_is_left() {
-    let only_v2: Vec<Candidate> = canary_nodes()
+    let only_v2: Candidates = canary_nodes()
         .into_iter()
         .filter(|c| &*c.node.id == "n2")
         .collect();
@@ -310,7 +310,7 @@ fn zone_filter_table() {
         );
     }
     // Falls back to all when the zone's nodes are gone (e.g. not selectable, so not candidates).
-    let no_hz: Vec<Candidate> = canary_nodes()
+    let no_hz: Candidates = canary_nodes()
         .into_iter()
         .filter(|c| !["n0", "n2"].contains(&&*c.node.id))
         .collect();

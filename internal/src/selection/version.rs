@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::registry::Node;
 
-use super::{Candidate, Criteria, VersionMiss};
+use super::{Candidates, Criteria, VersionMiss};
 
 /// A node's version: metadata `key`, compared case-insensitively on the key.
 pub(crate) fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
@@ -18,13 +18,13 @@ pub(crate) fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
 /// split-reserved versions while any other candidate remains. With a version that no candidate
 /// has, keeps all and reports the miss.
 pub(crate) fn filter(
-    all: Vec<Candidate>,
+    all: Candidates,
     c: &Criteria<'_>,
-) -> (Vec<Candidate>, Option<VersionMiss>) {
+) -> (Candidates, Option<VersionMiss>) {
     match c.version {
         Some(v) => {
             let total = all.len();
-            let matched: Vec<Candidate> = all
+            let matched: Candidates = all
                 .iter()
                 .filter(|cand| node_version(&cand.node, c.metadata_key) == Some(v))
                 .cloned()
@@ -42,7 +42,7 @@ pub(crate) fn filter(
             }
         }
         None if !c.avoid_versions.is_empty() => {
-            let rest: Vec<Candidate> = all
+            let rest: Candidates = all
                 .iter()
                 .filter(|cand| {
                     !node_version(&cand.node, c.metadata_key)

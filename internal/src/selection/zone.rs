@@ -1,12 +1,12 @@
 //! The zone filter (SPEC section 6): same-zone nodes first when the gateway has a zone; all nodes
 //! when none is selectable there. Nodes without a zone never match a zone.
 
-use super::Candidate;
+use super::Candidates;
 
 /// Keeps candidates in `zone` if any; otherwise all.
-pub(crate) fn filter(all: Vec<Candidate>, zone: Option<&str>) -> Vec<Candidate> {
+pub(crate) fn filter(all: Candidates, zone: Option<&str>) -> Candidates {
     let Some(zone) = zone else { return all };
-    let same: Vec<Candidate> = all
+    let same: Candidates = all
         .iter()
         .filter(|c| {
             c.node
