@@ -32,6 +32,9 @@ use crate::proxy::head::{self, HeadFacts, HeadLimits, Refusal};
 
 /// Header slots kept on the stack per parse; a larger `max_headers` takes a heap slice.
 const STACK_HEADERS: usize = 128;
+/// Field spans kept on the stack per parse (zeroed per request, so fewer than the slots: most
+/// heads have a handful of fields); a head with more takes a heap slice.
+const STACK_SPANS: usize = 32;
 /// Fields the outbound phase may add to a request's map (`X-Forwarded-For`, `-Proto`, `-Host`,
 /// the conn id, `Connection`/`Upgrade`): the map is sized for them up front.
 const OUTBOUND_FIELDS: usize = 6;
@@ -117,7 +120,7 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     // Single spaces (httparse's default): the line is exactly this long.
     head::target(target, method.len() + target.len() + 12, limits)?;
     // Offsets of each name and value in the head ([start, len] twice); on the stack for up to
-    // STACK_HEADERS fields (an allocation less per request than a Vec).
+    // STACK_SPANS fields (an allocation less per request than a Vec).
     let base = bytes.as_ptr() as usize;
     let at = |s: &[u8]| [(s.as_ptr() as usize - base) as u32, s.len() as u32];
     let path = at(target.as_bytes());
@@ -125,9 +128,9 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     let mut saw_close = false;
     let mut expect_continue = false;
     let n = req.headers.len();
-    let mut stack_spans = [[0u32; 4]; STACK_HEADERS];
+    let mut stack_spans = [[0u32; 4]; STACK_SPANS];
     let mut heap_spans = Vec::new();
-    let spans: &mut [[u32; 4]] = if n <= STACK_HEADERS {
+    let spans: &mut [[u32; 4]] = if n <= STACK_SPANS {
         &mut stack_spans[..n]
     } else {
         heap_spans.resize(n, [0u32; 4]);
