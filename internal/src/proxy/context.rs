@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::head::Present;
 use super::respond::Dialect;
 use crate::hopper::ConnId;
 use crate::registry::NodeId;
@@ -35,13 +36,16 @@ impl Kind {
 }
 
 /// What `req` is: a WebSocket (an HTTP/1.1 `Upgrade: websocket` or an RFC 8441 extended
-/// CONNECT), else gRPC by its `content-type`, else plain HTTP.
-pub(crate) fn kind_of<B>(req: &http::Request<B>) -> Kind {
+/// CONNECT), else gRPC by its `content-type`, else plain HTTP. Fields `present` says are absent
+/// are not looked up.
+pub(crate) fn kind_of<B>(req: &http::Request<B>, present: Present) -> Kind {
     if super::headers::is_extended_connect(req)
-        || super::headers::is_websocket_upgrade(req.headers())
+        || (present.connection
+            && present.upgrade
+            && super::headers::is_websocket_upgrade(req.headers()))
     {
         Kind::WebSocket
-    } else if super::grpc::is_grpc(req.headers()) {
+    } else if present.content_type && super::grpc::is_grpc(req.headers()) {
         Kind::Grpc
     } else {
         Kind::Http
@@ -73,6 +77,8 @@ pub(crate) struct RequestCtx {
     /// When the failure behind a hop counted while selecting the node was first seen
     /// ([`crate::hopper::Placement::hop_seen`]); set by the select phase.
     pub hop_seen: Option<Instant>,
+    /// Which of the looked-up fields the request holds, as its parser saw them.
+    pub present: Present,
 }
 
 impl RequestCtx {

@@ -60,6 +60,7 @@ pub(crate) async fn forward(
     // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
     let gate = (req.version() == http::Version::HTTP_11
         && node.settings.protocol == Protocol::Http1
+        && ctx.present.expect
         && expect::wants_continue(&out.headers))
     .then(ContinueGate::new);
     let (mut body, tap) = request_body(

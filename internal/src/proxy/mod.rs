@@ -67,6 +67,7 @@ use crate::selection::version;
 pub use access::LogCtx;
 use context::{Kind, RequestCtx};
 pub use error::ProxyError;
+use head::Present;
 use http1::node_fields::Answer;
 use respond::render;
 
@@ -149,6 +150,24 @@ pub struct Proxy {
     pub shutdown: drain::Watch,
 }
 
+/// What the driver that read a request knows of it beside the `Request` itself.
+pub struct Handover {
+    /// Given by the gateway's own HTTP/1.1 driver for an upgrade head: where a WebSocket takes
+    /// the client's socket once the `101` went out ([`http1::upgrade`]); `None` takes hyper's
+    /// upgrade.
+    pub on_upgrade: Option<http1::upgrade::OnUpgrade>,
+    /// Which looked-up fields the request can hold (that driver's parser saw the names).
+    pub present: Present,
+}
+
+impl Handover {
+    /// A request hyper read (HTTP/2): its upgrade is hyper's, any field may be there.
+    pub const HYPER: Handover = Handover {
+        on_upgrade: None,
+        present: Present::UNKNOWN,
+    };
+}
+
 impl Proxy {
     /// Handles one downstream request from `dc` served by hyper (HTTP/2, where an RFC 8441
     /// WebSocket takes hyper's upgrade); never fails (a failure becomes the answer that
@@ -158,7 +177,7 @@ impl Proxy {
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
-        let answer = self.serve(req, dc, None).await?;
+        let answer = self.serve(req, dc, Handover::HYPER).await?;
         // Asked with `raw_answer: false` (an HTTP/2 client), the node's fields are in the map
         // already; should a caller ever ask for them as bytes, they are added to it here.
         Ok(answer.into_response().unwrap_or_else(|why| {
@@ -170,20 +189,22 @@ impl Proxy {
         }))
     }
 
-    /// Handles one downstream request from `dc`, as [`Proxy::handle`]; `on_upgrade`, given by the
-    /// gateway's own HTTP/1.1 driver for an upgrade head, is where a WebSocket takes the client's
-    /// socket once the `101` went out ([`http1::upgrade`]); `None` takes hyper's upgrade.
+    /// Handles one downstream request from `dc`, as [`Proxy::handle`], with what the driver that
+    /// read it knows beside it (`handed`: [`Handover`]).
     /// Returns the answer with an HTTP/1.x node's fields as bytes beside it when the client
     /// speaks HTTP/1.x ([`Answer`]).
     pub async fn serve(
         self: Arc<Self>,
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
-        on_upgrade: Option<http1::upgrade::OnUpgrade>,
+        handed: Handover,
     ) -> Result<Answer<ProxyBody>, std::convert::Infallible> {
         let start = Instant::now();
-        let kind = context::kind_of(&req);
-        let upgrade = req.headers().get(header::UPGRADE);
+        let kind = context::kind_of(&req, handed.present);
+        let upgrade = match handed.present.upgrade {
+            true => req.headers().get(header::UPGRADE),
+            false => None,
+        };
         // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
         // not be HTTP/1.x (CASE-13).
         let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
@@ -201,10 +222,7 @@ impl Proxy {
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
             ..LogCtx::default()
         };
-        let mut resp = match self
-            .phases(req, kind, &dc, start, &mut log, on_upgrade)
-            .await
-        {
+        let mut resp = match self.phases(req, kind, &dc, start, &mut log, handed).await {
             Ok(resp) => resp,
             Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
         };
@@ -224,8 +242,12 @@ impl Proxy {
         dc: &Arc<DownstreamConn>,
         start: Instant,
         log: &mut LogCtx,
-        on_upgrade: Option<http1::upgrade::OnUpgrade>,
+        handed: Handover,
     ) -> Result<Answer<ProxyBody>, ProxyError> {
+        let Handover {
+            on_upgrade,
+            present,
+        } = handed;
         guard::check_head(&req, &self.settings.limits)?;
         let table = self.routing.table();
         let matched = route::match_route(&table, &req, start)?;
@@ -253,6 +275,7 @@ impl Proxy {
             zone: self.settings.zone.clone(),
             start,
             hop_seen: None,
+            present,
         };
         let node = select::select(self, &mut ctx, dc, log).await?;
         // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).

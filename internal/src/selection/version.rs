@@ -17,10 +17,7 @@ pub(crate) fn node_version<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
 /// Keeps candidates whose version equals the wanted one. With none wanted, drops the nodes of
 /// split-reserved versions while any other candidate remains. With a version that no candidate
 /// has, keeps all and reports the miss.
-pub(crate) fn filter(
-    all: Candidates,
-    c: &Criteria<'_>,
-) -> (Candidates, Option<VersionMiss>) {
+pub(crate) fn filter(all: Candidates, c: &Criteria<'_>) -> (Candidates, Option<VersionMiss>) {
     match c.version {
         Some(v) => {
             let total = all.len();

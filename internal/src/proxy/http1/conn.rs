@@ -44,7 +44,7 @@ use super::response::{self, Answering, BodyLen, Encoding};
 use super::upgrade::{self, Socket};
 use crate::drain;
 use crate::proxy::head::HeadLimits;
-use crate::proxy::{DownstreamConn, Proxy, ProxyBody};
+use crate::proxy::{DownstreamConn, Handover, Proxy, ProxyBody};
 
 /// Serves HTTP/1.x requests on `io` (with `rbuf` already read off it) until the connection ends;
 /// see the module docs.
@@ -167,7 +167,18 @@ pub async fn serve<I: Socket>(
             }
             false => (None, None),
         };
-        let resp = match proxy.clone().serve(req, dc.clone(), on_upgrade).await {
+        let resp = match proxy
+            .clone()
+            .serve(
+                req,
+                dc.clone(),
+                Handover {
+                    on_upgrade,
+                    present: head.present,
+                },
+            )
+            .await
+        {
             Ok(r) => r,
             Err(never) => match never {},
         };

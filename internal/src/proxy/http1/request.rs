@@ -28,7 +28,7 @@ use std::mem::MaybeUninit;
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 
-use crate::proxy::head::{self, HeadFacts, HeadLimits, Refusal};
+use crate::proxy::head::{self, HeadFacts, HeadLimits, Present, Refusal};
 
 /// Header slots kept on the stack per parse; a larger `max_headers` takes a heap slice.
 const STACK_HEADERS: usize = 128;
@@ -61,6 +61,8 @@ pub struct Head {
     pub expect_continue: bool,
     /// An `Upgrade` field on HTTP/1.1, or `CONNECT`: the bytes after the head may not be HTTP/1.x.
     pub upgrade: bool,
+    /// Which of the fields the phases look up the head holds.
+    pub present: Present,
     /// The head's bytes as read (for handing an upgrade to another server).
     pub raw: Bytes,
 }
@@ -127,6 +129,7 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     let mut keep_alive = http11;
     let mut saw_close = false;
     let mut expect_continue = false;
+    let mut present = Present::NONE;
     let n = req.headers.len();
     let mut stack_spans = [[0u32; 4]; STACK_SPANS];
     let mut heap_spans = Vec::new();
@@ -162,6 +165,7 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
             )
         })?;
         if name == header::CONNECTION {
+            present.connection = true;
             if saw_close || has_token(value.as_bytes(), b"close") {
                 saw_close = true;
                 keep_alive = false;
@@ -169,7 +173,12 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
                 keep_alive = has_token(value.as_bytes(), b"keep-alive");
             }
         } else if name == header::EXPECT {
+            present.expect = true;
             expect_continue = http11 && value.as_bytes().eq_ignore_ascii_case(b"100-continue");
+        } else if name == header::UPGRADE {
+            present.upgrade = true;
+        } else if name == header::CONTENT_TYPE {
+            present.content_type = true;
         }
         headers.append(name, value);
     }
@@ -189,6 +198,7 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     };
     Ok(Some(Head {
         upgrade: facts.line.connect || (http11 && facts.upgrade),
+        present,
         parts,
         framing,
         keep_alive,

@@ -338,3 +338,30 @@ fn what_a_refused_head_says_of_its_request_line() {
     assert_eq!(seen(b"G(T / HTTP/1.1\r\n\r\n"), LineSeen::default());
     assert_eq!(seen(b"\x16\x03\x01\x02\x00"), LineSeen::default());
 }
+
+#[test]
+fn the_head_says_which_looked_up_fields_it_holds() {
+    let present = |wire: &[u8]| {
+        parse(&mut BytesMut::from(wire), &L)
+            .expect("valid")
+            .expect("complete")
+            .present
+    };
+    assert_eq!(
+        present(b"GET / HTTP/1.1\r\nHost: a\r\nX-Conn-Id: c\r\n\r\n"),
+        Present::NONE
+    );
+    assert_eq!(
+        present(b"GET / HTTP/1.1\r\nhost: a\r\nCONNECTION: Upgrade\r\nupgrade: websocket\r\nExpect: 100-continue\r\nContent-Type: application/grpc\r\n\r\n"),
+        Present::UNKNOWN,
+        "each of the four, in any case"
+    );
+    let p = present(b"POST / HTTP/1.0\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n");
+    assert_eq!(
+        (p.connection, p.upgrade, p.expect, p.content_type),
+        (false, false, false, true)
+    );
+    // Expect on HTTP/1.0 does not ask for a 100 (RFC 9110 section 10.1.1), but it is there.
+    let p = present(b"GET / HTTP/1.0\r\nexpect: 100-continue\r\n\r\n");
+    assert!(p.expect);
+}

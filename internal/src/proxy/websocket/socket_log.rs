@@ -111,6 +111,7 @@ mod tests {
             zone: None,
             start: Instant::now(),
             hop_seen: None,
+            present: crate::proxy::head::Present::UNKNOWN,
         };
         let log = LogCtx {
             method: Some(Method::GET),
