@@ -37,13 +37,24 @@ use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::conn::{sleep_until_opt, ConnTracker};
 use crate::http::{error_response, query_param, RespBody};
 use crate::State;
+
+/// Bytes tungstenite reads per call; a larger message takes several reads.
+const READ_CHUNK: usize = 4096;
+
+/// The socket's settings: tungstenite's defaults but a 4 KiB read chunk. Its default, 128 KiB,
+/// is allocated and zeroed for every socket: in a hop storm (`bench/ws-hop.sh`) the node taking
+/// ~5,000 new sockets at once spent most of its time in the page faults of those buffers, about
+/// as much CPU as the gateway re-dialling them.
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(READ_CHUNK)
+}
 
 /// After we send Close, how long the peer gets to answer before the socket is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -252,7 +263,9 @@ async fn session(
     tracker: Arc<ConnTracker>,
     state: Arc<State>,
 ) {
-    let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+    let mut ws =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(ws_config()))
+            .await;
     if ws.send(Message::text(hello)).await.is_err() {
         return;
     }
