@@ -58,36 +58,6 @@ impl<B> Answer<B> {
             node_fields: self.node_fields,
         }
     }
-
-    /// The answer for a client that reads only the map (HTTP/2 through hyper): the node's
-    /// fields kept as bytes, if any, added to it.
-    ///
-    /// # Errors
-    /// A field `http` refuses (none that httparse accepted: module docs).
-    pub fn into_response(self) -> Result<Response<B>, &'static str> {
-        let mut response = self.response;
-        if let Some(fields) = self.node_fields {
-            // The gateway's fields were set over the node's (the conn id it issued): each name
-            // the map holds replaces the node's lines of that name.
-            let gateway = std::mem::replace(response.headers_mut(), fields.into_map(false)?);
-            let map = response.headers_mut();
-            let mut last = None;
-            for (name, value) in gateway {
-                match name {
-                    Some(name) => {
-                        map.insert(name.clone(), value);
-                        last = Some(name);
-                    }
-                    None => {
-                        if let Some(name) = &last {
-                            map.append(name.clone(), value);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(response)
-    }
 }
 
 /// Where one field line's name and value lie in the head's bytes.
