@@ -175,8 +175,6 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
         } else if name == header::EXPECT {
             present.expect = true;
             expect_continue = http11 && value.as_bytes().eq_ignore_ascii_case(b"100-continue");
-        } else if name == header::UPGRADE {
-            present.upgrade = true;
         } else if name == header::CONTENT_TYPE {
             present.content_type = true;
         }
@@ -198,7 +196,11 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Result<Option<Head>, Re
     };
     Ok(Some(Head {
         upgrade: facts.line.connect || (http11 && facts.upgrade),
-        present,
+        // `Upgrade` the head's judge notes already (`facts.upgrade`).
+        present: Present {
+            upgrade: facts.upgrade,
+            ..present
+        },
         parts,
         framing,
         keep_alive,
