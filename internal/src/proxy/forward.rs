@@ -4,6 +4,7 @@
 //! penalty, the body replay, moving a bound id along with a retry, and the route timeout (no
 //! response head within it: 504; a gRPC deadline bounds head and stream alike, CASE-31).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use http::{Method, Request};
@@ -48,56 +49,60 @@ fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
 /// [`ProxyError::Timeout`] past the route timeout (or the call's gRPC deadline), the client's
 /// own body fault ([`ProxyError::client_fault`]), [`ProxyError::Connect`] / [`ProxyError::Upstream`]
 /// when no retry is left.
-pub(crate) async fn forward(
+///
+/// An `async` block for the reason [`Proxy::serve`] gives.
+pub(crate) fn forward(
     p: Arc<Proxy>,
     ctx: RequestCtx,
     node: Arc<Node>,
     req: Request<ProxyBody>,
     out: Outbound,
     log: &mut LogCtx,
-) -> Result<Answer<ProxyBody>, ProxyError> {
-    let method = req.method().clone();
-    // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
-    let gate = (req.version() == http::Version::HTTP_11
-        && node.settings.protocol == Protocol::Http1
-        && ctx.present.expect
-        && expect::wants_continue(&out.headers))
-    .then(ContinueGate::new);
-    let (mut body, tap) = request_body(
-        req.into_body(),
-        &p.settings.limits,
-        ctx.route.config.max_body,
-        gate.as_ref(),
-    );
-    // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
-    // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
-    // instead, head and stream alike, and each attempt tells the node what is left of it.
-    let budget = super::grpc_call::budget(
-        ctx.kind == Kind::Grpc,
-        &out.headers,
-        ctx.route.config.grpc_max_timeout,
-    );
-    let mut a = Attempts {
-        clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
-        deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
-        p,
-        ctx,
-        node,
-        method,
-        out,
-        gate,
-        tap: Some(tap),
-        budget,
-        spent: Spent::default(),
-        tried: Vec::new(),
-        failure_seen: None,
-    };
-    loop {
-        let failed = match a.send(body, log).await? {
-            Ok(resp) => return Ok(resp),
-            Err(failed) => failed,
+) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + '_ {
+    async move {
+        let method = req.method().clone();
+        // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
+        let gate = (req.version() == http::Version::HTTP_11
+            && node.settings.protocol == Protocol::Http1
+            && ctx.present.expect
+            && expect::wants_continue(&out.headers))
+        .then(ContinueGate::new);
+        let (mut body, tap) = request_body(
+            req.into_body(),
+            &p.settings.limits,
+            ctx.route.config.max_body,
+            gate.as_ref(),
+        );
+        // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
+        // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
+        // instead, head and stream alike, and each attempt tells the node what is left of it.
+        let budget = super::grpc_call::budget(
+            ctx.kind == Kind::Grpc,
+            &out.headers,
+            ctx.route.config.grpc_max_timeout,
+        );
+        let mut a = Attempts {
+            clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
+            deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
+            p,
+            ctx,
+            node,
+            method,
+            out,
+            gate,
+            tap: Some(tap),
+            budget,
+            spent: Spent::default(),
+            tried: Vec::new(),
+            failure_seen: None,
         };
-        body = a.after_failure(failed, log).await?;
+        loop {
+            let failed = match a.send(body, log).await? {
+                Ok(resp) => return Ok(resp),
+                Err(failed) => failed,
+            };
+            body = a.after_failure(failed, log).await?;
+        }
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) mod send_error;
 pub mod upstream;
 pub(crate) mod websocket;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
@@ -188,139 +189,149 @@ impl Proxy {
     /// read it knows beside it (`handed`: [`Handover`]).
     /// Returns the answer with an HTTP/1.x node's fields as bytes beside it when the client
     /// speaks HTTP/1.x ([`Answer`]).
-    pub async fn serve(
+    ///
+    /// An `async` block, not an `async fn`: an `async fn`'s future holds its arguments twice
+    /// (captured, and moved into the body's locals on the first poll; issue 16: a 240-byte
+    /// `Request` at every level of the request path). The block takes them as captured; nothing
+    /// runs before it, so making the future stays a few stores the caller's state takes in place.
+    pub fn serve(
         self: Arc<Self>,
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
         handed: Handover,
-    ) -> Result<Answer<ProxyBody>, std::convert::Infallible> {
-        let start = Instant::now();
-        let kind = context::kind_of(&req, handed.present);
-        let upgrade = match handed.present.upgrade {
-            true => req.headers().get(header::UPGRADE),
-            false => None,
-        };
-        // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
-        // not be HTTP/1.x (CASE-13).
-        let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
-        let mut log = LogCtx {
-            method: Some(req.method().clone()),
-            uri: Some(req.uri().clone()),
-            client: Some(dc.peer),
-            protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
-            // Read only for the access line ([`Proxy::finish`] writes none when it is off).
-            trace_id: if self.settings.access_log {
-                access::trace_id(req.headers())
-            } else {
-                None
-            },
-            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-            ..LogCtx::default()
-        };
-        let mut resp = match self.phases(req, kind, &dc, start, &mut log, handed).await {
-            Ok(resp) => resp,
-            Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
-        };
-        if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            resp.response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    ) -> impl Future<Output = Result<Answer<ProxyBody>, std::convert::Infallible>> {
+        async move {
+            let start = Instant::now();
+            let kind = context::kind_of(&req, handed.present);
+            let upgrade = match handed.present.upgrade {
+                true => req.headers().get(header::UPGRADE),
+                false => None,
+            };
+            // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
+            // not be HTTP/1.x (CASE-13).
+            let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
+            let mut log = LogCtx {
+                method: Some(req.method().clone()),
+                uri: Some(req.uri().clone()),
+                client: Some(dc.peer),
+                protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
+                // Read only for the access line ([`Proxy::finish`] writes none when it is off).
+                trace_id: if self.settings.access_log {
+                    access::trace_id(req.headers())
+                } else {
+                    None
+                },
+                client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
+                ..LogCtx::default()
+            };
+            let mut resp = match self.phases(req, kind, &dc, start, &mut log, handed).await {
+                Ok(resp) => resp,
+                Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
+            };
+            if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+                resp.response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(resp)
         }
-        Ok(resp)
     }
 
-    /// The phases in order (module docs); `Err` is answered by [`Proxy::fail`].
-    async fn phases(
-        self: &Arc<Self>,
+    /// The phases in order (module docs); `Err` is answered by [`Proxy::fail`]. An `async`
+    /// block for the reason [`Proxy::serve`] gives.
+    fn phases<'a>(
+        self: &'a Arc<Self>,
         mut req: Request<ProxyBody>,
         kind: Kind,
-        dc: &Arc<DownstreamConn>,
+        dc: &'a Arc<DownstreamConn>,
         start: Instant,
-        log: &mut LogCtx,
+        log: &'a mut LogCtx,
         handed: Handover,
-    ) -> Result<Answer<ProxyBody>, ProxyError> {
-        let Handover {
-            on_upgrade,
-            present,
-        } = handed;
-        guard::check_head(&req, &self.settings.limits)?;
-        let table = self.routing.table();
-        let matched = route::match_route(&table, &req, start)?;
-        log.route = Some(matched.route.id.clone());
-        log.table = Some(table.clone());
-        let h2 = req.version() == http::Version::HTTP_2;
-        let id = identify::identify(self, req.headers(), kind, h2, dc)?;
-        log.conn_id = id.conn_id.clone();
-        guard::check_declared_body(&req, matched.route.config.max_body)?;
-        let wanted = matched
-            .route
-            .config
-            .canary
-            .as_ref()
-            .map(|c| version::wanted(c, req.headers(), req.uri().query()))
-            .unwrap_or_default();
-        let mut ctx = RequestCtx {
-            kind,
-            h2,
-            route: matched.route,
-            table,
-            conn_id: id.conn_id,
-            issued: id.issued,
-            wanted,
-            zone: self.settings.zone.clone(),
-            start,
-            hop_seen: None,
-            present,
-        };
-        let node = select::select(self, &mut ctx, dc, log).await?;
-        // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-        let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
-        let (up_headers, forwarded) = outbound::node_headers(
-            self,
-            req.headers_mut(),
-            dc,
-            &ctx,
-            matched.host.as_ref(),
-            h1_node,
-        );
-        if kind == Kind::WebSocket {
-            // The socket may live for days: its log context must not keep hyper's read buffer
-            // (which the parsed target shares) alive, so the target is copied.
-            log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
-            let upgrade = match on_upgrade {
-                Some(own) => websocket::ClientUpgrade::Own(own),
-                None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+    ) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + 'a {
+        async move {
+            let Handover {
+                on_upgrade,
+                present,
+            } = handed;
+            guard::check_head(&req, &self.settings.limits)?;
+            let table = self.routing.table();
+            let matched = route::match_route(&table, &req, start)?;
+            log.route = Some(matched.route.id.clone());
+            log.table = Some(table.clone());
+            let h2 = req.version() == http::Version::HTTP_2;
+            let id = identify::identify(self, req.headers(), kind, h2, dc)?;
+            log.conn_id = id.conn_id.clone();
+            guard::check_declared_body(&req, matched.route.config.max_body)?;
+            let wanted = matched
+                .route
+                .config
+                .canary
+                .as_ref()
+                .map(|c| version::wanted(c, req.headers(), req.uri().query()))
+                .unwrap_or_default();
+            let mut ctx = RequestCtx {
+                kind,
+                h2,
+                route: matched.route,
+                table,
+                conn_id: id.conn_id,
+                issued: id.issued,
+                wanted,
+                zone: self.settings.zone.clone(),
+                start,
+                hop_seen: None,
+                present,
             };
-            // A hop counted at placement is served again once the node answers the upgrade.
-            let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
-            let target = matched.path_and_query;
-            return websocket::proxy(
+            let node = select::select(self, &mut ctx, dc, log).await?;
+            // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+            let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
+            let (up_headers, forwarded) = outbound::node_headers(
+                self,
+                req.headers_mut(),
+                dc,
+                &ctx,
+                matched.host.as_ref(),
+                h1_node,
+            );
+            if kind == Kind::WebSocket {
+                // The socket may live for days: its log context must not keep hyper's read buffer
+                // (which the parsed target shares) alive, so the target is copied.
+                log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
+                let upgrade = match on_upgrade {
+                    Some(own) => websocket::ClientUpgrade::Own(own),
+                    None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+                };
+                // A hop counted at placement is served again once the node answers the upgrade.
+                let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
+                let target = matched.path_and_query;
+                return websocket::proxy(
+                    self.clone(),
+                    ctx,
+                    node,
+                    req,
+                    up_headers,
+                    target,
+                    upgrade,
+                    log,
+                )
+                .await
+                .map(Answer::from);
+            }
+            forward::forward(
                 self.clone(),
                 ctx,
                 node,
                 req,
-                up_headers,
-                target,
-                upgrade,
+                outbound::Outbound {
+                    headers: up_headers,
+                    forwarded,
+                    host: matched.host,
+                    target: matched.path_and_query,
+                },
                 log,
             )
             .await
-            .map(Answer::from);
         }
-        forward::forward(
-            self.clone(),
-            ctx,
-            node,
-            req,
-            outbound::Outbound {
-                headers: up_headers,
-                forwarded,
-                host: matched.host,
-                target: matched.path_and_query,
-            },
-            log,
-        )
-        .await
     }
 
     /// The gateway's own answer to a request head from `dc` that [`http1::request`] refused

@@ -13,6 +13,7 @@
 //! a node's advertised `Keep-Alive: timeout=N` caps that (CASE-21; [`super::http1::pool`]). No
 //! task is spawned per HTTP/1.1 connection.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -131,51 +132,58 @@ impl Upstream {
     ///
     /// # Errors
     /// [`SendError`] saying whether anything was sent (with the body when nothing was).
-    pub async fn send(
-        &self,
-        node: &Node,
-        head: NodeRequest<'_>,
+    ///
+    /// An `async` block, not an `async fn`, so its future holds the arguments once (as
+    /// [`super::Proxy::serve`] says).
+    pub fn send<'a>(
+        &'a self,
+        node: &'a Node,
+        head: NodeRequest<'a>,
         body: ProxyBody,
-    ) -> Result<Answer<UpstreamBody>, SendError> {
-        match node.settings.protocol {
-            Protocol::Http1 => self.send_h1(node, head, body).await,
-            Protocol::H2c | Protocol::H2 => {
-                let req = super::outbound::build(head, node, body);
-                let response = self.h2.send(node, self.connect_timeout, req).await?;
-                Ok(Answer::from(response.map(UpstreamBody::H2)))
+    ) -> impl Future<Output = Result<Answer<UpstreamBody>, SendError>> + 'a {
+        async move {
+            match node.settings.protocol {
+                Protocol::Http1 => self.send_h1(node, head, body).await,
+                Protocol::H2c | Protocol::H2 => {
+                    let req = super::outbound::build(head, node, body);
+                    let response = self.h2.send(node, self.connect_timeout, req).await?;
+                    Ok(Answer::from(response.map(UpstreamBody::H2)))
+                }
             }
         }
     }
 
-    async fn send_h1(
-        &self,
-        node: &Node,
-        head: NodeRequest<'_>,
+    fn send_h1<'a>(
+        &'a self,
+        node: &'a Node,
+        head: NodeRequest<'a>,
         mut body: ProxyBody,
-    ) -> Result<Answer<UpstreamBody>, SendError> {
-        loop {
-            let (conn, reused) = match self.pool.checkout(&node.id) {
-                Some(c) => (c, true),
-                None => match self.connect(node).await {
-                    Ok(io) => (NodeConn::new(io), false),
-                    Err(e) => return Err(SendError::Connect(e, body)),
-                },
-            };
-            let home = Home {
-                pool: self.pool.clone(),
-                node: node.id.clone(),
-                ttl: self.idle_timeout,
-            };
-            match node_conn::send(conn, reused, head, body, home).await {
-                Ok(response) => return Ok(response.map(UpstreamBody::H1)),
-                // Stale pooled connection: nothing went out, try a fresh one.
-                Err(SendError::NotSent(_, back)) if reused => body = back,
-                Err(e @ SendError::Stale(_)) => {
-                    // Its idle siblings were opened around the same time: likely closed too.
-                    self.pool.drop_idle(&node.id);
-                    return Err(e);
+    ) -> impl Future<Output = Result<Answer<UpstreamBody>, SendError>> + 'a {
+        async move {
+            loop {
+                let (conn, reused) = match self.pool.checkout(&node.id) {
+                    Some(c) => (c, true),
+                    None => match self.connect(node).await {
+                        Ok(io) => (NodeConn::new(io), false),
+                        Err(e) => return Err(SendError::Connect(e, body)),
+                    },
+                };
+                let home = Home {
+                    pool: self.pool.clone(),
+                    node: node.id.clone(),
+                    ttl: self.idle_timeout,
+                };
+                match node_conn::send(conn, reused, head, body, home).await {
+                    Ok(response) => return Ok(response.map(UpstreamBody::H1)),
+                    // Stale pooled connection: nothing went out, try a fresh one.
+                    Err(SendError::NotSent(_, back)) if reused => body = back,
+                    Err(e @ SendError::Stale(_)) => {
+                        // Its idle siblings were opened around the same time: likely closed too.
+                        self.pool.drop_idle(&node.id);
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
         }
     }
