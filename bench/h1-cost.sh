@@ -8,6 +8,7 @@
 # One backend nginx (return 200), the gateway (--workers 1) and an nginx proxy (one worker, the
 # run.sh config) pinned to core 0, wrk -t1 -c64 pinned to core 1; H1_SECS (5) per run, H1_ROUNDS
 # (3) interleaved rounds for CPU µs (medians printed), one strace and one perf run per target.
+# H1_RATE=N runs oha at a fixed N req/s over 16 connections instead (run.sh's fixed-rate row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -19,6 +20,7 @@ source "$ROOT/bench/lib.sh"
 GW=${1:-$ROOT/target/release/hopping-gateway}
 SECS=${H1_SECS:-5}
 ROUNDS=${H1_ROUNDS:-3}
+RATE=${H1_RATE:-}
 cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -53,7 +55,12 @@ NGXW=$(pgrep -P "$STARTED" | head -1)
 
 # run PORT -> requests served by one wrk run
 run() {
-  taskset -c 1 wrk -t1 -c64 -d"${SECS}s" "http://127.0.0.1:$1/" | awk '/requests in/ {print $1}'
+  if [ -n "$RATE" ]; then
+    taskset -c 1 oha -z "${SECS}s" -w -q "$RATE" -c 16 --worker-threads 1 --no-tui --output-format json "http://127.0.0.1:$1/" |
+      python3 -c 'import json, sys; print(sum(json.load(sys.stdin)["statusCodeDistribution"].values()))'
+  else
+    taskset -c 1 wrk -t1 -c64 -d"${SECS}s" "http://127.0.0.1:$1/" | awk '/requests in/ {print $1}'
+  fi
 }
 declare -A CPU
 for t in gateway nginx; do CPU[$t]=""; done
@@ -61,12 +68,13 @@ log "load before: $(uptime)"
 for r in $(seq 1 "$ROUNDS"); do
   for t in gateway nginx; do
     if [ $t = gateway ]; then port=$GP pid=$GWPID; else port=$NP pid=$NGXW; fi
-    c0=$(cpu_ticks "$pid")
+    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
     n=$(run "$port")
-    c1=$(cpu_ticks "$pid")
-    us=$(awk -v c=$((c1 - c0)) -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", c / hz * 1e6 / n}')
+    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    read -r us uus kus < <(awk -v u=$((u1 - u0)) -v k=$((s1 - s0)) -v n="$n" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN {f = 1e6 / hz / n; printf "%.2f %.2f %.2f\n", (u + k) * f, u * f, k * f}')
     CPU[$t]+="$us "
-    log "round $r $t: $n requests, $us CPU µs/request"
+    log "round $r $t: $n requests, $us CPU µs/request (user $uus, kernel $kus)"
   done
 done
 for t in gateway nginx; do
