@@ -1,10 +1,15 @@
-# hopping-gateway — see README.md. Every target uses the release profile (one build serves run, test and bench).
+# hopping-gateway — see README.md. run and test use the release profile (one build serves both); dist builds
+# the shipped gateway binary (the dist profile: release with LTO, Cargo.toml), which bench measures.
 CARGO ?= cargo
 
-.PHONY: build run test lint fmt bench fuzz clean
+.PHONY: build dist run test lint fmt bench fuzz clean
 
 build:
 	$(CARGO) build --release --workspace
+
+## The gateway binary as shipped: target/dist/hopping-gateway (release with LTO; a few minutes more).
+dist:
+	$(CARGO) build --profile dist --locked -p hopping-gateway
 
 ## Two mock backends (8081, 8082) and the gateway on 8000 with the embedded Go-compatible defaults.
 run: build
@@ -31,8 +36,8 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Side-by-side benchmark against nginx and HAProxy (not part of test or CI).
-bench: build
+## Side-by-side benchmark against nginx and HAProxy (not part of test or CI); the gateway row is the dist binary.
+bench: build dist
 	./bench/run.sh
 	./bench/store-costs.sh | tee bench/results/store-costs.md
 

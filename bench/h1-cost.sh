@@ -3,7 +3,7 @@
 # (utime+stime from /proc/<pid>/stat, as run.sh), syscalls/request (`strace -c -f`), context
 # switches and task-clock per request (`perf stat`). Not part of make bench; see bench/README.md.
 #
-#   bench/h1-cost.sh [GATEWAY_BINARY]     (default target/release/hopping-gateway)
+#   bench/h1-cost.sh [GATEWAY_BINARY]     (default target/dist/hopping-gateway)
 #
 # One backend nginx (return 200), the gateway (--workers 1) and an nginx proxy (one worker, the
 # run.sh config) pinned to core 0, wrk -t1 -c64 pinned to core 1; H1_SECS (5) per run, H1_ROUNDS
@@ -17,7 +17,7 @@ PIDS=()
 BENCH_TAG=h1-cost
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
-GW=${1:-$ROOT/target/release/hopping-gateway}
+GW=${1:-$ROOT/target/dist/hopping-gateway}
 SECS=${H1_SECS:-5}
 ROUNDS=${H1_ROUNDS:-3}
 RATE=${H1_RATE:-}

@@ -28,9 +28,9 @@ BENCH_TAG=bench-grpc
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 for t in nginx haproxy h2load taskset curl; do command -v "$t" >/dev/null || die "$t missing (h2load is nghttp2-client)"; done
-GW=${GW_BIN:-$ROOT/target/release/hopping-gateway}
+GW=${GW_BIN:-$ROOT/target/dist/hopping-gateway}
 MOCK=$ROOT/target/release/mock-backend
-[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build"
+[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build dist"
 
 W=$(mktemp -d /tmp/hopgw-bench-grpc.XXXXXX)
 chmod 755 "$W"

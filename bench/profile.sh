@@ -5,7 +5,7 @@
 #
 # Starts a backend nginx (return 200) and the gateway (--workers 1) under the chosen valgrind tool,
 # sends PROFILE_REQUESTS (20000) keep-alive requests with `oha -n` (-c 8), stops the gateway and
-# prints where the output is. PROFILE_GW names another gateway binary (default target/release/hopping-gateway).
+# prints where the output is. PROFILE_GW names another gateway binary (default target/dist/hopping-gateway).
 # `plain`: no conn id, access log off. A mode containing `connid`: every request carries X-Conn-Id
 # (memory store, so the id is bound). A mode containing `log`: the access log is on (written to a file). The profiled binary is copied next to the output.
 set -euo pipefail
@@ -63,11 +63,14 @@ hdr=()
 case $MODE in *connid*) hdr=(-H "X-Conn-Id: bench-conn-0001") ;; esac
 case $MODE in *log*) access=on ;; esac
 case $TOOL in
-  callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no) ;;
+  # PROFILE_VALGRIND_ARGS adds options, e.g. "--cache-sim=yes --branch-sim=yes" (simulated cache misses and
+  # branch mispredictions, bench/README stage 9).
+  # shellcheck disable=SC2206
+  callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no ${PROFILE_VALGRIND_ARGS:-}) ;;
   dhat) vg=(valgrind --tool=dhat --dhat-out-file="$OUT/dhat.$MODE.json") ;;
   *) echo "tool: callgrind or dhat" >&2; exit 2 ;;
 esac
-cp "${PROFILE_GW:-$ROOT/target/release/hopping-gateway}" "$OUT/hopping-gateway.$MODE"
+cp "${PROFILE_GW:-$ROOT/target/dist/hopping-gateway}" "$OUT/hopping-gateway.$MODE"
 "${vg[@]}" "$OUT/hopping-gateway.$MODE" --config "$W/conf/gw.toml" --listen "127.0.0.1:$GP" \
   --admin-listen "127.0.0.1:$AP" --workers 1 --access-log "$access" >"$W/gw.log" 2>"$OUT/$TOOL.$MODE.valgrind.log" &
 GWPID=$!

@@ -69,10 +69,10 @@ log "building the Pingora row's proxy (bench/pingora; the first build compiles P
 cargo build --release -q --manifest-path "$ROOT/bench/pingora/Cargo.toml" --target-dir "$ROOT/target/pingora"
 PINGORA=$ROOT/target/pingora/release/bench-pingora
 PINGORA_VERSION=$(awk '$0 == "name = \"pingora\"" {getline; gsub(/[^0-9.]/, ""); print; exit}' "$ROOT/bench/pingora/Cargo.lock" 2>/dev/null || true)
-GW=$ROOT/target/release/hopping-gateway
+GW=$ROOT/target/dist/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] && [ -x "$PINGORA" ] || die "binaries missing: run make build"
+[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] && [ -x "$PINGORA" ] || die "binaries missing: run make build dist"
 
 # ---------------------------------------------------------------- work dir, processes, cleanup
 W=$(mktemp -d /tmp/hopgw-bench.XXXXXX)

@@ -33,7 +33,7 @@ EOF
   toml_nodes "node-1=$M1 node-2=$M2"
   toml_catch_all r c
 } >"$dir/g.toml"
-RUST_LOG=warn $BIN/hopping-gateway --config "$dir/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >/tmp/store-costs-gw.log 2>&1 & pids+=($!)
+RUST_LOG=warn target/dist/hopping-gateway --config "$dir/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >/tmp/store-costs-gw.log 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -sf "127.0.0.1:$AP/readyz" >/dev/null && break; sleep 0.1; done
 rc() { redis-cli -p "$RP" "$@"; }
 calls() { rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {n+=$3} END {print n}'; }

@@ -24,10 +24,10 @@ BENCH_TAG=bench-tls
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 for t in nginx haproxy h2load openssl taskset curl; do command -v "$t" >/dev/null || die "$t missing (make bench installs nginx and haproxy; h2load is nghttp2-client)"; done
-GW=$ROOT/target/release/hopping-gateway
+GW=$ROOT/target/dist/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build"
+[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build dist"
 [ -x "$WSLOAD" ] || die "wsload missing: cargo build --release -p integration-tests --features bench --example wsload"
 # Two sockets per proxied WebSocket, plus the client's in this shell's children.
 ulimit -n "$(ulimit -Hn)"

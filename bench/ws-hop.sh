@@ -7,7 +7,7 @@
 # sockets on node-1, hopped, closed (should be 0), hop_ms p50/p99/max, all_hopped_ms, and the CPU
 # time of [gateway, node-2] from the kill to the last hop (cpu_ms_during_hops).
 #
-#   cargo build --release --workspace && \
+#   make build dist && \
 #   cargo build --release -p integration-tests --features bench --example wsload
 #   bench/ws-hop.sh            # WS_HOP_CONNS=10000 by default (capped by the open-files limit)
 #

@@ -4,7 +4,7 @@
 # `wsload` client opening idle sockets in steps. Prints wsload's JSON (kib_per_conn per step).
 # GW_WRAP="heaptrack -o /tmp/gw.heaptrack" runs the gateway under a profiler.
 #
-#   cargo build --release --workspace && \
+#   make build dist && \
 #   cargo build --release -p integration-tests --features bench --example wsload
 #   bench/ws-mem.sh            # WS_MEM_STEPS=2000 by default; e.g. WS_MEM_STEPS=2000,5000
 set -euo pipefail

@@ -13,7 +13,7 @@
 # Env: WS_MSG_SECS (10) per measurement, WS_MSG_ROUNDS (3), WS_MSG_CONNS (64 sockets),
 # WS_MSG_INFLIGHT (4 messages in flight per socket), WS_MSG_BYTES (64), WS_MSG_TARGETS
 # ("direct gateway nginx haproxy"), WS_MSG_PROXY_CPU (1), WS_MSG_LOAD_CPU (0), WS_MSG_GW (the gateway
-# binary, default target/release/hopping-gateway), WS_MSG_GW_BASE (a second gateway binary, measured
+# binary, default target/dist/hopping-gateway), WS_MSG_GW_BASE (a second gateway binary, measured
 # as target "gateway-base" when listed in WS_MSG_TARGETS: before/after in one run), WS_MSG_PROFILE (strace or perf: attach
 # `strace -c -f` or `perf stat -e context-switches,task-clock` to each proxy for its measurement;
 # the summary goes to stderr, divided by every round trip wsload saw, warm-up included), WS_MSG_WRAP
@@ -23,7 +23,7 @@
 # Output: one line per measurement on stdout, "TARGET<TAB>ROUND<TAB>wsload JSON"; a summary table
 # (medians over rounds) on stderr.
 #
-#   cargo build --release --workspace && \
+#   make build dist && \
 #   cargo build --release -p integration-tests --features bench --example wsload
 #   bench/ws-msg.sh            # bench/run.sh runs it for the "WebSocket messages" rows
 set -euo pipefail
@@ -38,7 +38,7 @@ BYTES=${WS_MSG_BYTES:-64}
 TARGETS=${WS_MSG_TARGETS:-direct gateway nginx haproxy}
 PCPU=${WS_MSG_PROXY_CPU:-1}
 LCPU=${WS_MSG_LOAD_CPU:-0}
-GW=${WS_MSG_GW:-$ROOT/target/release/hopping-gateway}
+GW=${WS_MSG_GW:-$ROOT/target/dist/hopping-gateway}
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
 export PATH="$PATH:/usr/sbin"

@@ -135,6 +135,8 @@ impl Upstream {
     ///
     /// An `async` block, not an `async fn`, so its future holds the arguments once (as
     /// [`super::Proxy::serve`] says).
+    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
+    #[allow(clippy::manual_async_fn)]
     pub fn send<'a>(
         &'a self,
         node: &'a Node,
@@ -153,6 +155,8 @@ impl Upstream {
         }
     }
 
+    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
+    #[allow(clippy::manual_async_fn)]
     fn send_h1<'a>(
         &'a self,
         node: &'a Node,
