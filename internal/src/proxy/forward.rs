@@ -51,7 +51,6 @@ fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
 /// when no retry is left.
 ///
 /// An `async` block for the reason [`Proxy::serve`] gives.
-// An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn forward(
     p: Arc<Proxy>,

@@ -194,7 +194,6 @@ impl Proxy {
     /// (captured, and moved into the body's locals on the first poll; issue 16: a 240-byte
     /// `Request` at every level of the request path). The block takes them as captured; nothing
     /// runs before it, so making the future stays a few stores the caller's state takes in place.
-    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
     #[allow(clippy::manual_async_fn)]
     pub fn serve(
         self: Arc<Self>,
@@ -241,7 +240,6 @@ impl Proxy {
 
     /// The phases in order (module docs); `Err` is answered by [`Proxy::fail`]. An `async`
     /// block for the reason [`Proxy::serve`] gives.
-    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
     #[allow(clippy::manual_async_fn)]
     fn phases<'a>(
         self: &'a Arc<Self>,

@@ -135,7 +135,6 @@ impl Upstream {
     ///
     /// An `async` block, not an `async fn`, so its future holds the arguments once (as
     /// [`super::Proxy::serve`] says).
-    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
     #[allow(clippy::manual_async_fn)]
     pub fn send<'a>(
         &'a self,
@@ -155,7 +154,8 @@ impl Upstream {
         }
     }
 
-    // An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
+    /// [`Upstream::send`] to an HTTP/1.1 node: a pooled connection, or a new one when none is idle
+    /// or the pooled one was stale before anything went out. An `async` block, as `send`.
     #[allow(clippy::manual_async_fn)]
     fn send_h1<'a>(
         &'a self,

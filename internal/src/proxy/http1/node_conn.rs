@@ -49,7 +49,6 @@ use crate::tls::client::NodeStream;
 ///
 /// An `async` block, not an `async fn`, so its future holds the arguments once (as
 /// [`crate::proxy::Proxy::serve`] says).
-// An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
 #[allow(clippy::manual_async_fn)]
 pub fn send(
     conn: NodeConn,
@@ -121,7 +120,6 @@ enum Answered {
 
 /// Steps 1–4 of the module docs; with `upgrade`, a `101` is the final answer. An `async` block
 /// for the reason [`send`] gives.
-// An async block, not an `async fn`: the future holds its arguments once (Proxy::serve).
 #[allow(clippy::manual_async_fn)]
 fn exchange(
     mut conn: NodeConn,
