@@ -11,6 +11,7 @@ source bench/lib.sh
 N=${1:-2000}
 P=${P:-32}
 BIN=target/release
+[ -x target/dist/hopping-gateway ] && [ -x $BIN/mock-backend ] || die "binaries missing: run make build dist"
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 RP=$(port); M1=$(port); M2=$(port); GP=$(port); AP=$(port)
 dir=$(mktemp -d)

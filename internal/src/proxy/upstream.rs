@@ -13,7 +13,6 @@
 //! a node's advertised `Keep-Alive: timeout=N` caps that (CASE-21; [`super::http1::pool`]). No
 //! task is spawned per HTTP/1.1 connection.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -132,62 +131,53 @@ impl Upstream {
     ///
     /// # Errors
     /// [`SendError`] saying whether anything was sent (with the body when nothing was).
-    ///
-    /// An `async` block, not an `async fn`, so its future holds the arguments once (as
-    /// [`super::Proxy::serve`] says).
-    #[allow(clippy::manual_async_fn)]
-    pub fn send<'a>(
-        &'a self,
-        node: &'a Node,
-        head: NodeRequest<'a>,
+    pub async fn send(
+        &self,
+        node: &Node,
+        head: NodeRequest<'_>,
         body: ProxyBody,
-    ) -> impl Future<Output = Result<Answer<UpstreamBody>, SendError>> + 'a {
-        async move {
-            match node.settings.protocol {
-                Protocol::Http1 => self.send_h1(node, head, body).await,
-                Protocol::H2c | Protocol::H2 => {
-                    let req = super::outbound::build(head, node, body);
-                    let response = self.h2.send(node, self.connect_timeout, req).await?;
-                    Ok(Answer::from(response.map(UpstreamBody::H2)))
-                }
+    ) -> Result<Answer<UpstreamBody>, SendError> {
+        match node.settings.protocol {
+            Protocol::Http1 => self.send_h1(node, head, body).await,
+            Protocol::H2c | Protocol::H2 => {
+                let req = super::outbound::build(head, node, body);
+                let response = self.h2.send(node, self.connect_timeout, req).await?;
+                Ok(Answer::from(response.map(UpstreamBody::H2)))
             }
         }
     }
 
     /// [`Upstream::send`] to an HTTP/1.1 node: a pooled connection, or a new one when none is idle
-    /// or the pooled one was stale before anything went out. An `async` block, as `send`.
-    #[allow(clippy::manual_async_fn)]
-    fn send_h1<'a>(
-        &'a self,
-        node: &'a Node,
-        head: NodeRequest<'a>,
+    /// or the pooled one was stale before anything went out.
+    async fn send_h1(
+        &self,
+        node: &Node,
+        head: NodeRequest<'_>,
         mut body: ProxyBody,
-    ) -> impl Future<Output = Result<Answer<UpstreamBody>, SendError>> + 'a {
-        async move {
-            loop {
-                let (conn, reused) = match self.pool.checkout(&node.id) {
-                    Some(c) => (c, true),
-                    None => match self.connect(node).await {
-                        Ok(io) => (NodeConn::new(io), false),
-                        Err(e) => return Err(SendError::Connect(e, body)),
-                    },
-                };
-                let home = Home {
-                    pool: self.pool.clone(),
-                    node: node.id.clone(),
-                    ttl: self.idle_timeout,
-                };
-                match node_conn::send(conn, reused, head, body, home).await {
-                    Ok(response) => return Ok(response.map(UpstreamBody::H1)),
-                    // Stale pooled connection: nothing went out, try a fresh one.
-                    Err(SendError::NotSent(_, back)) if reused => body = back,
-                    Err(e @ SendError::Stale(_)) => {
-                        // Its idle siblings were opened around the same time: likely closed too.
-                        self.pool.drop_idle(&node.id);
-                        return Err(e);
-                    }
-                    Err(e) => return Err(e),
+    ) -> Result<Answer<UpstreamBody>, SendError> {
+        loop {
+            let (conn, reused) = match self.pool.checkout(&node.id) {
+                Some(c) => (c, true),
+                None => match self.connect(node).await {
+                    Ok(io) => (NodeConn::new(io), false),
+                    Err(e) => return Err(SendError::Connect(e, body)),
+                },
+            };
+            let home = Home {
+                pool: self.pool.clone(),
+                node: node.id.clone(),
+                ttl: self.idle_timeout,
+            };
+            match node_conn::send(conn, reused, head, body, home).await {
+                Ok(response) => return Ok(response.map(UpstreamBody::H1)),
+                // Stale pooled connection: nothing went out, try a fresh one.
+                Err(SendError::NotSent(_, back)) if reused => body = back,
+                Err(e @ SendError::Stale(_)) => {
+                    // Its idle siblings were opened around the same time: likely closed too.
+                    self.pool.drop_idle(&node.id);
+                    return Err(e);
                 }
+                Err(e) => return Err(e),
             }
         }
     }

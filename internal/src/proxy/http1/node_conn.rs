@@ -18,7 +18,7 @@
 //! request handed back unsent; a reused connection the node had closed (EOF or reset before any
 //! byte of an answer: stale, CASE-21); or failed after sending.
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::task::{ready, Context, Poll};
 
@@ -46,24 +46,16 @@ use crate::tls::client::NodeStream;
 /// [`SendError::NotSent`] with `body` when the head could not be written;
 /// [`SendError::Stale`] when a reused connection was closed or reset before any byte of an answer;
 /// [`SendError::Sent`] otherwise (its [`NodeError`] says what failed; a `101` is one).
-///
-/// An `async` block, not an `async fn`, so its future holds the arguments once (as
-/// [`crate::proxy::Proxy::serve`] says).
-#[allow(clippy::manual_async_fn)]
-pub fn send(
+pub async fn send(
     conn: NodeConn,
     reused: bool,
     head: NodeRequest<'_>,
     body: ProxyBody,
     home: Home,
-) -> impl Future<Output = Result<Answer<NodeBody>, SendError>> + '_ {
-    async move {
-        match exchange(conn, reused, head, body, home, false).await? {
-            Answered::Answer(r) => Ok(r),
-            Answered::Switched { .. } => {
-                unreachable!("a 101 is an error unless an upgrade was asked")
-            }
-        }
+) -> Result<Answer<NodeBody>, SendError> {
+    match exchange(conn, reused, head, body, home, false).await? {
+        Answered::Answer(r) => Ok(r),
+        Answered::Switched { .. } => unreachable!("a 101 is an error unless an upgrade was asked"),
     }
 }
 
@@ -118,72 +110,68 @@ enum Answered {
     },
 }
 
-/// Steps 1–4 of the module docs; with `upgrade`, a `101` is the final answer. An `async` block
-/// for the reason [`send`] gives.
-#[allow(clippy::manual_async_fn)]
-fn exchange(
+/// Steps 1–4 of the module docs; with `upgrade`, a `101` is the final answer.
+async fn exchange(
     mut conn: NodeConn,
     reused: bool,
     req: NodeRequest<'_>,
     body: ProxyBody,
     mut home: Home,
     upgrade: bool,
-) -> impl Future<Output = Result<Answered, SendError>> + '_ {
-    async move {
-        let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
-        let length = node_head::encode_request(conn.wbuf(), &req, exact, empty);
-        if let Err(e) = conn.write_head().await {
-            return Err(SendError::NotSent(Box::new(NodeError::Write(e)), body));
-        }
-        let gate = req.gate;
-        let mut pump = Pump::new(body, length);
-        let mut read_any = false;
-        let mut write_error = None;
-        let head = poll_fn(|cx| {
-            let mut ask = Ask {
-                pump: &mut pump,
-                method: req.method,
-                gate,
-                upgrade,
-                read_any: &mut read_any,
-                write_error: &mut write_error,
-            };
-            poll_head(&mut conn, cx, &mut ask)
-        })
-        .await;
-        let head = match head {
-            Ok(h) => h,
-            Err(e) => {
-                let stale = reused && !read_any && is_closed(&e);
-                let e: BoxError = Box::new(e);
-                return Err(if stale {
-                    SendError::Stale(e)
-                } else {
-                    SendError::Sent(e)
-                });
-            }
+) -> Result<Answered, SendError> {
+    let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
+    let length = node_head::encode_request(conn.wbuf(), &req, exact, empty);
+    if let Err(e) = conn.write_head().await {
+        return Err(SendError::NotSent(Box::new(NodeError::Write(e)), body));
+    }
+    let gate = req.gate;
+    let mut pump = Pump::new(body, length);
+    let mut read_any = false;
+    let mut write_error = None;
+    let head = poll_fn(|cx| {
+        let mut ask = Ask {
+            pump: &mut pump,
+            method: req.method,
+            gate,
+            upgrade,
+            read_any: &mut read_any,
+            write_error: &mut write_error,
         };
-        let (framing, reusable) = (head.framing, head.reusable);
-        home.ttl = pool::ttl(home.ttl, head.keep_alive_timeout);
-        let switching = head.status == StatusCode::SWITCHING_PROTOCOLS;
-        let (parts, node_fields) = match head.into_parts(req.raw_answer && !upgrade) {
-            Ok(p) => p,
-            Err(e) => return Err(SendError::Sent(Box::new(NodeError::from(e)))),
-        };
-        if switching {
-            let (io, early) = conn.into_parts();
-            return Ok(Answered::Switched {
-                head: parts,
-                io,
-                early,
+        poll_head(&mut conn, cx, &mut ask)
+    })
+    .await;
+    let head = match head {
+        Ok(h) => h,
+        Err(e) => {
+            let stale = reused && !read_any && is_closed(&e);
+            let e: BoxError = Box::new(e);
+            return Err(if stale {
+                SendError::Stale(e)
+            } else {
+                SendError::Sent(e)
             });
         }
-        let body = NodeBody::new(conn, framing, reusable, pump, home);
-        Ok(Answered::Answer(Answer {
-            response: Response::from_parts(parts, body),
-            node_fields,
-        }))
+    };
+    let (framing, reusable) = (head.framing, head.reusable);
+    home.ttl = pool::ttl(home.ttl, head.keep_alive_timeout);
+    let switching = head.status == StatusCode::SWITCHING_PROTOCOLS;
+    let (parts, node_fields) = match head.into_parts(req.raw_answer && !upgrade) {
+        Ok(p) => p,
+        Err(e) => return Err(SendError::Sent(Box::new(NodeError::from(e)))),
+    };
+    if switching {
+        let (io, early) = conn.into_parts();
+        return Ok(Answered::Switched {
+            head: parts,
+            io,
+            early,
+        });
     }
+    let body = NodeBody::new(conn, framing, reusable, pump, home);
+    Ok(Answered::Answer(Answer {
+        response: Response::from_parts(parts, body),
+        node_fields,
+    }))
 }
 
 /// What the head's reader works with besides the connection.
