@@ -6,6 +6,13 @@
   profile_tools.py cg FILE REQUESTS callees REGEX [N]   what a function spends its Ir on
   profile_tools.py cg FILE REQUESTS callers REGEX [N]   who calls a function (e.g. '^__rustc::__rust_alloc$')
   profile_tools.py cgdiff A B REQUESTS [self|incl] [N]  per-request difference B - A (e.g. plain vs connid)
+  profile_tools.py hot FILE REQUESTS [MIN] [N]          the per-request code working set: distinct 64-byte
+                                                        lines of code run at least MIN (0.5) times per request,
+                                                        by crate and by function (needs --dump-instr=yes)
+  profile_tools.py atomics FILE REQUESTS BINARY [N]     atomic read-modify-writes per request (lock-prefixed
+                                                        and xchg-with-memory instructions of BINARY, the
+                                                        profiled copy), each with its inlined call chain
+                                                        (needs --dump-instr=yes; objdump and addr2line)
   profile_tools.py dhat FILE REQUESTS                   allocation sites per request (first frame in internal::)
   profile_tools.py dhatdiff A B REQUESTS                allocation sites that differ between two runs
 
@@ -38,12 +45,15 @@ def parse_callgrind(path):
         return names[m.group(1)]
 
     fn = cfn = pending = None
+    at = 1  # the column of the first cost: 2 with --dump-instr=yes ("positions: instr line")
     with open(path, errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
             if not line:
                 continue
-            if line.startswith("fn="):
+            if line.startswith("positions:"):
+                at = len(line.split()) - 1
+            elif line.startswith("fn="):
                 fn = name(line[3:])
             elif line.startswith("cfn="):
                 cfn = name(line[4:])
@@ -51,7 +61,7 @@ def parse_callgrind(path):
                 pending = int(line[6:].split()[0])
             elif line[0].isdigit() or line[0] in "+-*":
                 parts = line.split()
-                cost = int(parts[1]) if len(parts) > 1 else 0
+                cost = int(parts[at]) if len(parts) > at else 0
                 if pending is not None:
                     c = calls[(fn, cfn)]
                     c[0] += pending
@@ -111,6 +121,111 @@ def cgdiff(argv):
         print(f"{d:+9.0f} Ir/req  calls/req {a[3].get(k, 0) / reqs:5.2f} -> {b[3].get(k, 0) / reqs:5.2f}  {short(k)}")
 
 
+def instr_costs(path):
+    """Ir per instruction address and the function it belongs to, from a --dump-instr=yes file."""
+    names, files, fn, fl, addr, src, pending = {}, {}, None, None, 0, 0, False
+    ir, owner = collections.Counter(), {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith(("fl=", "fi=", "fe=", "cfi=", "cfl=")):
+                tok = line.split("=", 1)[1].rstrip("\n")
+                m = re.match(r"\((\d+)\)(?: (.*))?", tok)
+                if m and m.group(2) is not None:
+                    files[m.group(1)] = m.group(2)
+                if not line.startswith("c"):
+                    fl = files[m.group(1)] if m else tok
+            elif line.startswith(("fn=", "cfn=")):
+                tok = line.split("=", 1)[1].rstrip("\n")
+                m = re.match(r"\((\d+)\)(?: (.*))?", tok)
+                if m and m.group(2) is not None:
+                    names[m.group(1)] = m.group(2)
+                if line.startswith("fn="):
+                    fn = names[m.group(1)] if m else tok
+            elif line.startswith("calls="):
+                pending = True
+            elif line[:1] in "0123456789+-*":
+                parts = line.split()
+                tok = parts[0]
+                if tok.startswith("0x"):
+                    addr = int(tok, 16)
+                elif tok[0] in "+-":
+                    addr += (1 if tok[0] == "+" else -1) * int(tok[1:], 0)
+                ltok = parts[1] if len(parts) > 1 else "*"
+                if ltok[0] in "+-":
+                    src += (1 if ltok[0] == "+" else -1) * int(ltok[1:])
+                elif ltok != "*":
+                    src = int(ltok)
+                if pending:
+                    pending = False
+                    continue
+                cost = int(parts[2]) if len(parts) > 2 else 0
+                ir[addr] += cost
+                owner.setdefault(addr, (fn, fl, src))
+    return ir, owner
+
+
+def crate_of(fn):
+    fn = re.sub(r"^<", "", fn or "?")
+    m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)::", fn)
+    return m.group(1) if m else fn.split("(")[0][:40]
+
+
+def hot(argv):
+    ir, owner = instr_costs(argv[0])
+    reqs = float(argv[1])
+    floor = float(argv[2]) if len(argv) > 2 else 0.5
+    limit = int(argv[3]) if len(argv) > 3 else 40
+    lines, per_fn, per_crate, per_file = {}, collections.Counter(), collections.Counter(), collections.Counter()
+    for a, c in sorted(ir.items()):
+        if c >= floor * reqs:
+            lines.setdefault(a >> 6, owner[a])
+    for fn, fl, _ in lines.values():
+        per_fn[fn] += 1
+        per_crate[crate_of(fn)] += 1
+        per_file[re.sub(r".*/(src|library)/", "", fl or "?")] += 1
+    print(f"{len(lines)} lines of 64 bytes ({len(lines) * 64 / 1024:.1f} KiB) run >= {floor} times per request")
+    print("by crate:")
+    for k, n in per_crate.most_common(20):
+        print(f"  {n:5d} lines {n * 64 / 1024:6.1f} KiB  {k}")
+    print("by function:")
+    for k, n in per_fn.most_common(limit):
+        print(f"  {n:5d} lines  {short(k)}")
+    print("by source file (of the inlined code):")
+    for k, n in per_file.most_common(limit):
+        print(f"  {n:5d} lines  {short(k)}")
+    if len(argv) > 4:
+        print(f"source lines of functions matching {argv[4]!r}:")
+        per_src = collections.Counter()
+        for fn, fl, ln in lines.values():
+            if re.search(argv[4], fn or ""):
+                per_src[f"{re.sub(r'.*/(src|library)/', '', fl or '?')}:{ln}"] += 1
+        for k, n in per_src.most_common(limit):
+            print(f"  {n:5d} lines  {k}")
+
+
+def atomics(argv):
+    import subprocess
+
+    ir, _ = instr_costs(argv[0])
+    reqs, binary = float(argv[1]), argv[2]
+    limit = int(argv[3]) if len(argv) > 3 else 60
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", binary], capture_output=True, text=True).stdout
+    locked = {}
+    for line in dis.splitlines():
+        m = re.match(r"\s+([0-9a-f]+):\s+(lock \S+|xchg)\s*(.*)", line)
+        # xchg is atomic only with a memory operand (`xchg %ax,%ax` is a two-byte nop).
+        if m and (m.group(2) != "xchg" or "(" in m.group(3)):
+            locked[int(m.group(1), 16)] = m.group(2)
+    hot = sorted(((ir[a], a) for a in locked if ir.get(a, 0) >= 0.3 * reqs), reverse=True)
+    print(f"{sum(c for c, _ in hot) / reqs:.1f} atomic read-modify-writes per request (sites run >= 0.3 times)")
+    for c, a in hot[:limit]:
+        out = subprocess.run(["addr2line", "-i", "-f", "-C", "-e", binary, hex(a)], capture_output=True, text=True).stdout.split("\n")
+        frames = [(out[i], out[i + 1]) for i in range(0, len(out) - 1, 2)]
+        chain = [f"{fn.rsplit('::', 2)[-2] + '::' + fn.rsplit('::', 1)[-1] if fn.count('::') > 1 else fn}@{re.sub(r'.*/(src|library)/', '', loc)}"
+                 for fn, loc in frames if re.search(r"internal/src|tokio|bytes|arc.swap", loc)]
+        print(f"{c / reqs:6.2f}  {locked[a]:12s} {' <- '.join(chain[:4])[:200]}")
+
+
 def dhat_sites(path):
     d = json.load(open(path))
     ftbl, agg, total = d["ftbl"], collections.Counter(), 0
@@ -147,10 +262,10 @@ def dhatdiff(argv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[1] not in ("cg", "cgdiff", "dhat", "dhatdiff"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("cg", "cgdiff", "hot", "atomics", "dhat", "dhatdiff"):
         print(__doc__)
         sys.exit(2)
     try:
-        {"cg": cg, "cgdiff": cgdiff, "dhat": dhat, "dhatdiff": dhatdiff}[sys.argv[1]](sys.argv[2:])
+        {"cg": cg, "cgdiff": cgdiff, "hot": hot, "atomics": atomics, "dhat": dhat, "dhatdiff": dhatdiff}[sys.argv[1]](sys.argv[2:])
     except BrokenPipeError:
         pass

@@ -62,8 +62,8 @@ impl Proxy {
         let dash = dash();
         self.counters.inc(
             &self.metrics.requests,
-            log.route.as_ref().unwrap_or(&dash),
-            log.node.as_ref().unwrap_or(&dash),
+            log.route.as_ref().unwrap_or(dash),
+            log.node.as_ref().unwrap_or(dash),
             status,
         );
         if self.settings.access_log {
@@ -103,10 +103,11 @@ impl Proxy {
     }
 }
 
-/// The shared `-` label for requests without a route or node.
-fn dash() -> Arc<str> {
+/// The shared `-` label for requests without a route or node, borrowed (no reference count
+/// taken per request).
+fn dash() -> &'static Arc<str> {
     static DASH: OnceLock<Arc<str>> = OnceLock::new();
-    DASH.get_or_init(|| Arc::from("-")).clone()
+    DASH.get_or_init(|| Arc::from("-"))
 }
 
 /// `grpc` for gRPC requests, `ws` for WebSocket upgrades (HTTP/1.1 `Upgrade: websocket` or an

@@ -52,14 +52,14 @@ fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
 ///
 /// An `async` block for the reason [`Proxy::serve`] gives.
 #[allow(clippy::manual_async_fn)]
-pub(crate) fn forward(
-    p: Arc<Proxy>,
+pub(crate) fn forward<'a>(
+    p: &'a Arc<Proxy>,
     ctx: RequestCtx,
     node: Arc<Node>,
     req: Request<ProxyBody>,
     out: Outbound,
-    log: &mut LogCtx,
-) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + '_ {
+    log: &'a mut LogCtx,
+) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + 'a {
     async move {
         let method = req.method().clone();
         // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
@@ -83,7 +83,7 @@ pub(crate) fn forward(
             ctx.route.config.grpc_max_timeout,
         );
         let mut a = Attempts {
-            clock: HopClock::new(p.metrics.clone(), ctx.hop_seen),
+            clock: HopClock::new(&p.metrics, ctx.hop_seen),
             deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
             p,
             ctx,
@@ -108,8 +108,8 @@ pub(crate) fn forward(
 }
 
 /// The state of one request's attempts (see [`forward`]).
-struct Attempts {
-    p: Arc<Proxy>,
+struct Attempts<'a> {
+    p: &'a Arc<Proxy>,
     ctx: RequestCtx,
     /// The node the next attempt goes to.
     node: Arc<Node>,
@@ -126,13 +126,13 @@ struct Attempts {
     tried: Vec<NodeId>,
     /// When the request's first attempt failed.
     failure_seen: Option<Instant>,
-    clock: HopClock,
+    clock: HopClock<'a>,
 }
 
 /// A failed attempt that may be retried, with the node's passive-health mark taken before it.
 type Failed = (SendError, crate::registry::passive::PassiveMark);
 
-impl Attempts {
+impl Attempts<'_> {
     /// Sends `body` to the current node: `Ok(Ok)` is the client's response (phase 5), `Ok(Err)` a
     /// failure for [`Attempts::after_failure`].
     ///
@@ -144,7 +144,8 @@ impl Attempts {
         body: ProxyBody,
         log: &mut LogCtx,
     ) -> Result<Result<Answer<ProxyBody>, Failed>, ProxyError> {
-        let node = self.node.clone();
+        // Borrowed field by field below (no reference count per attempt).
+        let node = &self.node;
         log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mark = node.runtime.passive_mark();
@@ -165,10 +166,7 @@ impl Attempts {
             raw_answer: !self.ctx.h2,
         };
         let mut deadline = super::deadline::Deadline::at(self.deadline);
-        let sent = match deadline
-            .bound(self.p.upstream.send(&node, head, body))
-            .await
-        {
+        let sent = match deadline.bound(self.p.upstream.send(node, head, body)).await {
             Err(()) => {
                 if self.budget.is_none() {
                     let h = &node.settings.health;
@@ -204,9 +202,9 @@ impl Attempts {
             .request_duration
             .observe(self.ctx.start.elapsed().as_secs_f64());
         Ok(Ok(super::response::respond(
-            &self.p,
+            self.p,
             &self.ctx,
-            &node,
+            node,
             self.budget.map(|_| self.deadline),
             sent,
             inflight,
@@ -263,9 +261,9 @@ impl Attempts {
                 let Some(next) = another(&self.ctx, &self.tried) else {
                     return Err(failed(fail, &node, detail, cause));
                 };
-                retry_log(&self.p, &self.ctx, &node, &next, retry, &detail);
+                retry_log(self.p, &self.ctx, &node, &next, retry, &detail);
                 self.node = moved(
-                    &self.p,
+                    self.p,
                     &self.ctx,
                     &node,
                     next,
@@ -372,7 +370,7 @@ async fn moved(
     reason: HopReason,
     log: &mut LogCtx,
     tried: &[NodeId],
-    clock: &mut HopClock,
+    clock: &mut HopClock<'_>,
     seen: Option<Instant>,
 ) -> Arc<Node> {
     let Some(conn) = &ctx.conn_id else {

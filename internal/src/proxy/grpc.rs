@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use super::body::FramePoll;
 use super::{BoxError, ProxyBody};
-use crate::registry::{Node, NodeSignal};
+use crate::registry::{Node, NodeRuntime, NodeSignal};
 
 /// gRPC status code UNAVAILABLE (gRPC `doc/statuscodes.md`): what a stream cut at its node's
 /// drain deadline ends with (SPEC section 5), so clients retry elsewhere.
@@ -155,10 +155,11 @@ pin_project_lite::pin_project! {
     pub struct DeadlineBody<B> {
         #[pin]
         inner: B,
-        // The node's signal until the deadline future is armed (see `arm`).
-        signal: Option<watch::Receiver<NodeSignal>>,
+        // The node: its drain flag is read without a lock, and its signal subscribed to only
+        // when the deadline future is armed (see `arm`).
+        node: Arc<NodeRuntime>,
         deadline: Option<Deadline>,
-        node: Arc<str>,
+        armed: bool,
         grpc: bool,
         status: GrpcStatus,
         cut: bool,
@@ -167,20 +168,14 @@ pin_project_lite::pin_project! {
 }
 
 impl<B> DeadlineBody<B> {
-    /// Wraps `inner`, the body of a response from `node` whose signal is `signal`. `grpc` says
-    /// whether the response is gRPC (see [`is_grpc`]); `status` receives its `grpc-status`.
-    pub(crate) fn new(
-        inner: B,
-        node: Arc<str>,
-        signal: watch::Receiver<NodeSignal>,
-        grpc: bool,
-        status: GrpcStatus,
-    ) -> Self {
+    /// Wraps `inner`, the body of a response from the node whose live state is `node`. `grpc`
+    /// says whether the response is gRPC (see [`is_grpc`]); `status` receives its `grpc-status`.
+    pub(crate) fn new(inner: B, node: Arc<NodeRuntime>, grpc: bool, status: GrpcStatus) -> Self {
         DeadlineBody {
             inner,
-            signal: Some(signal),
-            deadline: None,
             node,
+            deadline: None,
+            armed: false,
             grpc,
             status,
             cut: false,
@@ -206,13 +201,7 @@ pub(crate) fn relay<B>(
             status.set(code);
         }
     }
-    DeadlineBody::new(
-        body,
-        node.id.clone(),
-        node.runtime.subscribe(),
-        grpc,
-        status.clone(),
-    )
+    DeadlineBody::new(body, node.runtime.clone(), grpc, status.clone())
 }
 
 /// Takes a `grpc-timeout` value (RFC: up to 8 digits and a unit `H`, `M`, `S`, `m`, `u`, `n`;
@@ -297,14 +286,14 @@ fn unavailable_trailers() -> HeaderMap {
 /// Frames relayed between two polls of the drain deadline while the node keeps sending.
 const DEADLINE_CHECK_EVERY: u32 = 32;
 
-/// Creates the drain-deadline future from the node's signal, once. It is armed only when the
-/// body waits on the node or the node is draining: a response relayed without waiting (most
-/// small ones) never allocates it or registers with the node's signal.
-fn arm(deadline: &mut Option<Deadline>, signal: &mut Option<watch::Receiver<NodeSignal>>) {
-    if deadline.is_none() {
-        if let Some(rx) = signal.take() {
-            *deadline = Some(Box::pin(drain_deadline(rx)));
-        }
+/// Creates the drain-deadline future from `node`'s signal, once (`armed`). It is armed only
+/// when the body waits on the node or the node is draining: a response relayed without waiting
+/// (most small ones) never allocates it or subscribes to the node's signal (issue 16: a
+/// subscription and its drop are about ten atomic operations per response).
+fn arm(deadline: &mut Option<Deadline>, armed: &mut bool, node: &NodeRuntime) {
+    if !*armed {
+        *armed = true;
+        *deadline = Some(Box::pin(drain_deadline(node.subscribe())));
     }
 }
 
@@ -322,12 +311,14 @@ fn deadline_passed(deadline: &mut Option<Deadline>, cx: &mut Context<'_>) -> boo
 /// Ends the body at the drain deadline: `grpc-status: 14` trailers for gRPC, an error otherwise.
 fn cut<B>(this: &mut DeadlineBodyProj<'_, B>) -> Result<Frame<Bytes>, BoxError> {
     *this.cut = true;
-    tracing::info!(node = %this.node, grpc = *this.grpc, "drain deadline passed; closing a response still streaming");
+    tracing::info!(node = %this.node.id(), grpc = *this.grpc, "drain deadline passed; closing a response still streaming");
     if *this.grpc {
         this.status.set(UNAVAILABLE);
         return Ok(Frame::trailers(unavailable_trailers()));
     }
-    Err(Box::new(StreamError::DrainDeadline(this.node.to_string())))
+    Err(Box::new(StreamError::DrainDeadline(
+        this.node.id().to_string(),
+    )))
 }
 
 impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
@@ -343,12 +334,10 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
         // Pending, so its waker is registered) and every DEADLINE_CHECK_EVERY frames, not on every
         // frame: polling it takes the node signal's lock, shared by all of the node's responses.
         if this.polls.is_multiple_of(DEADLINE_CHECK_EVERY) {
-            if this
-                .signal
-                .as_ref()
-                .is_some_and(|rx| rx.borrow().drain_deadline.is_some())
-            {
-                arm(this.deadline, this.signal);
+            // The drain flag is set before the signal carries the deadline
+            // (`NodeRuntime::start_drain`); the armed future waits for the deadline itself.
+            if this.node.is_draining() {
+                arm(this.deadline, this.armed, this.node);
             }
             if deadline_passed(this.deadline, cx) {
                 return Poll::Ready(Some(cut(&mut this)));
@@ -357,7 +346,7 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
         *this.polls = this.polls.wrapping_add(1);
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => {
-                arm(this.deadline, this.signal);
+                arm(this.deadline, this.armed, this.node);
                 if deadline_passed(this.deadline, cx) {
                     return Poll::Ready(Some(cut(&mut this)));
                 }
@@ -365,7 +354,7 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
             }
             Poll::Ready(None) => {
                 *this.deadline = None;
-                *this.signal = None;
+                *this.armed = true;
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),

@@ -59,17 +59,11 @@ fn endless() -> impl Body<Data = Bytes, Error = BoxError> {
 
 #[tokio::test(start_paused = true)]
 async fn grpc_stream_ends_with_unavailable_at_drain_deadline() {
-    let (tx, rx) = watch::channel(NodeSignal {
-        usable: true,
-        drain_deadline: None,
-    });
+    let node = NodeRuntime::detached("node-a");
     let status = GrpcStatus::tracked();
-    let mut body = DeadlineBody::new(endless(), Arc::from("node-a"), rx, true, status.clone());
+    let mut body = DeadlineBody::new(endless(), node.clone(), true, status.clone());
     let start = Instant::now();
-    tx.send_replace(NodeSignal {
-        usable: false,
-        drain_deadline: Some(start + Duration::from_secs(2)),
-    });
+    node.start_drain(start + Duration::from_secs(2));
     let frame = body.frame().await.expect("a frame").expect("no error");
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     let trailers = frame.into_trailers().expect("trailers");
@@ -80,34 +74,16 @@ async fn grpc_stream_ends_with_unavailable_at_drain_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn plain_stream_errors_at_drain_deadline_and_undrain_disarms() {
-    let (tx, rx) = watch::channel(NodeSignal {
-        usable: true,
-        drain_deadline: None,
-    });
-    let mut body = DeadlineBody::new(
-        endless(),
-        Arc::from("node-a"),
-        rx,
-        false,
-        GrpcStatus::tracked(),
-    );
+    let node = NodeRuntime::detached("node-a");
+    let mut body = DeadlineBody::new(endless(), node.clone(), false, GrpcStatus::tracked());
     let start = Instant::now();
-    tx.send_replace(NodeSignal {
-        usable: false,
-        drain_deadline: Some(start + Duration::from_secs(5)),
-    });
+    node.start_drain(start + Duration::from_secs(5));
     // Undrained after 1 s: the deadline must not fire.
     let undrain = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        tx.send_replace(NodeSignal {
-            usable: true,
-            drain_deadline: None,
-        });
+        node.undrain();
         tokio::time::sleep(Duration::from_secs(10)).await;
-        tx.send_replace(NodeSignal {
-            usable: false,
-            drain_deadline: Some(Instant::now() + Duration::from_secs(1)),
-        });
+        node.start_drain(Instant::now() + Duration::from_secs(1));
         std::future::pending::<()>().await
     };
     let r = tokio::select! {
@@ -120,27 +96,20 @@ async fn plain_stream_errors_at_drain_deadline_and_undrain_disarms() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_never_waits_is_still_cut() {
-    let (tx, rx) = watch::channel(NodeSignal {
-        usable: true,
-        drain_deadline: None,
-    });
+    let node = NodeRuntime::detached("n");
     let frames = futures_util::stream::repeat_with(|| {
         Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x")))
     });
     let mut body = DeadlineBody::new(
         StreamBody::new(frames),
-        Arc::from("n"),
-        rx,
+        node.clone(),
         true,
         GrpcStatus::tracked(),
     );
     for _ in 0..100 {
         assert!(body.frame().await.expect("frame").expect("ok").is_data());
     }
-    tx.send_replace(NodeSignal {
-        usable: false,
-        drain_deadline: Some(Instant::now()),
-    });
+    node.start_drain(Instant::now());
     let mut relayed = 0;
     loop {
         let frame = body.frame().await.expect("frame").expect("ok");
@@ -158,10 +127,6 @@ async fn a_stream_that_never_waits_is_still_cut() {
 
 #[tokio::test]
 async fn trailers_status_is_recorded() {
-    let (_tx, rx) = watch::channel(NodeSignal {
-        usable: true,
-        drain_deadline: None,
-    });
     let mut t = HeaderMap::new();
     t.insert("grpc-status", HeaderValue::from_static("7"));
     let frames = futures_util::stream::iter([
@@ -171,8 +136,7 @@ async fn trailers_status_is_recorded() {
     let status = GrpcStatus::tracked();
     let body = DeadlineBody::new(
         StreamBody::new(frames),
-        Arc::from("n"),
-        rx,
+        NodeRuntime::detached("n"),
         true,
         status.clone(),
     );

@@ -2,22 +2,21 @@
 //! observation per counted hop, from when its failure was first seen to when the client is
 //! served again.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 /// The `hopping_latency_seconds` observations a request owes: one per hop it counted, from when
 /// that hop's failure was first seen to when the request is served again (a node's response head)
 /// or given up. Observed on drop, so every exit of [`super::forward::forward`] pays exactly once per hop.
+/// It borrows the families (no reference count taken and dropped per request).
 #[derive(Debug)]
-pub(crate) struct HopClock {
-    metrics: Arc<crate::metrics::Metrics>,
+pub(crate) struct HopClock<'a> {
+    metrics: &'a crate::metrics::Metrics,
     seen: Vec<Instant>,
 }
 
-impl HopClock {
-    /// A clock owing the hop counted at placement, if any.
-    pub(crate) fn new(metrics: Arc<crate::metrics::Metrics>, placed: Option<Instant>) -> Self {
+impl<'a> HopClock<'a> {
+    /// A clock owing the hop counted at placement, if any, to `metrics`.
+    pub(crate) fn new(metrics: &'a crate::metrics::Metrics, placed: Option<Instant>) -> Self {
         HopClock {
             metrics,
             seen: placed.into_iter().collect(),
@@ -45,7 +44,7 @@ impl HopClock {
     }
 }
 
-impl Drop for HopClock {
+impl Drop for HopClock<'_> {
     fn drop(&mut self) {
         self.settle();
     }

@@ -178,7 +178,7 @@ impl Proxy {
         req: Request<ProxyBody>,
         dc: Arc<DownstreamConn>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
-        let answer = self.serve(req, dc, Handover::HYPER).await?;
+        let answer = self.serve(req, &dc, Handover::HYPER).await?;
         // An HTTP/2 request asks its node with `raw_answer: false` (forward.rs): every field of
         // the answer is in the map.
         debug_assert!(answer.node_fields.is_none());
@@ -195,12 +195,12 @@ impl Proxy {
     /// `Request` at every level of the request path). The block takes them as captured; nothing
     /// runs before it, so making the future stays a few stores the caller's state takes in place.
     #[allow(clippy::manual_async_fn)]
-    pub fn serve(
-        self: Arc<Self>,
+    pub fn serve<'a>(
+        self: &'a Arc<Self>,
         req: Request<ProxyBody>,
-        dc: Arc<DownstreamConn>,
+        dc: &'a Arc<DownstreamConn>,
         handed: Handover,
-    ) -> impl Future<Output = Result<Answer<ProxyBody>, std::convert::Infallible>> {
+    ) -> impl Future<Output = Result<Answer<ProxyBody>, std::convert::Infallible>> + 'a {
         async move {
             let start = Instant::now();
             let kind = context::kind_of(&req, handed.present);
@@ -225,7 +225,7 @@ impl Proxy {
                 client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
                 ..LogCtx::default()
             };
-            let mut resp = match self.phases(req, kind, &dc, start, &mut log, handed).await {
+            let mut resp = match self.phases(req, kind, dc, start, &mut log, handed).await {
                 Ok(resp) => resp,
                 Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
             };
@@ -304,7 +304,7 @@ impl Proxy {
                     None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
                 };
                 // A hop counted at placement is served again once the node answers the upgrade.
-                let _clock = hop_clock::HopClock::new(self.metrics.clone(), ctx.hop_seen);
+                let _clock = hop_clock::HopClock::new(&self.metrics, ctx.hop_seen);
                 let target = matched.path_and_query;
                 return websocket::proxy(
                     self.clone(),
@@ -320,7 +320,7 @@ impl Proxy {
                 .map(Answer::from);
             }
             forward::forward(
-                self.clone(),
+                self,
                 ctx,
                 node,
                 req,

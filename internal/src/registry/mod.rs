@@ -62,6 +62,10 @@ pub struct NodeRuntime {
     probed: AtomicBool,
     /// Good answers from real traffic so far (see [`NodeRuntime::passive_mark`]).
     passive_successes: AtomicU64,
+    /// False while the passive error streak (`Counters::passive_errors`) is known to be 0: a
+    /// good answer then skips the counters lock (issue 16). Set with every passive error, cleared
+    /// by the good answer that ends the streak, both under the lock.
+    passive_streak: AtomicBool,
     counters: Mutex<Counters>,
     signal: watch::Sender<NodeSignal>,
     epoch: Instant,
@@ -133,6 +137,13 @@ impl Node {
 }
 
 impl NodeRuntime {
+    /// A runtime for node `id` of no registry or table (no metrics): for unit tests elsewhere
+    /// in the crate that need a node's live state (drain, signal).
+    #[cfg(test)]
+    pub(crate) fn detached(id: &str) -> Arc<Self> {
+        Arc::new(NodeRuntime::new(Arc::from(id), Arc::from("c"), None))
+    }
+
     fn new(id: NodeId, cluster: Arc<str>, metrics: Option<Arc<Metrics>>) -> Self {
         let (signal, _) = watch::channel(NodeSignal {
             usable: true,
@@ -150,6 +161,7 @@ impl NodeRuntime {
             inflight: AtomicU64::new(0),
             probed: AtomicBool::new(false),
             passive_successes: AtomicU64::new(0),
+            passive_streak: AtomicBool::new(false),
             counters: Mutex::new(Counters::default()),
             signal,
             epoch: Instant::now(),

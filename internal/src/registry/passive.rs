@@ -109,6 +109,7 @@ impl NodeRuntime {
             .lock()
             .expect("counters mutex is never poisoned: no panics while held");
         c.passive_errors = c.passive_errors.saturating_add(1);
+        self.passive_streak.store(true, Ordering::Release);
         let before = self.health.load(Ordering::Acquire);
         if c.passive_errors < limit || before == HEALTH_EJECTED {
             return None;
@@ -167,12 +168,16 @@ impl NodeRuntime {
 
     /// Clears the passive error streak after a good answer from real traffic (a response below
     /// 500, a WebSocket 101).
+    /// Without a streak to clear it takes no lock: one atomic add.
     pub fn record_passive_success(&self) {
-        let mut c = self
-            .counters
-            .lock()
-            .expect("counters mutex is never poisoned: no panics while held");
-        c.passive_errors = 0;
+        if self.passive_streak.load(Ordering::Acquire) {
+            let mut c = self
+                .counters
+                .lock()
+                .expect("counters mutex is never poisoned: no panics while held");
+            c.passive_errors = 0;
+            self.passive_streak.store(false, Ordering::Release);
+        }
         self.passive_successes.fetch_add(1, Ordering::Release);
     }
 

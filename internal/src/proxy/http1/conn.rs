@@ -75,13 +75,24 @@ pub async fn serve<I: Socket>(
     tokio::pin!(stop);
     let mut out = Vec::with_capacity(512);
     loop {
-        let parsed = {
+        // One lock for the parse, what is left after it and the body reader's state for a
+        // parsed head (issue 16: each lock is two atomic operations).
+        let (parsed, pending, gen) = {
             let mut g = lock(&shared);
-            if g.rbuf.is_empty() {
+            let parsed = if g.rbuf.is_empty() {
                 Ok(None)
             } else {
                 request::parse(&mut g.rbuf, &limits)
+            };
+            if let Ok(Some(head)) = &parsed {
+                g.request += 1;
+                g.body = BodyRead::new(head.framing);
+                g.continue_left = match head.framing {
+                    Framing::Length(0) => None,
+                    _ => head.expect_continue.then_some(0),
+                };
             }
+            (parsed, !g.rbuf.is_empty(), g.request)
         };
         let head = match parsed {
             Ok(Some(head)) => head,
@@ -106,7 +117,6 @@ pub async fn serve<I: Socket>(
                 return;
             }
             Ok(None) => {
-                let pending = !lock(&shared).rbuf.is_empty();
                 if draining && !pending {
                     close(&shared).await;
                     return;
@@ -137,27 +147,13 @@ pub async fn serve<I: Socket>(
         armed = false;
         let method = head.parts.method.clone();
         let http10 = head.parts.version == http::Version::HTTP_10;
-        let body: ProxyBody = {
-            let mut g = lock(&shared);
-            g.request += 1;
-            g.body = BodyRead::new(head.framing);
-            g.continue_left = None;
-            match head.framing {
-                // A zero-sized body: boxing it allocates nothing.
-                Framing::Length(0) => http_body_util::Empty::new()
-                    .map_err(|never| match never {})
-                    .boxed_unsync(),
-                f => {
-                    g.continue_left = head.expect_continue.then_some(0);
-                    let len = match f {
-                        Framing::Length(n) => Some(n),
-                        Framing::Chunked => None,
-                    };
-                    let gen = g.request;
-                    drop(g);
-                    ConnBody::new(shared.clone(), len, gen).boxed_unsync()
-                }
-            }
+        let body: ProxyBody = match head.framing {
+            // A zero-sized body: boxing it allocates nothing.
+            Framing::Length(0) => http_body_util::Empty::new()
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+            Framing::Length(n) => ConnBody::new(shared.clone(), Some(n), gen).boxed_unsync(),
+            Framing::Chunked => ConnBody::new(shared.clone(), None, gen).boxed_unsync(),
         };
         let req = Request::from_parts(head.parts, body);
         let (handoff, on_upgrade) = match head.upgrade {
@@ -168,10 +164,9 @@ pub async fn serve<I: Socket>(
             false => (None, None),
         };
         let resp = match proxy
-            .clone()
             .serve(
                 req,
-                dc.clone(),
+                &dc,
                 Handover {
                     on_upgrade,
                     present: head.present,
@@ -230,11 +225,12 @@ async fn hand_on<I: Socket>(shared: Shared<I>, handoff: upgrade::Handoff) {
 }
 
 /// Writes `resp` as the answer `a` describes: head and first body bytes in one `writev`, then
-/// the rest of the body as it comes. Returns whether the connection stays open.
+/// the rest of the body as it comes, and flushes the socket if it buffers writes
+/// ([`Socket::BUFFERS_WRITES`]). Returns whether the connection stays open.
 ///
 /// # Errors
 /// The socket's write error; a body that failed mid-answer (the connection must close).
-async fn write_response<I: AsyncWrite + Unpin>(
+async fn write_response<I: Socket>(
     shared: &Shared<I>,
     answer: Answer<ProxyBody>,
     a: Answering<'_>,
@@ -365,7 +361,9 @@ async fn write_response<I: AsyncWrite + Unpin>(
             },
         }
     }
-    poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_flush(cx)).await?;
+    if I::BUFFERS_WRITES {
+        poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_flush(cx)).await?;
+    }
     Ok(keep)
 }
 

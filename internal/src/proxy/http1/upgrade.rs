@@ -33,17 +33,25 @@ pub enum Upgraded {
 /// A downstream byte stream the connection driver can hand on after an upgrade: the listeners'
 /// two socket types.
 pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// True if written bytes may wait in the stream until it is flushed (TLS records); false
+    /// for a `TcpStream`, whose `poll_flush` does nothing (tokio's docs), so the driver skips it.
+    const BUFFERS_WRITES: bool;
+
     /// The socket as an [`Upgraded`], with `early` (bytes read off it and not served) in front.
     fn upgraded(self, early: Bytes) -> Upgraded;
 }
 
 impl Socket for TcpStream {
+    const BUFFERS_WRITES: bool = false;
+
     fn upgraded(self, early: Bytes) -> Upgraded {
         Upgraded::Plain(Rewind::new(early, self))
     }
 }
 
 impl Socket for TlsStream<TcpStream> {
+    const BUFFERS_WRITES: bool = true;
+
     fn upgraded(self, early: Bytes) -> Upgraded {
         Upgraded::Tls(Box::new(Rewind::new(early, self)))
     }

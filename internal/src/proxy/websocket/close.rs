@@ -22,7 +22,9 @@ impl Relay {
     /// one `hopping_latency_seconds` observation, from `seen` (when the failure was seen) to the
     /// hint going out: the gateway's answer to the failure (issue 13).
     pub(super) async fn hint(&mut self, old: &Node, reason: HopReason, seen: Instant) -> Flow {
-        let mut clock = HopClock::new(self.s.p.metrics.clone(), None);
+        // A handle of its own: `self` is borrowed mutably below while the clock lives (a hop is rare).
+        let metrics = self.s.p.metrics.clone();
+        let mut clock = HopClock::new(&metrics, None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
             pick_other(
