@@ -28,21 +28,27 @@ import sys
 ALLOC_FRAME = re.compile(r"alloc::|__rust|malloc|realloc|raw_vec|RawVec|<alloc|core::ptr|bytes::|hashbrown|boxed.rs|vec/mod.rs|UnknownInlinedFun")
 
 
+# Callgrind compresses names per kind (functions, files, objects), each with its own ids: the
+# same "(12)" names one function and another file, so each kind keeps its own table.
+KIND_OF = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl", "ob": "ob", "cob": "ob"}
+
+
+def compressed_name(names, tok):
+    """The name `tok` ("(12) name" defines id 12, "(12)" uses it) stands for, in the table `names`."""
+    m = re.match(r"\((\d+)\)(?: (.*))?", tok)
+    if not m:
+        return tok
+    if m.group(2) is not None:
+        names[m.group(1)] = m.group(2)
+    return names[m.group(1)]
+
+
 def parse_callgrind(path):
-    # Callgrind compresses names per kind (functions, files, objects), each with its own ids: the
-    # same "(12)" names one function and another file, so each kind keeps its own table.
     tables = {"fn": {}, "fl": {}, "ob": {}}
-    kind_of = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl", "ob": "ob", "cob": "ob"}
     self_cost, calls = collections.Counter(), collections.defaultdict(lambda: [0, 0])
 
     def name(tok, kind="fn"):
-        names = tables[kind]
-        m = re.match(r"\((\d+)\)(?: (.*))?", tok)
-        if not m:
-            return tok
-        if m.group(2) is not None:
-            names[m.group(1)] = m.group(2)
-        return names[m.group(1)]
+        return compressed_name(tables[kind], tok)
 
     fn = cfn = pending = None
     at = 1  # the column of the first cost: 2 with --dump-instr=yes ("positions: instr line")
@@ -72,7 +78,7 @@ def parse_callgrind(path):
             else:
                 for p in ("fl=", "fi=", "fe=", "cfi=", "cfl=", "ob=", "cob="):
                     if line.startswith(p):
-                        name(line[len(p):], kind_of[p[:-1]])
+                        name(line[len(p):], KIND_OF[p[:-1]])
                         break
     incl, called = collections.Counter(self_cost), collections.Counter()
     for (a, b), (n, c) in calls.items():
@@ -123,24 +129,20 @@ def cgdiff(argv):
 
 def instr_costs(path):
     """Ir per instruction address and the function it belongs to, from a --dump-instr=yes file."""
-    names, files, fn, fl, addr, src, pending = {}, {}, None, None, 0, 0, False
+    tables = {"fn": {}, "fl": {}, "ob": {}}
+    fn, fl, addr, src, pending = None, None, 0, 0, False
     ir, owner = collections.Counter(), {}
     with open(path, errors="replace") as f:
         for line in f:
-            if line.startswith(("fl=", "fi=", "fe=", "cfi=", "cfl=")):
-                tok = line.split("=", 1)[1].rstrip("\n")
-                m = re.match(r"\((\d+)\)(?: (.*))?", tok)
-                if m and m.group(2) is not None:
-                    files[m.group(1)] = m.group(2)
-                if not line.startswith("c"):
-                    fl = files[m.group(1)] if m else tok
-            elif line.startswith(("fn=", "cfn=")):
-                tok = line.split("=", 1)[1].rstrip("\n")
-                m = re.match(r"\((\d+)\)(?: (.*))?", tok)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-                if line.startswith("fn="):
-                    fn = names[m.group(1)] if m else tok
+            key, eq, tok = line.rstrip("\n").partition("=")
+            if eq and key in KIND_OF:
+                # Every kind's names are read (a later line may use the id); fn and fl/fi/fe set
+                # what the cost lines below belong to.
+                named = compressed_name(tables[KIND_OF[key]], tok)
+                if key == "fn":
+                    fn = named
+                elif key in ("fl", "fi", "fe"):
+                    fl = named
             elif line.startswith("calls="):
                 pending = True
             elif line[:1] in "0123456789+-*":
@@ -183,7 +185,9 @@ def hot(argv):
         per_fn[fn] += 1
         per_crate[crate_of(fn)] += 1
         per_file[re.sub(r".*/(src|library)/", "", fl or "?")] += 1
-    print(f"{len(lines)} lines of 64 bytes ({len(lines) * 64 / 1024:.1f} KiB) run >= {floor} times per request")
+    hot_instrs = sum(1 for c in ir.values() if c >= floor * reqs)
+    print(f"{hot_instrs} distinct instructions in {len(lines)} lines of 64 bytes ({len(lines) * 64 / 1024:.1f} KiB)"
+          f" run >= {floor} times per request")
     print("by crate:")
     for k, n in per_crate.most_common(20):
         print(f"  {n:5d} lines {n * 64 / 1024:6.1f} KiB  {k}")

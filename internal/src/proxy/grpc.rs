@@ -353,6 +353,7 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for DeadlineBody<B> {
                 Poll::Pending
             }
             Poll::Ready(None) => {
+                // Ended: the deadline goes, and is never armed again.
                 *this.deadline = None;
                 *this.armed = true;
                 Poll::Ready(None)

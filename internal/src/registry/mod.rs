@@ -35,7 +35,6 @@ struct Counters {
     consecutive_successes: u32,
     /// True while every failure of the current streak was a probe timeout.
     timeout_streak: bool,
-    passive_errors: u32,
     /// Passive ejections since the last stable recovery (the backoff exponent).
     passive_ejections: u32,
     /// A passively ejected node is not recovered by probes before this instant.
@@ -62,10 +61,10 @@ pub struct NodeRuntime {
     probed: AtomicBool,
     /// Good answers from real traffic so far (see [`NodeRuntime::passive_mark`]).
     passive_successes: AtomicU64,
-    /// False while the passive error streak (`Counters::passive_errors`) is known to be 0: a
-    /// good answer then skips the counters lock (issue 16). Set with every passive error, cleared
-    /// by the good answer that ends the streak, both under the lock.
-    passive_streak: AtomicBool,
+    /// Passive errors in a row (SPEC section 6 `passive_consecutive_errors`). Written only under
+    /// the counters lock, like every streak; a good answer reads it without the lock and takes
+    /// the lock only to clear a streak (issue 16: no lock per proxied request).
+    passive_errors: AtomicU32,
     counters: Mutex<Counters>,
     signal: watch::Sender<NodeSignal>,
     epoch: Instant,
@@ -161,7 +160,7 @@ impl NodeRuntime {
             inflight: AtomicU64::new(0),
             probed: AtomicBool::new(false),
             passive_successes: AtomicU64::new(0),
-            passive_streak: AtomicBool::new(false),
+            passive_errors: AtomicU32::new(0),
             counters: Mutex::new(Counters::default()),
             signal,
             epoch: Instant::now(),

@@ -108,10 +108,13 @@ impl NodeRuntime {
             .counters
             .lock()
             .expect("counters mutex is never poisoned: no panics while held");
-        c.passive_errors = c.passive_errors.saturating_add(1);
-        self.passive_streak.store(true, Ordering::Release);
+        let errors = self
+            .passive_errors
+            .load(Ordering::Relaxed)
+            .saturating_add(1);
+        self.passive_errors.store(errors, Ordering::Relaxed);
         let before = self.health.load(Ordering::Acquire);
-        if c.passive_errors < limit || before == HEALTH_EJECTED {
+        if errors < limit || before == HEALTH_EJECTED {
             return None;
         }
         let peers = self
@@ -131,7 +134,7 @@ impl NodeRuntime {
             .and_then(|p| p.capped(self, h.max_ejection_percent))
         {
             // The streak starts over: the node is judged again after as many fresh errors.
-            c.passive_errors = 0;
+            self.passive_errors.store(0, Ordering::Relaxed);
             drop(c);
             let cluster = self.cluster();
             if let Some(m) = &self.metrics {
@@ -152,7 +155,7 @@ impl NodeRuntime {
         let backoff = passive_backoff(c.passive_ejections, h.interval);
         c.passive_ejections = c.passive_ejections.saturating_add(1);
         c.backoff_until = Some(now + backoff);
-        c.passive_errors = 0;
+        self.passive_errors.store(0, Ordering::Relaxed);
         // Recovery needs `recover_after` fresh probe successes, and the backoff to be over.
         c.consecutive_successes = 0;
         c.consecutive_failures = c.consecutive_failures.max(h.eject_after);
@@ -170,13 +173,12 @@ impl NodeRuntime {
     /// 500, a WebSocket 101).
     /// Without a streak to clear it takes no lock: one atomic add.
     pub fn record_passive_success(&self) {
-        if self.passive_streak.load(Ordering::Acquire) {
-            let mut c = self
+        if self.passive_errors.load(Ordering::Relaxed) != 0 {
+            let _c = self
                 .counters
                 .lock()
                 .expect("counters mutex is never poisoned: no panics while held");
-            c.passive_errors = 0;
-            self.passive_streak.store(false, Ordering::Release);
+            self.passive_errors.store(0, Ordering::Relaxed);
         }
         self.passive_successes.fetch_add(1, Ordering::Release);
     }

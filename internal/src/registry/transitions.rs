@@ -60,7 +60,7 @@ impl NodeRuntime {
                 && backoff_over
             {
                 after = HEALTH_HEALTHY;
-                c.passive_errors = 0;
+                self.passive_errors.store(0, Ordering::Relaxed);
                 c.backoff_until = None;
                 c.recovered_at = Some(now);
             }
