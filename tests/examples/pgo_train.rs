@@ -80,7 +80,9 @@ async fn h1_get(port: u16, tasks: usize, secs: f64) -> Result<u64> {
             if i % 2 == 1 {
                 req = req.header("x-conn-id", &id);
             }
-            let resp = send.send_request(req.body(Full::default().boxed())?).await?;
+            let resp = send
+                .send_request(req.body(Full::default().boxed())?)
+                .await?;
             ensure!(resp.status() == 200, "GET /data: {}", resp.status());
             resp.into_body().collect().await?;
             count.fetch_add(1, Ordering::Relaxed);
@@ -99,7 +101,7 @@ async fn h1_post(port: u16, tasks: usize, secs: f64) -> Result<u64> {
         let mut n = 0u64;
         while Instant::now() < deadline {
             send.ready().await?;
-            let body: Body = if n % 2 == 0 {
+            let body: Body = if n.is_multiple_of(2) {
                 Full::new(Bytes::from(vec![b'x'; 1024])).boxed()
             } else {
                 let frames = [chunk.clone(), chunk.clone()].map(|c| Ok(Frame::data(c)));
@@ -113,7 +115,11 @@ async fn h1_post(port: u16, tasks: usize, secs: f64) -> Result<u64> {
             ensure!(resp.status() == 200, "POST /echo: {}", resp.status());
             let body = resp.into_body().collect().await?.to_bytes();
             let v: serde_json::Value = serde_json::from_slice(&body)?;
-            ensure!(v["body_len"] == 1024, "POST /echo body_len: {}", v["body_len"]);
+            ensure!(
+                v["body_len"] == 1024,
+                "POST /echo body_len: {}",
+                v["body_len"]
+            );
             n += 1;
             count.fetch_add(1, Ordering::Relaxed);
         }
@@ -179,7 +185,8 @@ async fn tls_get(port: u16, cfg: Arc<ClientConfig>, tasks: usize, secs: f64) -> 
         let cfg = cfg.clone();
         async move {
             while Instant::now() < deadline {
-                let mut send = tls::http1(tls::connect(port, "localhost", cfg.clone()).await?).await?;
+                let mut send =
+                    tls::http1(tls::connect(port, "localhost", cfg.clone()).await?).await?;
                 for _ in 0..100 {
                     let (status, _, _) = tls::h1_get(&mut send, "localhost", "/data").await?;
                     ensure!(status == 200, "GET /data over TLS: {status}");
@@ -270,7 +277,10 @@ async fn main() -> Result<()> {
 
     // The default settings (access log on, one worker per core), briefly.
     let gw = Gateway::start(&toml).await;
-    println!("TRAIN h1 GET, access log on: {} requests", h1_get(gw.port, 8, secs / 2.0).await?);
+    println!(
+        "TRAIN h1 GET, access log on: {} requests",
+        h1_get(gw.port, 8, secs / 2.0).await?
+    );
     stop(gw).await?;
 
     // The bench settings, every phase.
@@ -279,9 +289,18 @@ async fn main() -> Result<()> {
         gw.wait_node_state(id, "healthy", Duration::from_secs(10))
             .await;
     }
-    println!("TRAIN h1 GET: {} requests", h1_get(gw.port, 32, secs).await?);
-    println!("TRAIN h1 POST: {} requests", h1_post(gw.port, 8, secs).await?);
-    println!("TRAIN WebSocket echo: {} messages", ws_echo(gw.port, 32, secs).await?);
+    println!(
+        "TRAIN h1 GET: {} requests",
+        h1_get(gw.port, 32, secs).await?
+    );
+    println!(
+        "TRAIN h1 POST: {} requests",
+        h1_post(gw.port, 8, secs).await?
+    );
+    println!(
+        "TRAIN WebSocket echo: {} messages",
+        ws_echo(gw.port, 32, secs).await?
+    );
     let mut calls = 0;
     let mut set = JoinSet::new();
     for _ in 0..4 {
@@ -294,7 +313,13 @@ async fn main() -> Result<()> {
     println!("TRAIN gRPC over h2c: {calls} calls");
     println!(
         "TRAIN h1 GET over TLS: {} requests",
-        tls_get(tls_port, tls::client_config(&ca.pem, &["http/1.1"], None), 8, secs).await?
+        tls_get(
+            tls_port,
+            tls::client_config(&ca.pem, &["http/1.1"], None),
+            8,
+            secs
+        )
+        .await?
     );
     let cfg = tls::client_config(&ca.pem, &["h2"], None);
     let conn = tls::h2(
@@ -302,7 +327,10 @@ async fn main() -> Result<()> {
         &format!("localhost:{tls_port}"),
     )
     .await;
-    println!("TRAIN gRPC over TLS: {} calls", grpc_calls(conn, 16, secs).await?);
+    println!(
+        "TRAIN gRPC over TLS: {} calls",
+        grpc_calls(conn, 16, secs).await?
+    );
     println!(
         "TRAIN WebSocket hop: {} hops",
         hop(gw.port, 400, &mut a, "node-a").await?
