@@ -10,7 +10,8 @@
 #      apart): bench/README "Stage 11" has what it saves.
 # llvm-profdata comes from rustup's llvm-tools component (added here when missing), else from a
 # Debian llvm-N package of rustc's LLVM major version. HOPGW_PGO=0, or no llvm-profdata, builds the
-# plain dist profile (and says so). Extra RUSTFLAGS from the environment are kept.
+# plain dist profile (and says so). Extra RUSTFLAGS from the environment are kept. Nothing is rebuilt
+# while the PGO binary is newer than every source, the training run and this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
@@ -41,6 +42,14 @@ PROFDATA=$(profdata)
 
 ROOT=$(pwd)
 OUT=$ROOT/target/pgo
+# Up to date, as make would judge it: a PGO binary newer than every file it is built or trained from.
+BIN=$ROOT/target/dist/hopping-gateway
+if [ -x "$BIN" ] && [ -f "$OUT/done" ] && [ ! "$OUT/done" -ot "$BIN" ] &&
+  [ -z "$(find cmd internal mock-backend tests/examples/pgo_train.rs tests/support Cargo.toml Cargo.lock \
+    rust-toolchain.toml scripts/dist.sh -newer "$OUT/done" -print -quit)" ]; then
+  say "target/dist/hopping-gateway (PGO) is up to date"
+  exit 0
+fi
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/raw"
 say "building the training run and the mock-backend (release)"
@@ -65,4 +74,5 @@ mv "$OUT/merged.profdata" "$PROFILE"
 say "building the gateway with the profile ($PROFILE)"
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$PROFILE" \
   $CARGO build --profile dist --locked -p hopping-gateway
+touch "$OUT/done"
 say "target/dist/hopping-gateway (PGO)"
