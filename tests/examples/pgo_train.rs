@@ -27,7 +27,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use integration_tests::h2c::{self, grpc_headers, H2Conn};
-use integration_tests::load::h1_conn;
+use integration_tests::load::{flag, h1_conn};
 use integration_tests::tls::{self, Ca};
 use integration_tests::{cluster_toml, free_port, Gateway, Mock, FAST_HEALTH};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
@@ -37,18 +37,6 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
 type Body = BoxBody<Bytes, Infallible>;
-
-/// The value after flag `name` in `args`, parsed, or `default` when the flag is absent.
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}: not a valid value: {v}"))
-        })
-        .unwrap_or(default)
-}
 
 /// Runs `tasks` copies of `work(i, deadline, count)` until `deadline` and returns the sum the
 /// tasks added to `count`; the first task error is returned.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use integration_tests::load::h1_conn;
+use integration_tests::load::{flag, h1_conn};
 use integration_tests::{Config, Gateway, Health, Mock, Route};
 use tokio::time::Instant;
 
@@ -45,18 +45,6 @@ async fn keepalive_rps(port: u16, tasks: usize, secs: f64) -> f64 {
     }
     while set.join_next().await.is_some() {}
     count.load(Ordering::Relaxed) as f64 / secs
-}
-
-/// The value after flag `name` in `args`, parsed, or `default` when the flag is absent.
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}: not a valid value: {v}"))
-        })
-        .unwrap_or(default)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

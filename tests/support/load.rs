@@ -1,5 +1,6 @@
 //! Load and measurement helpers for the scenarios: deterministic bodies and their digests, a
-//! streaming HTTP/1.1 client connection, a background prober and an RSS sampler (KiB, /proc).
+//! streaming HTTP/1.1 client connection, a background prober, an RSS sampler (KiB, /proc) and the
+//! bench examples' flag parser.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,6 +13,19 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use crate::{get, Gateway};
+
+/// The value after command-line flag `name` in `args` (`--secs 3` gives `3`), parsed, or `default`
+/// when the flag is absent; for the bench examples. Panics when the value does not parse.
+pub fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: not a valid value: {v}"))
+        })
+        .unwrap_or(default)
+}
 
 /// A deterministic byte pattern (xorshift seeded with `seed`) of `len` bytes.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
