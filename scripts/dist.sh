@@ -25,20 +25,20 @@ plain() {
 [ "${HOPGW_PGO:-1}" = 0 ] && plain "HOPGW_PGO=0"
 
 # llvm-profdata of rustc's own LLVM (the raw profile format follows the LLVM version).
+LLVM_MAJOR=$(rustc -vV | awk '/^LLVM version:/ {split($3, v, "."); print v[1]}')
 profdata() {
-  local host sysroot major
+  local host sysroot
   host=$(rustc -vV | awk '/^host:/ {print $2}')
   sysroot=$(rustc --print sysroot)
-  major=$(rustc -vV | awk '/^LLVM version:/ {split($3, v, "."); print v[1]}')
   local tool=$sysroot/lib/rustlib/$host/bin/llvm-profdata
   if [ ! -x "$tool" ] && command -v rustup >/dev/null; then
     rustup component add llvm-tools >/dev/null 2>&1 || true
   fi
   if [ -x "$tool" ]; then echo "$tool"; return; fi
-  command -v "llvm-profdata-$major" || true
+  command -v "llvm-profdata-$LLVM_MAJOR" || true
 }
 PROFDATA=$(profdata)
-[ -n "$PROFDATA" ] || plain "no llvm-profdata (rustup component add llvm-tools, or apt-get install llvm-$(rustc -vV | awk '/^LLVM version:/ {split($3, v, "."); print v[1]}'))"
+[ -n "$PROFDATA" ] || plain "no llvm-profdata (rustup component add llvm-tools, or apt-get install llvm-$LLVM_MAJOR)"
 
 ROOT=$(pwd)
 OUT=$ROOT/target/pgo

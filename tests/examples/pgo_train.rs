@@ -29,6 +29,7 @@ use hyper::body::Frame;
 use integration_tests::h2c::{self, grpc_headers, H2Conn};
 use integration_tests::load::{flag, h1_conn};
 use integration_tests::tls::{self, Ca};
+use integration_tests::ws::next_text;
 use integration_tests::{cluster_toml, free_port, Gateway, Mock, FAST_HEALTH};
 use mock_backend::grpc::{encode_frame, proto, WHO_PATH};
 use rustls::ClientConfig;
@@ -189,34 +190,25 @@ async fn tls_get(port: u16, cfg: Arc<ClientConfig>, tasks: usize, secs: f64) -> 
 
 /// Opens `sockets` idle WebSockets, kills `node` (the mock `node_id`) and waits until every
 /// socket it held reads the hello of its new node (`hopped_from` = `node_id`, SPEC section 9);
-/// returns the number of hops.
+/// returns the number of hops. A missing hello or hop (30 s) panics in [`next_text`].
 async fn hop(port: u16, sockets: usize, node: &mut Mock, node_id: &str) -> Result<u64> {
     let mut open = Vec::with_capacity(sockets);
     for _ in 0..sockets {
         let (mut ws, _) =
             tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await?;
-        let hello: serde_json::Value = match ws.next().await.context("no hello")?? {
-            Message::Text(t) => serde_json::from_str(t.as_str())?,
-            other => bail!("hello: {other:?}"),
-        };
+        let hello: serde_json::Value =
+            serde_json::from_str(&next_text(&mut ws, Duration::from_secs(10)).await)?;
         if hello["node"] == node_id {
             open.push(ws);
         }
     }
     node.kill().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut set = JoinSet::new();
     for mut ws in open {
         let from = node_id.to_string();
         set.spawn(async move {
-            let msg = tokio::time::timeout_at(deadline, ws.next())
-                .await
-                .context("no hop in 30 s")?
-                .context("socket ended")??;
-            let hello: serde_json::Value = match msg {
-                Message::Text(t) => serde_json::from_str(t.as_str())?,
-                other => bail!("after the kill: {other:?}"),
-            };
+            let hello: serde_json::Value =
+                serde_json::from_str(&next_text(&mut ws, Duration::from_secs(30)).await)?;
             ensure!(hello["hopped_from"] == from.as_str(), "not a hop: {hello}");
             Ok(())
         });
