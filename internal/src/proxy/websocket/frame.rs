@@ -41,6 +41,17 @@ pub(super) enum FrameError {
     WriteTimeout(std::time::Duration),
 }
 
+impl FrameError {
+    /// The reason a Close 1002 gives for this error: the rule a [`FrameError::Protocol`] names,
+    /// or a general one for the others.
+    pub(super) fn protocol_reason(&self) -> &'static str {
+        match self {
+            FrameError::Protocol(what) => what,
+            _ => "invalid frame",
+        }
+    }
+}
+
 /// What a frame is, for the relay's decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -177,8 +188,35 @@ impl Frame {
         &self.wire
     }
 
+    /// The first byte on the wire: FIN, the three RSV bits and the opcode (RFC 6455 section 5.2).
+    pub(super) fn first_byte(&self) -> u8 {
+        self.wire[0]
+    }
+
+    /// True if RSV1 is set: on a message's first frame, a compressed message (RFC 7692 section 6).
+    pub(super) fn rsv1(&self) -> bool {
+        self.wire[0] & 0x40 != 0
+    }
+
+    /// A data frame the gateway makes itself: first byte `b0` (FIN, RSV, opcode) and `payload`
+    /// (plain), encoded for `to`: masked with a fresh key for a node, unmasked for the client
+    /// (RFC 6455 section 5.3).
+    pub(super) fn data(b0: u8, payload: &[u8], to: Peer) -> Frame {
+        let mask = (to == Peer::Node).then(rand::random);
+        let wire = encode(b0, payload, mask);
+        let from = match to {
+            Peer::Node => Peer::Client,
+            Peer::Client => Peer::Node,
+        };
+        let head = Head::parse(&wire, from)
+            .ok()
+            .flatten()
+            .expect("an encoded data frame parses");
+        Frame::new(head, wire)
+    }
+
     /// The payload, unmasked (a copy only when the frame is masked).
-    fn payload(&self) -> std::borrow::Cow<'_, [u8]> {
+    pub(super) fn payload(&self) -> std::borrow::Cow<'_, [u8]> {
         let p = &self.wire[self.head.len..];
         match self.head.mask {
             None => p.into(),

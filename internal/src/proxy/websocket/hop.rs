@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::deflate::{Plan, Translate};
 use super::dial::{pick_other, DialError, Negotiated};
 use super::frame::{FrameError, Kind};
+use super::outcome::Agreed;
 use super::redial::{redial_node, Handshake};
 use super::relay::{Flow, NodeSide, OwedHop, Relay};
 use super::Stream;
@@ -111,14 +113,15 @@ impl Relay {
         None
     }
 
-    /// Attaches the re-dialled `node` (its stream `io`): rebinds the conn id off `old` (a hop
-    /// counted for `reason`), sends the held frames first, and owes the hop's latency observation
-    /// from `failure_seen`.
+    /// Attaches the re-dialled `node` (its stream `io` and the extensions it `agreed` to, which
+    /// decide what the side translates: [`Plan`]): rebinds the conn id off `old` (a hop counted for
+    /// `reason`), sends the held frames first, and owes the hop's latency observation from
+    /// `failure_seen`.
     async fn attach(
         &mut self,
         old: Arc<Node>,
         node: Arc<Node>,
-        io: Stream,
+        (io, agreed): (Stream, Agreed),
         reason: HopReason,
         failure_seen: Instant,
     ) -> Flow {
@@ -134,13 +137,30 @@ impl Relay {
         self.s.log.hops += 1;
         self.s.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
-        let mut side = NodeSide::new(node, io, inflight);
-        side.io.set_max_message(self.max_message());
+        let client = self.s.negotiated.extensions.deflate();
+        let translate =
+            Translate::new(Plan::of(client, agreed.deflate()), client, agreed.deflate());
+        let mut side = NodeSide::new(node, io, inflight, translate);
+        let limit = self.max_message();
+        side.io.set_max_message(limit);
         let held = self.held.take();
         let count = held.len();
         for f in held {
+            let out = match side.for_node(&f, limit) {
+                Ok(out) => out,
+                Err(FrameError::TooBig(size, _)) => {
+                    self.up = Some(side);
+                    return self.client_too_big(size).await;
+                }
+                Err(e) => {
+                    self.up = Some(side);
+                    return self
+                        .end(ProxyError::FrameProtocol(e.protocol_reason()))
+                        .await;
+                }
+            };
             // A failure here surfaces as the new side's next read failing, which hops again.
-            if side.io.write(&f).await.is_err() {
+            if side.io.write(&out).await.is_err() {
                 break;
             }
             self.partial.sent(&f);
@@ -171,17 +191,26 @@ async fn redial(
     negotiated: Negotiated,
     from: NodeId,
     deadline: Instant,
-) -> Option<(Arc<Node>, Stream)> {
+) -> Option<(Arc<Node>, (Stream, Agreed))> {
     let mut tried = vec![from.clone()];
+    // Nodes that answered but refused the socket (another subprotocol, an extension the client
+    // did not agree to): never tried again for this hop.
+    let mut refused: Vec<NodeId> = Vec::new();
     loop {
         let Some(node) = pick_other(&ctx, &p.routing.table(), &tried) else {
+            let mut rest = refused.clone();
+            rest.push(from.clone());
+            if !refused.is_empty() && pick_other(&ctx, &p.routing.table(), &rest).is_none() {
+                // Every other selectable node refused: the reconnect hint, now (SPEC section 5).
+                return None;
+            }
             if Instant::now() + RETRY_PAUSE >= deadline {
                 return None;
             }
-            // Every candidate refused or none is selectable yet: wait, then try them all again,
-            // the node the socket left included: an ejection by passive errors (e.g. connect
+            // None is selectable yet: wait, then try again every node that did not refuse, the
+            // node the socket left included: an ejection by passive errors (e.g. connect
             // timeouts of a hop storm) ends when a probe succeeds, and selection skips it until then.
-            tried.clear();
+            tried.clone_from(&refused);
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
@@ -210,6 +239,9 @@ async fn redial(
                     );
                 }
                 tracing::info!(node = %node.id, error = %e, "websocket re-dial failed; trying another node");
+                if matches!(e, DialError::Refused(_)) {
+                    refused.push(node.id.clone());
+                }
                 tried.push(node.id.clone());
             }
         }

@@ -13,6 +13,7 @@
 //! This module never answers or swallows a control frame of a live socket.
 
 mod close;
+mod deflate;
 mod dial;
 mod frame;
 mod hop;
@@ -97,7 +98,15 @@ pub(crate) async fn proxy(
         // RFC 8441 section 5: a 2xx accepts an extended CONNECT.
         parts.status = StatusCode::OK;
     }
-    let negotiated = Negotiated::of(&parts.headers);
+    let mut negotiated = Negotiated::of(&parts.headers);
+    if ctx.route.config.websocket == crate::config::WsMode::Hop {
+        // The client's messages must not depend on history a later node has not seen.
+        if let Some(imposed) = negotiated.impose_for_hop() {
+            parts
+                .headers
+                .insert(header::SEC_WEBSOCKET_EXTENSIONS, imposed);
+        }
+    }
     // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
     // (issue 7: memory per idle WebSocket).
     let hs = Handshake::replay(
@@ -115,7 +124,9 @@ pub(crate) async fn proxy(
     };
     let gauge = p.metrics.connection("websocket");
     let inflight = node.runtime.start_request();
-    let side = relay::NodeSide::new(node, up, inflight);
+    // The first node's parameters are the client's but for the imposed context reset, which
+    // needs no translation: the side plans none.
+    let side = relay::NodeSide::new(node, up, inflight, None);
     tokio::spawn(socket_task(
         gauge,
         downstream,
@@ -190,12 +201,15 @@ mod size_tests {
     /// What every idle socket keeps in its task cell and relay block (issue 16: memory per idle
     /// WebSocket): 968 and 1,256 bytes before the handlers were boxed and the log context made
     /// compact; 720 and 1,112 with rustc 1.95; 704 and 1,104 since the resting wait replaced
-    /// `select!` and the limits are read from the settings. Bounds, so a compiler's layout changes
-    /// do not fail it.
+    /// `select!` and the limits are read from the settings; 1,112 with the node side's pointer to
+    /// its deflate translator (`None` unless a hop needs one). Bounds, so a compiler's layout
+    /// changes do not fail it.
     #[test]
     fn an_idle_sockets_task_and_relay_block_stay_small() {
-        assert!(returned(socket_task as fn(_, _, _, _) -> _) <= 704);
-        assert!(std::mem::size_of::<relay::Relay>() <= 1104);
+        let task = returned(socket_task as fn(_, _, _, _) -> _);
+        assert!(task <= 704, "task cell {task} bytes");
+        let relay = std::mem::size_of::<relay::Relay>();
+        assert!(relay <= 1112, "relay block {relay} bytes");
         assert!(std::mem::size_of::<socket_log::SocketLog>() <= 144);
     }
 }

@@ -104,7 +104,10 @@ impl Relay {
                 Kind::Close => return,
                 Kind::Ping | Kind::Pong => {}
                 Kind::Start { .. } | Kind::Continue { .. } => {
-                    if self.send_client(&f).await.is_err() {
+                    let Ok(out) = side.for_client(&f, self.max_message()) else {
+                        return;
+                    };
+                    if self.send_client(&out).await.is_err() {
                         return;
                     }
                 }
@@ -139,8 +142,9 @@ impl Relay {
         match self.mode {
             WsMode::Close => self.end(ProxyError::NodeGone).await,
             WsMode::Hint => self.hint(&old, reason, seen).await,
-            // Extension state (e.g. a deflate context) or a half-sent message cannot move to another node.
-            WsMode::Hop if self.s.negotiated.extensions || node_in_message => {
+            // The state of an extension other than permessage-deflate, or a message the node
+            // half sent, cannot move to another node.
+            WsMode::Hop if self.s.negotiated.pins_node() || node_in_message => {
                 self.hint(&old, reason, seen).await
             }
             WsMode::Hop => self.hop(old, reason, seen).await,

@@ -5,14 +5,19 @@
 use http::header::{SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_PROTOCOL};
 use http::{HeaderMap, HeaderValue};
 
-/// What the first node agreed to; a re-dialled node must agree to the same.
+pub(crate) use super::deflate::Agreed;
+
+/// What the client agreed to through the first node's answer (as relayed to it); every
+/// re-dialled node must select the same subprotocol, and its extensions must be ones the gateway
+/// can keep valid for the client ([`super::deflate`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Negotiated {
     /// The node's `Sec-WebSocket-Protocol`, if any.
     pub(super) protocol: Option<HeaderValue>,
-    /// True if the node accepted an extension: frames then carry per-socket state (e.g.
-    /// permessage-deflate's context), so the socket cannot move to another node.
-    pub(super) extensions: bool,
+    /// The extensions as the client has them: a `permessage-deflate` with the parameters the
+    /// client was told, or another extension (whose state cannot move: the socket gets the
+    /// reconnect hint instead of a hop).
+    pub(super) extensions: Agreed,
 }
 
 impl Negotiated {
@@ -23,11 +28,33 @@ impl Negotiated {
             protocol: head
                 .get(SEC_WEBSOCKET_PROTOCOL)
                 .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
-            extensions: head
-                .get_all(SEC_WEBSOCKET_EXTENSIONS)
-                .iter()
-                .any(|v| !v.as_bytes().trim_ascii().is_empty()),
+            extensions: Agreed::of(
+                head.get_all(SEC_WEBSOCKET_EXTENSIONS)
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+            ),
         }
+    }
+
+    /// For a socket that may hop: a `permessage-deflate` client must not compress with context
+    /// takeover (a new node has not seen its history), so the answer relayed to the client
+    /// imposes `client_no_context_takeover` (RFC 7692 section 7.1.1.1). Returns the field value
+    /// the client must get in place of the node's, if it changes.
+    pub(super) fn impose_for_hop(&mut self) -> Option<HeaderValue> {
+        let Agreed::Deflate(p) = self.extensions else {
+            return None;
+        };
+        if p.client_no_context_takeover {
+            return None;
+        }
+        let imposed = p.for_hopping_client();
+        self.extensions = Agreed::Deflate(imposed);
+        HeaderValue::from_str(&imposed.render()).ok()
+    }
+
+    /// True if an extension other than `permessage-deflate` was agreed: its state cannot move.
+    pub(super) fn pins_node(&self) -> bool {
+        matches!(self.extensions, Agreed::Other)
     }
 }
 

@@ -123,6 +123,7 @@ impl Relay {
             self.client_close = Some(frame.clone());
             self.closing_until = Some(Instant::now() + CLOSE_GRACE);
         }
+        let limit = self.max_message();
         let Some(side) = self.up.as_mut() else {
             return Flow::Continue;
         };
@@ -133,7 +134,15 @@ impl Relay {
             }
             return Flow::Continue;
         }
-        match side.io.write(&frame).await {
+        let out = match side.for_node(&frame, limit) {
+            Ok(out) => out,
+            Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
+            Err(e) => {
+                let what = e.protocol_reason();
+                return Box::pin(self.end(ProxyError::FrameProtocol(what))).await;
+            }
+        };
+        match side.io.write(&out).await {
             Ok(_) => {
                 side.close_sent |= k == Kind::Close;
                 self.partial.sent(&frame);
@@ -188,7 +197,16 @@ impl Relay {
             }
             Kind::Start { .. } | Kind::Continue { .. } | Kind::Close | Kind::Ping | Kind::Pong => {}
         }
-        if self.send_client(&frame).await.is_err() {
+        let limit = self.max_message();
+        let out = match self.up.as_mut().map(|side| side.for_client(&frame, limit)) {
+            Some(Ok(out)) => out,
+            Some(Err(FrameError::TooBig(size, _))) => {
+                return Box::pin(self.node_too_big(size)).await
+            }
+            Some(Err(e)) => return Box::pin(self.node_lost(&e.to_string())).await,
+            None => std::borrow::Cow::Borrowed(&frame),
+        };
+        if self.send_client(&out).await.is_err() {
             return Flow::End;
         }
         if k == Kind::Close && self.client_close.is_some() {

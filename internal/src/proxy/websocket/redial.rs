@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::outcome::{DialError, Negotiated};
+use super::outcome::{Agreed, DialError, Negotiated};
 use super::stream::Stream;
 use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::Proxy;
@@ -40,8 +40,7 @@ const ACCEPT_LEN: usize = 28;
 #[derive(Debug, Clone)]
 pub(crate) struct Handshake {
     /// Request line and fields, each line ending in CRLF, without the closing empty line; without
-    /// `X-Hopped-From` (each re-dial adds its own) and, when the first node accepted none, without
-    /// the extension offer.
+    /// `X-Hopped-From` (each re-dial adds its own), with the extension offer of [`Handshake::replay`].
     head: Bytes,
     /// False if the first request had no `Host`: each re-dial then names the node's address.
     has_host: bool,
@@ -52,8 +51,9 @@ pub(crate) struct Handshake {
 
 impl Handshake {
     /// The replay of a first handshake `method` `path_and_query` with fields `headers` (the
-    /// upstream fields as sent to the first node), given what that node `negotiated`: without an
-    /// extension offer when it accepted none (a hop cannot carry extension state, SPEC section 5).
+    /// upstream fields as sent to the first node), given what the client `negotiated`: without an
+    /// extension offer when it agreed to none, offering exactly its `permessage-deflate`
+    /// parameters when it agreed to those (SPEC section 5, "Extensions and subprotocols").
     pub(super) fn replay(
         method: &Method,
         path_and_query: &str,
@@ -72,10 +72,29 @@ impl Handshake {
         head.extend_from_slice(path_and_query.as_bytes());
         head.extend_from_slice(b" HTTP/1.1\r\n");
         for (name, value) in headers {
-            if name == HOPPED_FROM || (name == SEC_WEBSOCKET_EXTENSIONS && !negotiated.extensions) {
+            if name == HOPPED_FROM || name == SEC_WEBSOCKET_EXTENSIONS {
                 continue;
             }
             field(&mut head, name.as_str().as_bytes(), value.as_bytes());
+        }
+        match &negotiated.extensions {
+            Agreed::None => {}
+            // Exactly what the client agreed to, so a node that accepts the offer needs no
+            // translation (RFC 7692 section 7.1: an offer's parameters bind the answer).
+            Agreed::Deflate(p) => field(
+                &mut head,
+                SEC_WEBSOCKET_EXTENSIONS.as_str().as_bytes(),
+                p.render().as_bytes(),
+            ),
+            Agreed::Other => {
+                for value in headers.get_all(SEC_WEBSOCKET_EXTENSIONS) {
+                    field(
+                        &mut head,
+                        SEC_WEBSOCKET_EXTENSIONS.as_str().as_bytes(),
+                        value.as_bytes(),
+                    );
+                }
+            }
         }
         let accept = headers.get(SEC_WEBSOCKET_KEY).and_then(|k| {
             let a = derive_accept_key(k.as_bytes());
@@ -114,8 +133,10 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 }
 
 /// Re-dials `node` for a hop off node `from`: the replayed handshake `hs` on a new connection. The
-/// node must answer `101` with the accept key of the handshake's key, the same subprotocol the first
-/// node chose (`negotiated`) and no extension unless one was accepted the first time.
+/// node must answer `101` with the accept key of the handshake's key, the same subprotocol the client
+/// agreed to (`negotiated`; a node that selects another is not used, SPEC section 5), and no
+/// extension the client did not agree to (a `permessage-deflate` client takes a node with other
+/// parameters or none: [`super::deflate::Plan`]). Returns the stream and the node's extensions.
 ///
 /// # Errors
 /// [`DialError::Connect`] when the connection (or TLS) failed, nothing sent;
@@ -127,7 +148,7 @@ pub(super) async fn redial_node(
     hs: &Handshake,
     negotiated: &Negotiated,
     from: &str,
-) -> Result<Stream, DialError> {
+) -> Result<(Stream, Agreed), DialError> {
     let io = p.upstream.connect(node).await.map_err(DialError::Connect)?;
     exchange(io, hs.request(&node.addr, from), hs, negotiated).await
 }
@@ -142,11 +163,11 @@ async fn exchange(
     request: Vec<u8>,
     hs: &Handshake,
     negotiated: &Negotiated,
-) -> Result<Stream, DialError> {
+) -> Result<(Stream, Agreed), DialError> {
     io.write_all(&request).await.map_err(DialError::Exchange)?;
     drop(request);
     let mut buf = BytesMut::with_capacity(ANSWER_BUF);
-    let head_len = loop {
+    let (head_len, agreed) = loop {
         if buf.capacity() == buf.len() {
             buf.reserve(ANSWER_BUF);
         }
@@ -156,8 +177,8 @@ async fn exchange(
                 "the node closed the connection before its answer head",
             )));
         }
-        if let Some(len) = answer(&buf, hs, negotiated)? {
-            break len;
+        if let Some(found) = answer(&buf, hs, negotiated)? {
+            break found;
         }
         if buf.len() >= MAX_ANSWER_HEAD {
             return Err(DialError::Refused(format!(
@@ -167,15 +188,19 @@ async fn exchange(
     };
     // Copied out (usually the node's first frame, a few bytes) so the read block goes now.
     let early = Bytes::copy_from_slice(&buf[head_len..]);
-    Ok(Stream::Node(Rewind::new(early, io)))
+    Ok((Stream::Node(Rewind::new(early, io)), agreed))
 }
 
-/// Parses and checks the answer head at the start of `buf`: `Some(its length)` once complete and a
-/// matching `101`, `None` while incomplete.
+/// Parses and checks the answer head at the start of `buf`: `Some((its length, the extensions it
+/// accepted))` once complete and a matching `101`, `None` while incomplete.
 ///
 /// # Errors
 /// [`DialError::Refused`]: malformed, not `101`, or not what the first node agreed to.
-fn answer(buf: &[u8], hs: &Handshake, negotiated: &Negotiated) -> Result<Option<usize>, DialError> {
+fn answer(
+    buf: &[u8],
+    hs: &Handshake,
+    negotiated: &Negotiated,
+) -> Result<Option<(usize, Agreed)>, DialError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_FIELDS];
     let mut resp = httparse::Response::new(&mut fields);
     let len = match resp.parse(buf) {
@@ -203,12 +228,27 @@ fn answer(buf: &[u8], hs: &Handshake, negotiated: &Negotiated) -> Result<Option<
             "the node selected a different subprotocol".into(),
         ));
     }
-    if !negotiated.extensions && get(&SEC_WEBSOCKET_EXTENSIONS).is_some() {
+    let agreed = Agreed::of(
+        resp.headers
+            .iter()
+            .filter(|f| {
+                f.name
+                    .eq_ignore_ascii_case(SEC_WEBSOCKET_EXTENSIONS.as_str())
+            })
+            .map(|f| f.value),
+    );
+    let fits = match (&negotiated.extensions, &agreed) {
+        (_, Agreed::None) => true,
+        (Agreed::Deflate(_), Agreed::Deflate(_)) => true,
+        (Agreed::Other, Agreed::Other) => true,
+        _ => false,
+    };
+    if !fits {
         return Err(DialError::Refused(
             "the node accepted an extension that was not offered".into(),
         ));
     }
-    Ok(Some(len))
+    Ok(Some((len, agreed)))
 }
 
 #[cfg(test)]

@@ -17,11 +17,15 @@ fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
     h
 }
 
-fn negotiated(protocol: Option<&'static str>, extensions: bool) -> Negotiated {
+fn negotiated(protocol: Option<&'static str>, extensions: Agreed) -> Negotiated {
     Negotiated {
         protocol: protocol.map(HeaderValue::from_static),
         extensions,
     }
+}
+
+fn deflate(element: &str) -> Agreed {
+    Agreed::Deflate(super::super::deflate::DeflateParams::parse(element).expect("valid"))
 }
 
 fn handshake(extra: &[(&'static str, &'static str)], n: &Negotiated) -> Handshake {
@@ -38,7 +42,7 @@ fn handshake(extra: &[(&'static str, &'static str)], n: &Negotiated) -> Handshak
 
 #[test]
 fn the_replayed_head_is_the_first_request_plus_x_hopped_from_without_a_refused_extension_offer() {
-    let n = negotiated(None, false);
+    let n = negotiated(None, Agreed::None);
     let hs = handshake(
         &[
             ("sec-websocket-extensions", "permessage-deflate"),
@@ -58,7 +62,7 @@ fn the_replayed_head_is_the_first_request_plus_x_hopped_from_without_a_refused_e
 
 #[test]
 fn without_a_host_each_redial_names_the_node_address_and_an_accepted_extension_stays_offered() {
-    let n = negotiated(Some("chat"), true);
+    let n = negotiated(Some("chat"), Agreed::Other);
     let hs = Handshake::replay(
         &Method::GET,
         "/",
@@ -92,7 +96,7 @@ async fn exchange_with(
     hs: &Handshake,
     n: &Negotiated,
     answer: Vec<&'static [u8]>,
-) -> (Result<Stream, DialError>, String) {
+) -> (Result<(Stream, Agreed), DialError>, String) {
     let (gw, mut node) = pair().await;
     let script = tokio::spawn(async move {
         let mut got = Vec::new();
@@ -115,7 +119,7 @@ async fn exchange_with(
 
 #[tokio::test]
 async fn a_matching_101_split_over_reads_gives_a_stream_that_starts_with_the_bytes_past_the_head() {
-    let n = negotiated(Some("chat"), false);
+    let n = negotiated(Some("chat"), Agreed::None);
     let hs = handshake(&[("sec-websocket-protocol", "chat, superchat")], &n);
     let (r, request) = exchange_with(
         &hs,
@@ -131,7 +135,8 @@ async fn a_matching_101_split_over_reads_gives_a_stream_that_starts_with_the_byt
         request.contains("\r\nx-hopped-from: node-1\r\n"),
         "{request}"
     );
-    let mut stream = r.expect("a matching 101");
+    let (mut stream, agreed) = r.expect("a matching 101");
+    assert_eq!(agreed, Agreed::None);
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).await.expect("read");
     assert_eq!(rest, b"\x81\x02hi");
@@ -153,7 +158,7 @@ async fn refused(n: &Negotiated, answer: &'static [u8]) -> String {
 
 #[tokio::test]
 async fn answers_an_rfc_6455_client_must_fail_are_refused() {
-    let plain = negotiated(None, false);
+    let plain = negotiated(None, Agreed::None);
     assert_eq!(
         refused(
             &plain,
@@ -181,7 +186,7 @@ async fn answers_an_rfc_6455_client_must_fail_are_refused() {
     );
     assert_eq!(
         refused(
-            &negotiated(Some("chat"), false),
+            &negotiated(Some("chat"), Agreed::None),
             b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
         )
         .await,
@@ -203,7 +208,7 @@ async fn answers_an_rfc_6455_client_must_fail_are_refused() {
 
 #[tokio::test]
 async fn a_node_that_closes_before_its_answer_head_is_an_exchange_error() {
-    let n = negotiated(None, false);
+    let n = negotiated(None, Agreed::None);
     let hs = handshake(&[], &n);
     let (r, _) = exchange_with(&hs, &n, vec![b"HTTP/1.1 101 Swit"]).await;
     match r {
@@ -215,7 +220,7 @@ async fn a_node_that_closes_before_its_answer_head_is_an_exchange_error() {
 
 #[tokio::test]
 async fn an_endless_answer_head_is_refused_at_the_bound() {
-    let n = negotiated(None, false);
+    let n = negotiated(None, Agreed::None);
     let hs = handshake(&[], &n);
     let (gw, mut node) = pair().await;
     let script = tokio::spawn(async move {
@@ -242,5 +247,71 @@ async fn an_endless_answer_head_is_refused_at_the_bound() {
         ),
         Err(e) => panic!("expected a refusal, got {e}"),
         Ok(_) => panic!("expected a refusal, got a stream"),
+    }
+}
+
+#[test]
+fn a_deflate_socket_redials_offering_exactly_what_its_client_agreed_to() {
+    let n = negotiated(
+        None,
+        deflate("permessage-deflate; client_no_context_takeover; server_max_window_bits=12"),
+    );
+    let hs = handshake(
+        &[(
+            "sec-websocket-extensions",
+            "permessage-deflate; client_max_window_bits, permessage-deflate",
+        )],
+        &n,
+    );
+    let head = String::from_utf8(hs.request("127.0.0.1:9", "node-1")).expect("ascii");
+    assert!(
+        head.contains(
+            "\r\nsec-websocket-extensions: permessage-deflate; client_no_context_takeover; \
+             server_max_window_bits=12\r\n"
+        ),
+        "{head}"
+    );
+    assert_eq!(
+        head.matches("sec-websocket-extensions").count(),
+        1,
+        "{head}"
+    );
+}
+
+#[tokio::test]
+async fn a_deflate_client_takes_a_node_with_other_parameters_or_none_but_not_another_extension() {
+    let n = negotiated(
+        None,
+        deflate("permessage-deflate; client_no_context_takeover"),
+    );
+    let hs = handshake(&[], &n);
+    let ok = |ext: &'static [u8]| {
+        let hs = &hs;
+        let n = &n;
+        async move {
+            let answer: Vec<&'static [u8]> = vec![
+                b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+                ext,
+                b"\r\n",
+            ];
+            exchange_with(hs, n, answer)
+                .await
+                .0
+                .map(|(_, agreed)| agreed)
+        }
+    };
+    assert_eq!(
+        ok(b"Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=9\r\n")
+            .await
+            .expect("accepted"),
+        deflate("permessage-deflate; server_max_window_bits=9")
+    );
+    assert_eq!(ok(b"").await.expect("accepted"), Agreed::None);
+    match ok(b"Sec-WebSocket-Extensions: x-ext\r\n").await {
+        Err(DialError::Refused(why)) => {
+            assert_eq!(why, "the node accepted an extension that was not offered")
+        }
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(a) => panic!("expected a refusal, got {a:?}"),
     }
 }

@@ -23,8 +23,11 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tracing::Instrument;
 
+use std::borrow::Cow;
+
+use super::deflate::Translate;
 use super::dial::{Handshake, Negotiated};
-use super::frame::{Frame, Peer};
+use super::frame::{Frame, FrameError, Peer};
 use super::io::FrameIo;
 use super::message::{Held, Partial};
 use super::pump::{self, Pumped, Traffic};
@@ -71,11 +74,21 @@ pub(super) struct NodeSide {
     pub(super) _inflight: InflightGuard,
     /// True once a Close went to the node on this side.
     pub(super) close_sent: bool,
+    /// The inflaters this node's `permessage-deflate` parameters need ([`super::deflate`]);
+    /// `None` (the usual case) when its frames pass as they are. A side with one is relayed frame
+    /// by frame, never by the pump.
+    pub(super) translate: Option<Box<Translate>>,
 }
 
 impl NodeSide {
-    /// A side to `node` over the upgraded stream `io`.
-    pub(super) fn new(node: Arc<Node>, io: Stream, inflight: InflightGuard) -> Self {
+    /// A side to `node` over the upgraded stream `io`, translating `permessage-deflate` messages
+    /// as `translate` says.
+    pub(super) fn new(
+        node: Arc<Node>,
+        io: Stream,
+        inflight: InflightGuard,
+        translate: Option<Box<Translate>>,
+    ) -> Self {
         let mut signal = node.runtime.subscribe();
         // Look at the current state once: the node may have drained before the 101 went out.
         signal.mark_changed();
@@ -86,7 +99,39 @@ impl NodeSide {
             signal,
             _inflight: inflight,
             close_sent: false,
+            translate,
         }
+    }
+
+    /// The client frame `f` as this node gets it: itself, or inflated ([`Translate::to_node`]);
+    /// `limit` is `limits.websocket_max_message`, bytes.
+    ///
+    /// # Errors
+    /// [`FrameError::TooBig`] past `limit`, [`FrameError::Protocol`] for data that does not inflate.
+    pub(super) fn for_node<'a>(
+        &mut self,
+        f: &'a Frame,
+        limit: u64,
+    ) -> Result<Cow<'a, Frame>, FrameError> {
+        Ok(match self.translate.as_mut() {
+            Some(t) => t.to_node(f, limit)?.map_or(Cow::Borrowed(f), Cow::Owned),
+            None => Cow::Borrowed(f),
+        })
+    }
+
+    /// The node frame `f` as the client gets it: itself, or inflated ([`Translate::to_client`]).
+    ///
+    /// # Errors
+    /// As [`NodeSide::for_node`].
+    pub(super) fn for_client<'a>(
+        &mut self,
+        f: &'a Frame,
+        limit: u64,
+    ) -> Result<Cow<'a, Frame>, FrameError> {
+        Ok(match self.translate.as_mut() {
+            Some(t) => t.to_client(f, limit)?.map_or(Cow::Borrowed(f), Cow::Owned),
+            None => Cow::Borrowed(f),
+        })
     }
 }
 
@@ -192,7 +237,7 @@ impl Session {
     ) -> impl std::future::Future<Output = ()> + Send {
         let mut side = *side;
         let mode = self.ctx.route.config.websocket;
-        let extension_warning = mode == WsMode::Hop && self.negotiated.extensions;
+        let extension_warning = mode == WsMode::Hop && self.negotiated.pins_node();
         let max_message = self.p.settings.limits.websocket_max_message;
         side.io.set_max_message(max_message);
         // The node's state as the relay starts: a usable node needs no event (and so no span);
@@ -228,7 +273,7 @@ impl Session {
         if extension_warning {
             let span = r.span();
             if let Some(side) = &r.up {
-                span.in_scope(|| tracing::info!(node = %side.node.id, "websocket extension negotiated: this socket cannot hop and gets a reconnect hint instead"));
+                span.in_scope(|| tracing::info!(node = %side.node.id, "websocket extension other than permessage-deflate negotiated: this socket cannot hop and gets a reconnect hint instead"));
             }
         }
         async move {
@@ -325,10 +370,11 @@ impl Relay {
         }
     }
 
-    /// True while frames pass both ways unattended: a node attached, no closing handshake, and
-    /// no hop waiting for the new node's first frame (which [`super::pass`] observes).
+    /// True while frames pass both ways unattended: a node attached whose frames need no
+    /// translation, no closing handshake, and no hop waiting for the new node's first frame (which
+    /// [`super::pass`] observes).
     fn busy_path(&self) -> bool {
-        self.up.is_some()
+        self.up.as_ref().is_some_and(|s| s.translate.is_none())
             && self.client_close.is_none()
             && !self.node_closed
             && self.owed_hop.is_none()
