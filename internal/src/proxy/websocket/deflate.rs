@@ -247,7 +247,11 @@ impl Translate {
     /// # Errors
     /// [`FrameError::TooBig`] when the inflated message passes `limit`,
     /// [`FrameError::Protocol`] for compressed data that does not inflate.
-    pub(crate) fn to_node(&mut self, f: &Frame, limit: u64) -> Result<Option<Frame>, FrameError> {
+    pub(crate) fn toward_node(
+        &mut self,
+        f: &Frame,
+        limit: u64,
+    ) -> Result<Option<Frame>, FrameError> {
         match self.client.as_mut() {
             Some(z) => z.frame(f, Peer::Node, limit),
             None => Ok(None),
@@ -258,7 +262,11 @@ impl Translate {
     ///
     /// # Errors
     /// As [`Translate::to_node`].
-    pub(crate) fn to_client(&mut self, f: &Frame, limit: u64) -> Result<Option<Frame>, FrameError> {
+    pub(crate) fn toward_client(
+        &mut self,
+        f: &Frame,
+        limit: u64,
+    ) -> Result<Option<Frame>, FrameError> {
         match self.node.as_mut() {
             Some(z) => z.frame(f, Peer::Client, limit),
             None => Ok(None),

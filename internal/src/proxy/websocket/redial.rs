@@ -237,12 +237,12 @@ fn answer(
             })
             .map(|f| f.value),
     );
-    let fits = match (&negotiated.extensions, &agreed) {
-        (_, Agreed::None) => true,
-        (Agreed::Deflate(_), Agreed::Deflate(_)) => true,
-        (Agreed::Other, Agreed::Other) => true,
-        _ => false,
-    };
+    let fits = matches!(
+        (&negotiated.extensions, &agreed),
+        (_, Agreed::None)
+            | (Agreed::Deflate(_), Agreed::Deflate(_))
+            | (Agreed::Other, Agreed::Other)
+    );
     if !fits {
         return Err(DialError::Refused(
             "the node accepted an extension that was not offered".into(),

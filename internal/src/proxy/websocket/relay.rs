@@ -114,7 +114,9 @@ impl NodeSide {
         limit: u64,
     ) -> Result<Cow<'a, Frame>, FrameError> {
         Ok(match self.translate.as_mut() {
-            Some(t) => t.to_node(f, limit)?.map_or(Cow::Borrowed(f), Cow::Owned),
+            Some(t) => t
+                .toward_node(f, limit)?
+                .map_or(Cow::Borrowed(f), Cow::Owned),
             None => Cow::Borrowed(f),
         })
     }
@@ -129,7 +131,9 @@ impl NodeSide {
         limit: u64,
     ) -> Result<Cow<'a, Frame>, FrameError> {
         Ok(match self.translate.as_mut() {
-            Some(t) => t.to_client(f, limit)?.map_or(Cow::Borrowed(f), Cow::Owned),
+            Some(t) => t
+                .toward_client(f, limit)?
+                .map_or(Cow::Borrowed(f), Cow::Owned),
             None => Cow::Borrowed(f),
         })
     }
