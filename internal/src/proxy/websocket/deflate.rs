@@ -17,7 +17,8 @@
 //!
 //! So the gateway only ever inflates, and only on a node side whose parameters need it
 //! ([`Plan`]); a socket whose nodes agree with the client relays byte for byte. Every inflated
-//! message is bounded by `limits.websocket_max_message`; an inflater holds one 32 KiB window.
+//! message is bounded by `limits.websocket_max_message`; an inflater holds one 32 KiB window,
+//! and only while a message is in flight unless its sender keeps its context across messages.
 //! Pure apart from the inflater's state; spawns nothing.
 
 use flate2::{Decompress, FlushDecompress, Status};
@@ -261,7 +262,7 @@ impl Translate {
     /// The node frame `f` as the client gets it: `None` to send it as it is, or its inflated form.
     ///
     /// # Errors
-    /// As [`Translate::to_node`].
+    /// As [`Translate::toward_node`].
     pub(crate) fn toward_client(
         &mut self,
         f: &Frame,
@@ -276,7 +277,10 @@ impl Translate {
 
 /// One direction's inflater and the message in flight through it.
 struct Inflate {
-    z: Decompress,
+    /// The inflater (about 43 KiB: a 32 KiB window and its tables); made at a compressed message's
+    /// first frame and, where the sender resets its context per message, dropped at its last, so an
+    /// idle socket keeps none.
+    z: Option<Decompress>,
     /// The sender resets its context per message: so does the inflater.
     reset_each_message: bool,
     /// The message in flight is compressed (RSV1 on its first frame).
@@ -300,8 +304,7 @@ impl std::fmt::Debug for Inflate {
 impl Inflate {
     fn new(reset_each_message: bool) -> Self {
         Inflate {
-            // Raw deflate with the largest window: it inflates every smaller window too.
-            z: Decompress::new(false),
+            z: None,
             reset_each_message,
             compressed: false,
             size: 0,
@@ -309,7 +312,7 @@ impl Inflate {
         }
     }
 
-    /// See [`Translate::to_node`]; `to` is where the frame goes (decides masking).
+    /// See [`Translate::toward_node`]; `to` is where the frame goes (decides masking).
     fn frame(&mut self, f: &Frame, to: Peer, limit: u64) -> Result<Option<Frame>, FrameError> {
         let fin = match f.kind() {
             Kind::Start { fin } => {
@@ -329,8 +332,8 @@ impl Inflate {
         if fin {
             self.inflate(&TAIL, &mut out, limit)?;
             self.compressed = false;
-            if self.reset_each_message && !self.ended {
-                self.z.reset(false);
+            if self.reset_each_message {
+                self.z = None;
             }
         }
         // RSV1 belongs to the first frame of a compressed message only (RFC 7692 section 6.1).
@@ -343,24 +346,25 @@ impl Inflate {
     /// inflated.
     fn inflate(&mut self, input: &[u8], out: &mut Vec<u8>, limit: u64) -> Result<(), FrameError> {
         let mut at = 0;
+        // Raw deflate with the largest window: it inflates every smaller window too.
+        let z = self.z.get_or_insert_with(|| Decompress::new(false));
         while !self.ended {
             if out.capacity() - out.len() < 4096 {
                 out.reserve(out.len().max(16 * 1024));
             }
-            let (before_in, before_out) = (self.z.total_in(), self.z.total_out());
-            let status = self
-                .z
+            let (before_in, before_out) = (z.total_in(), z.total_out());
+            let status = z
                 .decompress_vec(&input[at..], out, FlushDecompress::Sync)
                 .map_err(|_| FrameError::Protocol("compressed message does not inflate"))?;
-            let consumed = (self.z.total_in() - before_in) as usize;
-            let produced = self.z.total_out() - before_out;
+            let consumed = (z.total_in() - before_in) as usize;
+            let produced = z.total_out() - before_out;
             at += consumed;
             self.size += produced;
             if self.size > limit {
                 return Err(FrameError::TooBig(self.size, limit));
             }
             if status == Status::StreamEnd {
-                self.z.reset(false);
+                z.reset(false);
                 self.ended = true;
                 break;
             }

@@ -103,7 +103,7 @@ impl NodeSide {
         }
     }
 
-    /// The client frame `f` as this node gets it: itself, or inflated ([`Translate::to_node`]);
+    /// The client frame `f` as this node gets it: itself, or inflated ([`Translate::toward_node`]);
     /// `limit` is `limits.websocket_max_message`, bytes.
     ///
     /// # Errors
@@ -121,7 +121,7 @@ impl NodeSide {
         })
     }
 
-    /// The node frame `f` as the client gets it: itself, or inflated ([`Translate::to_client`]).
+    /// The node frame `f` as the client gets it: itself, or inflated ([`Translate::toward_client`]).
     ///
     /// # Errors
     /// As [`NodeSide::for_node`].
