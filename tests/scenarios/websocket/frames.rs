@@ -109,19 +109,48 @@ async fn ws_node_pings_keep_a_socket_open_past_the_idle_limit_case06() {
     assert!(pings >= 9, "{pings} pings in 3.5 s");
 }
 
-/// CASE-04: the node's extension answer (`permessage-deflate`) is relayed verbatim and compressed
-/// frames (RSV1) pass unmodified both ways.
-/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+/// CASE-04 and SPEC 5 "Extensions and subprotocols", on a `hint` route: the node's extension
+/// answer (`permessage-deflate`) is relayed verbatim, compressed frames (RSV1) pass unmodified both
+/// ways, and when the node vanishes the client gets the 1012 hint.
 #[tokio::test]
-async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instead_of_a_hop() {
+async fn ws_extension_frames_relay_unmodified_and_a_hint_route_relays_the_answer_verbatim() {
+    let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
+    let (_gw, mut tcp, mut buf) = deflate_frames_pass("hint", ext, ext).await;
+    // The node vanished: the hint route's 1012 reconnect hint.
+    let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
+    assert_eq!(op, 8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
+    let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
+    assert_eq!(hint["reconnect"], true);
+}
+
+/// SPEC 5 "Extensions and subprotocols", on a `hop` route: the client is told
+/// `client_no_context_takeover` on top of the node's answer (RFC 7692 section 7.1.1.1), so each of
+/// its messages can go to any later node; compressed frames still pass unmodified both ways.
+#[tokio::test]
+async fn ws_a_hop_route_imposes_client_no_context_takeover_and_frames_pass_unmodified() {
+    let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
+    let told = format!("{ext}; client_no_context_takeover");
+    let _ = deflate_frames_pass("hop", ext, &told).await;
+}
+
+/// One compressed socket through a gateway route with `websocket = mode` to a node that answers
+/// the extension offer with `ext` and vanishes after one echo: asserts the client was told `told`
+/// and that compressed frames pass unmodified both ways; returns the gateway, the client's socket
+/// and the bytes read past the echo.
+/// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+async fn deflate_frames_pass(
+    mode: &str,
+    ext: &'static str,
+    told: &str,
+) -> (Gateway, TcpStream, Vec<u8>) {
     // "hello" compressed with raw DEFLATE, in a text frame with RSV1 set (RFC 7692).
     let deflated = [0xf2u8, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00];
     let mut first = vec![0xc1, u8::try_from(deflated.len()).expect("short")];
     first.extend_from_slice(&deflated);
-    let ext = "permessage-deflate; server_no_context_takeover; client_max_window_bits=15";
     let (addr, node) = fake_node("websocket", ext, first).await;
     let toml = format!(
-        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"hop\"\n",
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"{mode}\"\n",
         cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
     );
     let gw = Gateway::start(&toml).await;
@@ -143,8 +172,8 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
     assert_eq!(status, 101);
     assert_eq!(
         header_values(&headers, "sec-websocket-extensions"),
-        [ext],
-        "the node's answer, verbatim"
+        [told],
+        "the node's answer, as the route's mode tells the client"
     );
     // The node's compressed frame arrives with RSV1 and payload untouched.
     let mut raw = buf.clone();
@@ -168,12 +197,7 @@ async fn ws_extension_frames_relay_unmodified_and_such_sockets_get_a_hint_instea
             .contains("sec-websocket-extensions: permessage-deflate; client_max_window_bits\r\n"),
         "{head}"
     );
-    // The node vanished: a compressed socket cannot move (its context lives on the node): 1012 hint.
-    let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
-    assert_eq!(op, 8);
-    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1012);
-    let hint: Value = serde_json::from_slice(&payload[2..]).expect("JSON reason");
-    assert_eq!(hint["reconnect"], true);
+    (gw, tcp, buf)
 }
 
 /// Reads from `tcp` onto `buf` until it holds at least `len` bytes, each read within 2 s; panics

@@ -101,7 +101,8 @@ pub(crate) async fn proxy(
     let mut negotiated = Negotiated::of(&parts.headers);
     if ctx.route.config.websocket == crate::config::WsMode::Hop {
         // The client's messages must not depend on history a later node has not seen.
-        if let Some(imposed) = negotiated.impose_for_hop() {
+        let answer = parts.headers.get(header::SEC_WEBSOCKET_EXTENSIONS);
+        if let Some(imposed) = answer.and_then(|a| negotiated.impose_for_hop(a)) {
             parts
                 .headers
                 .insert(header::SEC_WEBSOCKET_EXTENSIONS, imposed);

@@ -38,18 +38,20 @@ impl Negotiated {
 
     /// For a socket that may hop: a `permessage-deflate` client must not compress with context
     /// takeover (a new node has not seen its history), so the answer relayed to the client
-    /// imposes `client_no_context_takeover` (RFC 7692 section 7.1.1.1). Returns the field value
-    /// the client must get in place of the node's, if it changes.
-    pub(super) fn impose_for_hop(&mut self) -> Option<HeaderValue> {
+    /// imposes `client_no_context_takeover` (RFC 7692 section 7.1.1.1). `answer` is the node's
+    /// `Sec-WebSocket-Extensions` value; returns the value the client must get instead, the node's
+    /// with the parameter appended, if it changes.
+    pub(super) fn impose_for_hop(&mut self, answer: &HeaderValue) -> Option<HeaderValue> {
         let Agreed::Deflate(p) = self.extensions else {
             return None;
         };
         if p.client_no_context_takeover {
             return None;
         }
-        let imposed = p.for_hopping_client();
-        self.extensions = Agreed::Deflate(imposed);
-        HeaderValue::from_str(&imposed.render()).ok()
+        self.extensions = Agreed::Deflate(p.for_hopping_client());
+        let mut imposed = answer.as_bytes().trim_ascii().to_vec();
+        imposed.extend_from_slice(b"; client_no_context_takeover");
+        HeaderValue::from_bytes(&imposed).ok()
     }
 
     /// True if an extension other than `permessage-deflate` was agreed: its state cannot move.
