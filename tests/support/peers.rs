@@ -75,10 +75,11 @@ impl PyNode {
             &format!("{id} to print its port"),
             || {
                 assert_running(&mut child, &logs, id);
+                // The first number printed (a warning on stderr may come first).
                 port = logs
                     .lines()
-                    .first()
-                    .and_then(|l| l.trim().parse::<u16>().ok());
+                    .iter()
+                    .find_map(|l| l.trim().parse::<u16>().ok());
                 let found = port.is_some();
                 async move { found }
             },

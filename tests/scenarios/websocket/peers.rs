@@ -97,31 +97,37 @@ async fn two_node_row(client: Compression, first: Compression, second: Compressi
     assert_hopped(&gw, &mut c, &id, "node-a", &b).await;
 }
 
+/// Deflate client (context takeover), deflate node killed, deflate node next.
 #[tokio::test]
 async fn ws_deflate_socket_hops_to_a_deflate_node_when_its_node_dies() {
     two_node_row(Deflate, Deflate, Deflate, Loss::Kill).await;
 }
 
+/// Deflate client (context takeover), deflate node drained, deflate node next.
 #[tokio::test]
 async fn ws_deflate_socket_hops_to_a_deflate_node_when_its_node_drains() {
     two_node_row(Deflate, Deflate, Deflate, Loss::Drain).await;
 }
 
+/// Deflate client, deflate node killed, a node without compression next.
 #[tokio::test]
 async fn ws_deflate_socket_hops_to_a_node_without_compression_when_its_node_dies() {
     two_node_row(Deflate, Deflate, Off, Loss::Kill).await;
 }
 
+/// Deflate client, deflate node drained, a node without compression next.
 #[tokio::test]
 async fn ws_deflate_socket_hops_to_a_node_without_compression_when_its_node_drains() {
     two_node_row(Deflate, Deflate, Off, Loss::Drain).await;
 }
 
+/// Deflate client on a node without compression (nothing negotiated), killed; a deflate node next.
 #[tokio::test]
 async fn ws_deflate_offer_on_an_uncompressed_node_hops_to_a_deflate_node_when_it_dies() {
     two_node_row(Deflate, Off, Deflate, Loss::Kill).await;
 }
 
+/// Deflate client on a node without compression (nothing negotiated), drained; a deflate node next.
 #[tokio::test]
 async fn ws_deflate_offer_on_an_uncompressed_node_hops_to_a_deflate_node_when_it_drains() {
     two_node_row(Deflate, Off, Deflate, Loss::Drain).await;
@@ -166,6 +172,8 @@ async fn subprotocol_row(loss: Loss) {
 
     lose(&gw, &mut a, loss, &id).await;
     assert_hopped(&gw, &mut client, &id, "node-a", &c).await;
+    let leg = c.conns().into_iter().find(|x| x["conn_id"] == id.as_str());
+    assert_eq!(leg.map(|x| x["subprotocol"].clone()), Some(json!("chat")));
     // The refuser was dialled (it answered 101 without `chat`) and not used.
     let refused: Vec<Value> = b
         .conns()
@@ -180,11 +188,13 @@ async fn subprotocol_row(loss: Loss) {
     );
 }
 
+/// Subprotocol `chat`: its node killed, the refuser skipped, the socket on the other selector.
 #[tokio::test]
 async fn ws_subprotocol_hop_skips_a_node_refusing_it_when_its_node_dies() {
     subprotocol_row(Loss::Kill).await;
 }
 
+/// Subprotocol `chat`: its node drained, the refuser skipped, the socket on the other selector.
 #[tokio::test]
 async fn ws_subprotocol_hop_skips_a_node_refusing_it_when_its_node_drains() {
     subprotocol_row(Loss::Drain).await;

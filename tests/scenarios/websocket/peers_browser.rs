@@ -122,6 +122,15 @@ async fn ws_browser_deflate_socket_stays_open_when_its_node_dies() {
     expect_echoes(&br, 20).await;
 
     // The browser sets no conn id: the gateway issued one, which the node saw in its handshake.
+    wait_until(
+        Duration::from_secs(2),
+        "a node to report the socket",
+        || {
+            let seen = nodes.iter().any(|n| !n.conns().is_empty());
+            async move { seen }
+        },
+    )
+    .await;
     let first = nodes
         .iter()
         .position(|n| !n.conns().is_empty())
