@@ -72,22 +72,40 @@ pub async fn non_probe_paths(m: &Mock) -> Vec<String> {
 /// there. New ids are placed by rendezvous hashing (SPEC section 7), so an id that lands elsewhere
 /// always would; a variant of it is tried instead (each miss is unbound again). Panics after 64.
 pub async fn bind_to(gw: &Gateway, id: &str, node: &str) -> String {
+    bind_to_via(gw, "/echo/bind", id, node).await
+}
+
+/// As [`bind_to`], binding with `GET path` ([`bind_via`]): for nodes other than `mock-backend`.
+pub async fn bind_to_via(gw: &Gateway, path: &str, id: &str, node: &str) -> String {
     for n in 0..64 {
         let id = if n == 0 {
             id.to_string()
         } else {
             format!("{id}~{n}")
         };
-        let r = get(&gw.url("/echo/bind"), &[(HDR, &id)])
-            .await
-            .expect("get");
-        assert_eq!(r.status, 200, "{}", r.text());
-        if node_of(&r) == node {
+        if bind_via(gw, path, &id).await == node {
             return id;
         }
         assert_eq!(unbind(gw, &id).await, 204);
     }
     panic!("could not bind {id} to {node}");
+}
+
+/// Sends `GET path` with conn id `id` through `gw`, asserts its 200, and returns the node the id
+/// is bound to then (`GET /admin/conns/{id}`, SPEC section 8).
+pub async fn bind_via(gw: &Gateway, path: &str, id: &str) -> String {
+    let r = get(&gw.url(path), &[(HDR, id)]).await.expect("get");
+    assert_eq!(r.status, 200, "{}", r.text());
+    bound_node(gw, id).await
+}
+
+/// The node conn id `id` is bound to on `gw` (`GET /admin/conns/{id}`); panics without a binding.
+pub async fn bound_node(gw: &Gateway, id: &str) -> String {
+    let b = gw.admin_json(&format!("/admin/conns/{id}")).await;
+    b["node"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no binding for {id}: {b}"))
+        .to_string()
 }
 
 /// A client WebSocket over plain TCP (`ws://`), as `tokio_tungstenite::connect_async` opens it.

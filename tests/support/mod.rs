@@ -21,10 +21,12 @@ pub mod webdriver;
 mod wire;
 pub mod ws;
 
-// Scenario helpers: raw HTTP/1.1, answer checks, load and measurement, hand-made nodes.
+// Scenario helpers: raw HTTP/1.1, answer checks, load and measurement, hand-made nodes, third-party
+// WebSocket peers.
 pub mod check;
 pub mod load;
 pub mod nodes;
+pub mod peers;
 pub mod raw;
 
 pub use self::config::{Cluster, Config, Health, Route};
