@@ -114,7 +114,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             .map_err(|size| FrameError::TooBig(size, limit))?;
         let wire = self.buf.split_to(len).freeze();
         self.release_if_empty();
-        Ok(Some(Frame::new(head, wire)))
+        let frame = Frame::new(head, wire);
+        if head.kind == Kind::Close {
+            super::frame::check_close(&frame)?;
+        }
+        Ok(Some(frame))
     }
 
     /// Reserves room for the whole frame at the front of the buffer once its header is there, so
