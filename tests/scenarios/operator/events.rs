@@ -170,3 +170,109 @@ async fn admin_events_drop_a_reader_that_stops_reading() {
         .wait_for(&["event subscriber", "dropped"], Duration::from_secs(5))
         .await;
 }
+
+/// SPEC 11: a reader that keeps up on average is never dropped, however bursty the events. 40,000
+/// hops at about 5,000/s (every 100 ms a burst of 500 pipelined requests over 10 connections, each
+/// switching the version its conn id asks for, so each one hops) all reach a reader that reads as
+/// fast as it can, the stream never ended, while `hopping_count_total{reason="version"}` counts
+/// exactly as many.
+#[tokio::test]
+async fn admin_events_keep_a_reader_that_keeps_up_with_a_burst_of_hops() {
+    const HOPS: usize = 40_000;
+    const CONNS: usize = 10;
+    const BURST: usize = 50; // per connection
+    let v1 = Mock::start_with("node-v1", &["--version", "v1"]).await;
+    let v2 = Mock::start_with("node-v2", &["--version", "v2"]).await;
+    let canary = "  [routes.canary]\n  version_header = \"x-version\"";
+    let toml = Config::new()
+        .health(Health::tcp_never())
+        .with_cluster(
+            Cluster::new("svc")
+                .node_with("node-v1", &v1.addr(), "metadata = { version = \"v1\" }")
+                .node_with("node-v2", &v2.addr(), "metadata = { version = \"v2\" }"),
+        )
+        .route(Route::prefix("api", "/", "svc").line(canary))
+        .toml();
+    let gw = Gateway::start(&toml).await;
+    let mut sse = Sse::connect(gw.admin_port, false).await;
+    let reader = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let (mut hops, mut scanned) = (0, 0);
+        while hops < HOPS {
+            let ended = find(&sse.buf, b": dropped").or(find(&sse.buf, b"\r\n0\r\n\r\n"));
+            assert!(
+                ended.is_none(),
+                "the reader was dropped after {hops} hop events"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{hops} of {HOPS} hop events read"
+            );
+            sse.read_some().await;
+            while let Some(i) = find(&sse.buf[scanned..], b"event: hop\n") {
+                scanned += i + 1;
+                hops += 1;
+            }
+        }
+        sse
+    });
+
+    let mut clients = Vec::new();
+    for c in 0..CONNS {
+        let hop_request = |version: &str| {
+            format!("GET /data HTTP/1.1\r\nhost: x\r\nx-conn-id: storm-{c}\r\nx-version: {version}\r\n\r\n")
+        };
+        let mut s = TcpStream::connect(("127.0.0.1", gw.port))
+            .await
+            .expect("connect");
+        pipelined(&mut s, hop_request("v1").as_bytes(), 1).await; // binds storm-c to node-v1
+        let burst: String = (0..BURST)
+            .map(|i| hop_request(if i % 2 == 0 { "v2" } else { "v1" }))
+            .collect();
+        clients.push((s, burst));
+    }
+    let mut pace = tokio::time::interval(Duration::from_millis(100));
+    for _ in 0..HOPS / (CONNS * BURST) {
+        pace.tick().await;
+        let bursts = clients
+            .iter_mut()
+            .map(|(s, burst)| pipelined(s, burst.as_bytes(), BURST));
+        futures_util::future::join_all(bursts).await;
+    }
+
+    let mut sse = reader.await.expect("reader task");
+    assert_eq!(
+        gw.metric("hopping_count_total{reason=\"version\"}").await,
+        HOPS as f64
+    );
+    sse.read_some().await;
+    assert!(find(&sse.buf, b": dropped").is_none(), "dropped at the end");
+    let status = get(&gw.admin("/admin/status"), &[]).await.expect("status");
+    assert_eq!(status.json()["subscribers"], 1);
+}
+
+/// Writes `requests` (`n` pipelined HTTP/1.1 requests) on `s` and reads their `n` answers, each
+/// of which must be `200`.
+async fn pipelined(s: &mut TcpStream, requests: &[u8], n: usize) {
+    s.write_all(requests).await.expect("write requests");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut buf, mut answers, mut scanned) = (Vec::new(), 0, 0);
+    let mut chunk = vec![0u8; 64 * 1024];
+    while answers < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let read = tokio::time::timeout(left, s.read(&mut chunk)).await;
+        let got = read.unwrap_or_else(|_| panic!("{answers} of {n} answers"));
+        let got = got.expect("read answers");
+        assert!(got > 0, "the gateway closed after {answers} of {n} answers");
+        buf.extend_from_slice(&chunk[..got]);
+        while let Some(i) = find(&buf[scanned..], b"HTTP/1.1 ") {
+            let at = scanned + i;
+            if buf.len() < at + 12 {
+                break;
+            }
+            assert_eq!(&buf[at + 9..at + 12], b"200", "answer {answers}");
+            scanned = at + 12;
+            answers += 1;
+        }
+    }
+}
