@@ -16,7 +16,7 @@
 //!
 //! The resolver is hickory's, on the tokio runtime (no blocking `getaddrinfo`): `[server] resolver
 //! = "ip:port"` names the server, else the system's `/etc/resolv.conf` is used, read once when the
-//! first discovery cluster appears; a reload does not change it. Each round builds a fresh resolver
+//! first discovery cluster appears; a reload does not change it. Each resolution builds a fresh resolver
 //! from that configuration ([`Lookups::resolve`]), so no cached answer ever stands in for a server
 //! that stopped answering, and makes one attempt bounded by the cluster's `interval`: a dead
 //! server is counted within two intervals, whatever its records' TTL.
@@ -43,7 +43,7 @@ use crate::routing::discovered::DnsAnswer;
 use crate::routing::reload::Routing;
 
 /// Longest wait for one DNS query: a server slower than this on loopback or a LAN has failed. A
-/// round waits at most the shorter of this and the cluster's `interval`.
+/// resolution waits at most the shorter of this and the cluster's `interval`.
 pub(crate) const RESOLVE_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a resolution gave no usable node set; the last good set stays.
@@ -61,12 +61,12 @@ pub(crate) enum DiscoveryError {
         #[source]
         source: hickory_resolver::net::NetError,
     },
-    /// The lookup got no answer within the round's limit (the server is gone or too slow).
+    /// The lookup got no answer within the resolution's limit (the server is gone or too slow).
     #[error("lookup of {name:?} got no answer within {limit:?}")]
     Timeout {
         /// The name.
         name: String,
-        /// The round's limit.
+        /// The resolution's limit.
         limit: Duration,
     },
     /// The lookup succeeded without a single A/AAAA record.
@@ -83,7 +83,7 @@ pub(crate) struct Answer {
     pub ttl: Duration,
 }
 
-/// What every round's resolver is built from: the name servers and the options.
+/// What every resolution's resolver is built from: the name servers and the options.
 #[derive(Debug, Clone)]
 pub(crate) struct Lookups {
     config: ResolverConfig,
@@ -92,7 +92,7 @@ pub(crate) struct Lookups {
 
 impl Lookups {
     /// Takes the configured server (`[server] resolver`) or `None` for the system configuration
-    /// (read now, once); returns the settings of every round's resolver: asking A and AAAA, no
+    /// (read now, once); returns the settings of every resolution's resolver: asking A and AAAA, no
     /// cache, `/etc/hosts` ignored when a server is named.
     ///
     /// # Errors
@@ -111,17 +111,17 @@ impl Lookups {
             }
             None => read_system_conf().map_err(|e| DiscoveryError::NoResolver(e.to_string()))?,
         };
-        // Each round asks the server (a cached answer is what left Spring Cloud's dead nodes in
-        // rotation); the resolver is fresh every round anyway, so nothing is kept between them.
+        // Each resolution asks the server (a cached answer is what left Spring Cloud's dead nodes in
+        // rotation); the resolver is fresh every time anyway, so nothing is kept between them.
         opts.cache_size = 0;
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-        // One attempt per round: hickory's `attempts` counts retries after the first query. The
-        // next round is the retry, an `interval` later.
+        // One attempt per resolution: hickory's `attempts` counts retries after the first query. The
+        // next resolution is the retry, an `interval` later.
         opts.attempts = 0;
         Ok(Lookups { config, opts })
     }
 
-    /// Takes a name and the round's `limit` (the cluster's `interval`); returns its A/AAAA
+    /// Takes a name and the resolution's `limit` (the cluster's `interval`); returns its A/AAAA
     /// addresses and their TTL, asked of the server by a fresh resolver within `limit`.
     ///
     /// # Errors

@@ -245,7 +245,7 @@ async fn dns_failures_keep_the_last_good_set_and_count_errors() {
 /// SPEC 12: a DNS server that stops answering is seen within the interval, whatever its records'
 /// TTL: with `interval = "1s"` and records valid for an hour, `gateway_discovery_errors_total`
 /// rises within 5 s of the server being killed (no cached answer stands in for it, one attempt per
-/// round bounded by the interval), and the last good set stays.
+/// resolution bounded by the interval), and the last good set stays.
 #[tokio::test]
 async fn dns_server_that_stops_answering_is_counted_within_the_interval() {
     let port = free_port();
