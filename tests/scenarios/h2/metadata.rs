@@ -20,6 +20,19 @@ struct Conns {
     ended: AtomicUsize,
 }
 
+impl Conns {
+    /// Asserts that the node saw exactly one h2 connection and that it is still open.
+    fn assert_one_open(&self) {
+        let opened = self.opened.load(Ordering::SeqCst);
+        let ended = self.ended.load(Ordering::SeqCst);
+        assert_eq!(
+            (opened, ended),
+            (1, 0),
+            "upstream connections opened, ended"
+        );
+    }
+}
+
 /// A request header of the node's knobs as a number (0 without it).
 fn knob(req: &http::Request<h2::RecvStream>, name: &str) -> usize {
     req.headers()
@@ -130,16 +143,7 @@ async fn large_legal_metadata_keeps_the_one_upstream_connection() {
         let r = call(&mut c, &[]).await;
         assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "{r:?}");
     }
-    assert_eq!(
-        conns.opened.load(Ordering::SeqCst),
-        1,
-        "upstream connections"
-    );
-    assert_eq!(
-        conns.ended.load(Ordering::SeqCst),
-        0,
-        "upstream connections ended"
-    );
+    conns.assert_one_open();
     node.abort();
 }
 
@@ -165,15 +169,6 @@ async fn grpc_trailers_over_the_limit_end_the_call_with_a_definite_status() {
 
     let r = call(&mut c, &[]).await;
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"), "{r:?}");
-    assert_eq!(
-        conns.opened.load(Ordering::SeqCst),
-        1,
-        "upstream connections"
-    );
-    assert_eq!(
-        conns.ended.load(Ordering::SeqCst),
-        0,
-        "upstream connections ended"
-    );
+    conns.assert_one_open();
     node.abort();
 }
