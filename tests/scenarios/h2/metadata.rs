@@ -63,7 +63,7 @@ async fn answer(req: http::Request<h2::RecvStream>, mut respond: h2::server::Sen
     let reply = encode_frame(&proto::WhoReply {
         node: "node-m".into(),
     });
-    let _ = send.send_data(reply.into(), false);
+    let _ = send.send_data(reply, false);
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", status.into());
     if trailer_bytes > 0 {
