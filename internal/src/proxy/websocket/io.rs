@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use super::frame::{Frame, FrameError, Head, Kind, Peer};
+use super::frame::{check_close, Frame, FrameError, Head, Kind, Peer};
 use super::message::MessageSize;
 
 /// Largest message relayed unless [`FrameIo::set_max_message`] says otherwise: the default
@@ -115,10 +115,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         let wire = self.buf.split_to(len).freeze();
         self.release_if_empty();
         let frame = Frame::new(head, wire);
-        if head.kind == Kind::Close {
-            super::frame::check_close(&frame)?;
-        }
-        Ok(Some(frame))
+        check_close(&frame).map(|()| Some(frame))
     }
 
     /// Reserves room for the whole frame at the front of the buffer once its header is there, so
