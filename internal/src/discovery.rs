@@ -14,9 +14,12 @@
 //! record stays but whose process died is ejected by its probes within the timing promise,
 //! whatever the resolution interval.
 //!
-//! The resolver is hickory's, on the tokio runtime (no blocking `getaddrinfo`), with its answer
-//! cache off so every round asks the server: `[server] resolver = "ip:port"` names the server,
-//! else the system's `/etc/resolv.conf` is used. It is read at start; a reload does not change it.
+//! The resolver is hickory's, on the tokio runtime (no blocking `getaddrinfo`): `[server] resolver
+//! = "ip:port"` names the server, else the system's `/etc/resolv.conf` is used, read once when the
+//! first discovery cluster appears; a reload does not change it. Each resolution builds a fresh resolver
+//! from that configuration ([`Lookups::resolve`]), so no cached answer ever stands in for a server
+//! that stopped answering, and makes one attempt bounded by the cluster's `interval`: a dead
+//! server is counted within two intervals, whatever its records' TTL.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -25,8 +28,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hickory_resolver::config::{
     ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
+    ResolverOpts,
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::system_conf::read_system_conf;
 use hickory_resolver::TokioResolver;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -37,11 +42,9 @@ use crate::metrics::{ClusterLabel, Metrics};
 use crate::routing::discovered::DnsAnswer;
 use crate::routing::reload::Routing;
 
-/// Time for one DNS query to the server before it counts as failed; a resolution makes at most
-/// [`RESOLVE_ATTEMPTS`] of them.
+/// Longest wait for one DNS query: a server slower than this on loopback or a LAN has failed. A
+/// resolution waits at most the shorter of this and the cluster's `interval`.
 pub(crate) const RESOLVE_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Queries per resolution: one retry covers a lost UDP datagram.
-pub(crate) const RESOLVE_ATTEMPTS: usize = 2;
 
 /// Why a resolution gave no usable node set; the last good set stays.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,14 @@ pub(crate) enum DiscoveryError {
         #[source]
         source: hickory_resolver::net::NetError,
     },
+    /// The lookup got no answer within the resolution's limit (the server is gone or too slow).
+    #[error("lookup of {name:?} got no answer within {limit:?}")]
+    Timeout {
+        /// The name.
+        name: String,
+        /// The resolution's limit.
+        limit: Duration,
+    },
     /// The lookup succeeded without a single A/AAAA record.
     #[error("{0:?} has no A/AAAA records")]
     Empty(String),
@@ -72,65 +83,83 @@ pub(crate) struct Answer {
     pub ttl: Duration,
 }
 
-/// Takes the configured server (`[server] resolver`) or `None` for the system configuration;
-/// returns a resolver with its cache off, asking A and AAAA, ignoring `/etc/hosts` when a server
-/// is named.
-///
-/// # Errors
-/// [`DiscoveryError::NoResolver`] when the system configuration cannot be read or the resolver
-/// cannot be built.
-pub(crate) fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError> {
-    let mut builder = match server {
-        Some(addr) => {
-            let mut udp = ConnectionConfig::udp();
-            udp.port = addr.port();
-            let mut tcp = ConnectionConfig::tcp();
-            tcp.port = addr.port();
-            let ns = NameServerConfig::new(addr.ip(), true, vec![udp, tcp]);
-            let cfg = ResolverConfig::from_name_servers(vec![ns]);
-            let mut b = TokioResolver::builder_with_config(cfg, TokioRuntimeProvider::default());
-            b.options_mut().use_hosts_file = ResolveHosts::Never;
-            b
-        }
-        None => {
-            TokioResolver::builder_tokio().map_err(|e| DiscoveryError::NoResolver(e.to_string()))?
-        }
-    };
-    let opts = builder.options_mut();
-    // Every round must ask the server: a cached answer is what left Spring Cloud's dead nodes in
-    // rotation. The TTL still shortens the interval (module docs).
-    opts.cache_size = 0;
-    opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-    opts.timeout = RESOLVE_QUERY_TIMEOUT;
-    opts.attempts = RESOLVE_ATTEMPTS;
-    builder
-        .build()
-        .map_err(|e| DiscoveryError::NoResolver(e.to_string()))
+/// What every resolution's resolver is built from: the name servers and the options.
+#[derive(Debug, Clone)]
+pub(crate) struct Lookups {
+    config: ResolverConfig,
+    opts: ResolverOpts,
 }
 
-/// Takes a resolver and a name; returns its A/AAAA addresses and their TTL.
-///
-/// # Errors
-/// [`DiscoveryError::Lookup`] or [`DiscoveryError::Empty`].
-pub(crate) async fn resolve(
-    resolver: &TokioResolver,
-    name: &str,
-) -> Result<Answer, DiscoveryError> {
-    let lookup = resolver
-        .lookup_ip(name)
-        .await
-        .map_err(|source| DiscoveryError::Lookup {
-            name: name.to_string(),
-            source,
-        })?;
-    let ips: BTreeSet<IpAddr> = lookup.iter().collect();
-    if ips.is_empty() {
-        return Err(DiscoveryError::Empty(name.to_string()));
+impl Lookups {
+    /// Takes the configured server (`[server] resolver`) or `None` for the system configuration
+    /// (read now, once); returns the settings of every resolution's resolver: asking A and AAAA, no
+    /// cache, `/etc/hosts` ignored when a server is named.
+    ///
+    /// # Errors
+    /// [`DiscoveryError::NoResolver`] when the system configuration cannot be read.
+    pub(crate) fn new(server: Option<SocketAddr>) -> Result<Lookups, DiscoveryError> {
+        let (config, mut opts) = match server {
+            Some(addr) => {
+                let mut udp = ConnectionConfig::udp();
+                udp.port = addr.port();
+                let mut tcp = ConnectionConfig::tcp();
+                tcp.port = addr.port();
+                let ns = NameServerConfig::new(addr.ip(), true, vec![udp, tcp]);
+                let mut opts = ResolverOpts::default();
+                opts.use_hosts_file = ResolveHosts::Never;
+                (ResolverConfig::from_name_servers(vec![ns]), opts)
+            }
+            None => read_system_conf().map_err(|e| DiscoveryError::NoResolver(e.to_string()))?,
+        };
+        // Each resolution asks the server (a cached answer is what left Spring Cloud's dead nodes in
+        // rotation); the resolver is fresh every time anyway, so nothing is kept between them.
+        opts.cache_size = 0;
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        // One attempt per resolution: hickory's `attempts` counts retries after the first query. The
+        // next resolution is the retry, an `interval` later.
+        opts.attempts = 0;
+        Ok(Lookups { config, opts })
     }
-    let ttl = lookup
-        .valid_until()
-        .saturating_duration_since(std::time::Instant::now());
-    Ok(Answer { ips, ttl })
+
+    /// Takes a name and the resolution's `limit` (the cluster's `interval`); returns its A/AAAA
+    /// addresses and their TTL, asked of the server by a fresh resolver within `limit`.
+    ///
+    /// # Errors
+    /// [`DiscoveryError::NoResolver`], [`DiscoveryError::Lookup`], [`DiscoveryError::Timeout`]
+    /// (no answer within `limit`) or [`DiscoveryError::Empty`].
+    pub(crate) async fn resolve(
+        &self,
+        name: &str,
+        limit: Duration,
+    ) -> Result<Answer, DiscoveryError> {
+        let mut opts = self.opts.clone();
+        opts.timeout = limit.min(RESOLVE_QUERY_TIMEOUT);
+        let resolver = TokioResolver::builder_with_config(
+            self.config.clone(),
+            TokioRuntimeProvider::default(),
+        )
+        .with_options(opts)
+        .build()
+        .map_err(|e| DiscoveryError::NoResolver(e.to_string()))?;
+        let lookup = tokio::time::timeout(limit, resolver.lookup_ip(name))
+            .await
+            .map_err(|_| DiscoveryError::Timeout {
+                name: name.to_string(),
+                limit,
+            })?
+            .map_err(|source| DiscoveryError::Lookup {
+                name: name.to_string(),
+                source,
+            })?;
+        let ips: BTreeSet<IpAddr> = lookup.iter().collect();
+        if ips.is_empty() {
+            return Err(DiscoveryError::Empty(name.to_string()));
+        }
+        let ttl = lookup
+            .valid_until()
+            .saturating_duration_since(std::time::Instant::now());
+        Ok(Answer { ips, ttl })
+    }
 }
 
 /// Takes the cluster's interval and an answer's TTL; returns the wait before the next round:
@@ -180,7 +209,7 @@ pub(crate) async fn run(
             }
             let resolver = shared
                 .get_or_insert_with(|| {
-                    let r = resolver(server).map(Arc::new).map_err(Arc::new);
+                    let r = Lookups::new(server).map(Arc::new).map_err(Arc::new);
                     if let Err(e) = &r {
                         tracing::error!(error = %e, "DNS discovery has no resolver; discovery clusters keep their last nodes (none at start) until restart");
                     }
@@ -216,7 +245,7 @@ pub(crate) async fn run(
     while set.join_next().await.is_some() {}
 }
 
-type SharedResolver = Result<Arc<TokioResolver>, Arc<DiscoveryError>>;
+type SharedResolver = Result<Arc<Lookups>, Arc<DiscoveryError>>;
 
 async fn resolve_loop(
     routing: Arc<Routing>,
@@ -237,7 +266,7 @@ async fn resolve_loop(
         let outcome = match &resolver {
             Ok(r) => tokio::select! {
                 _ = cancel.cancelled() => return,
-                a = resolve(r, &d.name) => a,
+                a = r.resolve(&d.name, d.interval) => a,
             },
             Err(e) => Err(DiscoveryError::NoResolver(e.to_string())),
         };

@@ -2,8 +2,9 @@
 //! events, published with one call ([`Events::publish`]) from wherever they happen, fanned out to
 //! the `GET /admin/events` subscribers and kept in small bounded rings for the status page.
 //!
-//! - **Fan-out** is a `tokio::sync::broadcast` channel of [`BROADCAST_CAPACITY`] events: a
-//!   subscriber that falls that far behind is dropped by its reader (admin), never buffered.
+//! - **Fan-out** ([`feed`]): a queue per subscriber, bounded by the bytes it holds and by how long
+//!   its oldest message has waited, so a reader that keeps up on average survives a burst and one
+//!   that stops reading is dropped, never buffered without bound.
 //! - **History** for the status page: the last [`RECENT_HOPS`] hops, the last [`RECENT_RELOADS`]
 //!   reloads, and hops per second over the last [`HOP_HISTORY_SECS`] seconds (one bucket a second).
 //!
@@ -14,12 +15,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
 
-/// Events a subscriber may lag behind before it is dropped: a page rendering a hop storm keeps
-/// up with this many (about two seconds of a 500 hops/s storm), and each one is a shared `Arc`.
-pub(crate) const BROADCAST_CAPACITY: usize = 1024;
+pub(crate) mod feed;
+
+use feed::{Feed, Subscription};
+
 /// Hops kept for the status page's "recent hops" list.
 pub(crate) const RECENT_HOPS: usize = 50;
 /// Reloads kept for the status page's "recent reloads" list.
@@ -181,18 +183,18 @@ pub(crate) fn unix_ms_at(at: tokio::time::Instant) -> u64 {
 
 #[derive(Debug)]
 struct History {
-    /// The hop events themselves (shared with the broadcast): their JSON is built only when the
-    /// status page asks ([`Events::recent_hops`]), not once per hop (issue 16: a hop storm's cost).
+    /// The hop events themselves: their JSON is built only when the status page asks
+    /// ([`Events::recent_hops`]), not once per hop (a hop storm's cost).
     hops: VecDeque<Arc<Event>>,
     reloads: VecDeque<Value>,
     /// `(unix second, hops in it)`, indexed by second modulo [`HOP_HISTORY_SECS`].
     per_second: Vec<(u64, u32)>,
 }
 
-/// The event hub: broadcast plus the status page's bounded history. Cheap to share.
+/// The event hub: the subscribers' feed plus the status page's bounded history. Cheap to share.
 #[derive(Debug)]
 pub struct Events {
-    tx: broadcast::Sender<Arc<Event>>,
+    feed: Feed,
     history: Mutex<History>,
 }
 
@@ -205,9 +207,8 @@ impl Default for Events {
 impl Events {
     /// A hub with no subscribers and empty history.
     pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Events {
-            tx,
+            feed: Feed::default(),
             history: Mutex::new(History {
                 hops: VecDeque::with_capacity(RECENT_HOPS),
                 reloads: VecDeque::with_capacity(RECENT_RELOADS),
@@ -217,7 +218,7 @@ impl Events {
     }
 
     /// Publishes `event` to every subscriber and records hops and reloads in the history.
-    /// Never blocks on a subscriber: a slow one lags and is dropped by its reader.
+    /// Never blocks on a subscriber: one too far behind is dropped ([`feed`]).
     pub fn publish(&self, event: Event) {
         let event = Arc::new(event);
         {
@@ -240,18 +241,19 @@ impl Events {
                 Event::Node { .. } | Event::Drain { .. } => {}
             }
         }
-        // No subscriber is not an error: the event is only in the history then.
-        let _ = self.tx.send(event);
+        // Rendered once for every subscriber, and not at all without one.
+        self.feed
+            .publish(|| Bytes::from(event.to_sse()), tokio::time::Instant::now());
     }
 
-    /// A new subscriber, seeing every event published from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        self.tx.subscribe()
+    /// A new subscriber, reading every event published from now on as one SSE message each.
+    pub(crate) fn subscribe(&self) -> Subscription {
+        self.feed.subscribe()
     }
 
-    /// Subscribers currently connected.
+    /// Subscribers currently connected and not dropped.
     pub fn subscribers(&self) -> usize {
-        self.tx.receiver_count()
+        self.feed.count()
     }
 
     /// Recent hops, newest first (the SPEC's `hop` objects).

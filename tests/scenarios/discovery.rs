@@ -242,6 +242,30 @@ async fn dns_failures_keep_the_last_good_set_and_count_errors() {
         .await;
 }
 
+/// SPEC 12: a DNS server that stops answering is seen within the interval, whatever its records'
+/// TTL: with `interval = "1s"` and records valid for an hour, `gateway_discovery_errors_total`
+/// rises within 5 s of the server being killed (no cached answer stands in for it, one attempt per
+/// resolution bounded by the interval), and the last good set stays.
+#[tokio::test]
+async fn dns_server_that_stops_answering_is_counted_within_the_interval() {
+    let port = free_port();
+    let m2 = HostMock::start("127.0.0.2", port).await;
+    let mut dns = Dnsmasq::start(&[("127.0.0.2", NAME)], 3600).await;
+    let gw = Gateway::start(&config(&dns, port, "1s")).await;
+    wait_ids(&gw, &[m2.id()], "the discovered node").await;
+    let series = "gateway_discovery_errors_total{cluster=\"c\"}";
+    assert_eq!(gw.metric(series).await, 0.0);
+
+    dns.stop().await;
+    wait_until(
+        Duration::from_secs(5),
+        "a discovery error within 5 s of the DNS server dying",
+        || async { gw.metric(series).await >= 1.0 },
+    )
+    .await;
+    assert_eq!(node_ids(&gw).await, HashSet::from([m2.id()]));
+}
+
 /// Issue 17 (the Spring Cloud LoadBalancer lesson): with a 1 h resolution interval and a 1 h TTL,
 /// a discovered node whose process dies while its record stays is ejected by its probes within the
 /// timing promise, and no re-resolution happened meanwhile (`last_resolved_ms` unchanged).

@@ -24,14 +24,24 @@ pub struct H2Conn {
     pub authority: String,
 }
 
+/// hyper's client default SETTINGS_MAX_HEADER_LIST_SIZE (16 KiB).
+const HYPER_MAX_HEADER_LIST: u32 = 16 * 1024;
+
 /// Opens an h2c (prior knowledge) connection to `addr` (`host:port`).
 pub async fn connect(addr: &str) -> H2Conn {
+    connect_with_header_list(addr, HYPER_MAX_HEADER_LIST).await
+}
+
+/// [`connect`] accepting response heads and trailers of up to `max_header_list` bytes (RFC 9113
+/// section 6.5.2 size) instead of hyper's 16 KiB.
+pub async fn connect_with_header_list(addr: &str, max_header_list: u32) -> H2Conn {
     let tcp = TcpStream::connect(addr)
         .await
         .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     let _ = tcp.set_nodelay(true);
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
+        .max_header_list_size(max_header_list)
         .handshake(TokioIo::new(tcp))
         .await
         .unwrap_or_else(|e| panic!("h2 handshake with {addr}: {e}"));

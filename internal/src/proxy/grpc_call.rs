@@ -9,6 +9,9 @@
 //!   RST_STREAM(CANCEL)); when the node breaks the stream after its head (a reset, a lost
 //!   connection) it ends with `grpc-status: 14` trailers instead of a reset, which clients would
 //!   read as INTERNAL (gRPC "Errors": only REFUSED_STREAM maps to UNAVAILABLE; linkerd2 #4262).
+//!   Trailers over `limits.h2_max_header_list` ([`HeaderListTooLarge`]) end it with
+//!   `grpc-status: 13` (INTERNAL, as gRPC clients answer a header list over their own limit) and
+//!   a `grpc-message` naming the limit: never the node's trailers cut short (SPEC sections 4, 5).
 //!
 //! Spawns nothing; the deadline is a timer the body polls.
 
@@ -24,8 +27,9 @@ use tokio::time::{Instant, Sleep};
 
 use super::body::FramePoll;
 use super::grpc::{
-    parse_timeout, GrpcStatus, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT, UNAVAILABLE,
+    encode_message, parse_timeout, GrpcStatus, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT, UNAVAILABLE,
 };
+use super::h2_stream::HeaderListTooLarge;
 use super::BoxError;
 
 /// gRPC status DEADLINE_EXCEEDED.
@@ -62,12 +66,32 @@ pub(crate) fn encode_timeout(remaining: Duration) -> HeaderValue {
     HeaderValue::from_str(&text).expect("digits and a unit letter are a valid header value")
 }
 
+/// gRPC status INTERNAL.
+pub(crate) const INTERNAL: u32 = 13;
+
 /// Trailers ending a gRPC stream with `code` and the (already percent-encoded) `message`.
 fn trailers(code: u32, message: &'static str) -> HeaderMap {
     let mut t = HeaderMap::new();
     t.insert(GRPC_STATUS, HeaderValue::from(code));
     t.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
     t
+}
+
+/// The code and trailers a stream the node broke after its head ends with, for `e`: 13 with the
+/// limit named for trailers over `limits.h2_max_header_list`, else 14 (retry elsewhere).
+fn broken_trailers(e: &BoxError) -> (u32, HeaderMap) {
+    let Some(big) = e.downcast_ref::<HeaderListTooLarge>() else {
+        return (
+            UNAVAILABLE,
+            trailers(UNAVAILABLE, "node%20stream%20broke%3B%20retry"),
+        );
+    };
+    let mut t = HeaderMap::new();
+    t.insert(GRPC_STATUS, HeaderValue::from(INTERNAL));
+    let message = HeaderValue::from_str(&encode_message(&big.to_string()))
+        .expect("a percent-encoded message is a valid header value");
+    t.insert(GRPC_MESSAGE, message);
+    (INTERNAL, t)
 }
 
 pin_project_lite::pin_project! {
@@ -117,13 +141,11 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>>> Body for CallBody<B> {
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
                 let e: BoxError = e.into();
-                tracing::info!(error = %e, "node broke a gRPC stream after its head; ending with status 14");
+                let (code, t) = broken_trailers(&e);
+                tracing::info!(error = %e, code, "node broke a gRPC stream after its head; ending with trailers");
                 *this.ended = true;
-                this.status.set(UNAVAILABLE);
-                Poll::Ready(Some(Ok(Frame::trailers(trailers(
-                    UNAVAILABLE,
-                    "node%20stream%20broke%3B%20retry",
-                )))))
+                this.status.set(code);
+                Poll::Ready(Some(Ok(Frame::trailers(t))))
             }
             Poll::Ready(Some(Ok(f))) => {
                 if f.is_trailers() {
@@ -233,6 +255,30 @@ mod tests {
             .expect("trailers, not an error");
         assert_eq!(out.trailers().expect("test value")["grpc-status"], "14");
         assert_eq!(status.get(), Some(14));
+
+        let too_big = HeaderListTooLarge {
+            what: "trailers",
+            size: 102_500,
+            limit: 65_536,
+        };
+        let cut = http_body_util::StreamBody::new(futures_util::stream::iter(vec![Err::<
+            Frame<Bytes>,
+            BoxError,
+        >(
+            too_big.into(),
+        )]));
+        let status = GrpcStatus::tracked();
+        let out = CallBody::new(cut, None, status.clone())
+            .collect()
+            .await
+            .expect("trailers, not an error");
+        let t = out.trailers().expect("test value");
+        assert_eq!(t["grpc-status"], "13");
+        assert_eq!(
+            t["grpc-message"],
+            "node trailers of 102500 bytes over limits.h2_max_header_list (65536 bytes)"
+        );
+        assert_eq!(status.get(), Some(13));
     }
 
     #[test]

@@ -75,6 +75,13 @@ struct Slot {
     dial: Option<Dial>,
 }
 
+/// How many times `limits.h2_max_header_list` an upstream connection decodes before the `h2`
+/// crate steps in. `h2` drops the fields of a trailer block past its own limit without a word, so
+/// its limit sits above the gateway's: a head or trailers over the gateway's limit arrive whole and
+/// fail their stream definitely ([`h2_stream::HeaderListTooLarge`]); `h2` still ends a connection
+/// whose header list passes four times its own limit (its abuse bound).
+pub(crate) const DECODE_HEADER_LIST_FACTOR: u32 = 4;
+
 /// Reset streams an upstream connection remembers: none. DATA a node sent before it saw the
 /// gateway's cancel (CASE-25 C: a busy node may process frames 1.5 s late while many
 /// server-streaming calls are cancelled on one long-lived connection) then finds no stream: h2
@@ -90,7 +97,7 @@ const UPSTREAM_RESET_MEMORY: usize = 0;
 pub(crate) struct H2Pool {
     slots: Mutex<HashMap<NodeId, Slot>>,
     next_id: AtomicU64,
-    /// SETTINGS_MAX_HEADER_LIST_SIZE of every upstream connection (`limits.h2_max_header_list`).
+    /// `limits.h2_max_header_list`: the largest head or trailers a node's answer may carry.
     max_header_list: u32,
 }
 
@@ -223,7 +230,7 @@ impl H2Pool {
             };
             let fresh = dialled == Some(conn.id);
             let mut send = conn.send.clone();
-            match h2_stream::send(&mut send, req).await {
+            match h2_stream::send(&mut send, req, self.max_header_list).await {
                 Ok(response) => return Ok(response),
                 // The connection was closing (GOAWAY) before our stream went out: use another.
                 Err(StreamError::NotSent(_, back)) if !fresh && stale < MAX_STALE_RETRIES => {
@@ -267,7 +274,7 @@ async fn dial(
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONN_WINDOW)
         .max_send_buffer_size(MAX_SEND_BUFFER)
-        .max_header_list_size(max_header_list)
+        .max_header_list_size(max_header_list.saturating_mul(DECODE_HEADER_LIST_FACTOR))
         .enable_push(false)
         // The gateway's own long-lived connections must never trip a lifetime reset cap
         // (hyperium/h2 #856; CASE-25 C): nodes are trusted, cancels are the gateway's own.

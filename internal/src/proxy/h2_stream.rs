@@ -13,6 +13,12 @@
 //! A client body that fails while the request waits for its answer head fails the attempt with
 //! [`BodyFailed`], whose cause is the body's error (so [`super::ProxyError::client_fault`] can
 //! blame the client); the stream is reset with INTERNAL_ERROR.
+//!
+//! The node's answer head and trailers are held to `limits.h2_max_header_list` here, by their
+//! RFC 9113 section 6.5.2 size, rather than by the `h2` crate alone: `h2` drops the fields of a
+//! trailer block past its limit without a word (the rest arrive as if complete), so the
+//! connection decodes up to [`super::h2::DECODE_HEADER_LIST_FACTOR`] times the limit and a list
+//! over the limit fails its own stream with [`HeaderListTooLarge`] (SPEC sections 4 and 5).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,6 +38,43 @@ use super::{BoxError, ProxyBody};
 #[error("request body failed")]
 pub(crate) struct BodyFailed(#[source] pub(crate) BoxError);
 
+/// A node's response head or trailers over `limits.h2_max_header_list` (SPEC section 4: trailers
+/// too, both directions): the stream fails, and a gRPC call ends with `grpc-status: 13`
+/// ([`super::grpc_call::CallBody`]).
+#[derive(Debug, thiserror::Error)]
+#[error("node {what} of {size} bytes over limits.h2_max_header_list ({limit} bytes)")]
+pub(crate) struct HeaderListTooLarge {
+    /// `response head` or `trailers`.
+    pub(crate) what: &'static str,
+    /// The list's size, RFC 9113 section 6.5.2 (name + value + 32 per field).
+    pub(crate) size: usize,
+    /// The limit.
+    pub(crate) limit: u32,
+}
+
+/// Takes `fields` (the regular fields of a head or trailers; a response head's `:status`, 42
+/// bytes, is left out) and returns their RFC 9113 section 6.5.2 size in bytes: name + value + 32
+/// octets per field.
+fn header_list_size(fields: &http::HeaderMap) -> usize {
+    fields
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 32)
+        .sum()
+}
+
+/// `Err` if `fields` (the `what` of an answer) are over `limit` bytes.
+fn check_header_list(
+    what: &'static str,
+    fields: &http::HeaderMap,
+    limit: u32,
+) -> Result<(), HeaderListTooLarge> {
+    let size = header_list_size(fields);
+    if size > limit as usize {
+        return Err(HeaderListTooLarge { what, size, limit });
+    }
+    Ok(())
+}
+
 /// How sending one request on a connection failed.
 // The request goes back inline, as in [`super::send_error::SendError`]: the answer head it
 // competes with in the `Result` is as large, and boxing it would cost an allocation per refusal.
@@ -45,14 +88,16 @@ pub(crate) enum StreamError {
 }
 
 /// Sends `req` on the connection of `send` and waits for the node's answer head, pumping the body
-/// meanwhile; see the module docs.
+/// meanwhile; the answer's head and trailers may be at most `max_header_list` bytes (module docs).
 ///
 /// # Errors
 /// [`StreamError::NotSent`] when the connection takes no new stream, [`StreamError::Sent`] with
-/// the node's reset or the connection's error (an `h2::Error`), or [`BodyFailed`].
+/// the node's reset or the connection's error (an `h2::Error`), [`BodyFailed`], or
+/// [`HeaderListTooLarge`] (the stream is cancelled).
 pub(crate) async fn send(
     send: &mut SendRequest<Bytes>,
     req: Request<ProxyBody>,
+    max_header_list: u32,
 ) -> Result<Response<NodeH2Body>, StreamError> {
     if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
         return Err(StreamError::NotSent(e, req));
@@ -88,6 +133,9 @@ pub(crate) async fn send(
     }
     .await?;
     let (parts, recv) = head.into_parts();
+    // Dropping `recv` cancels the stream (RST_STREAM(CANCEL)): that stream alone fails.
+    check_header_list("response head", &parts.headers, max_header_list)
+        .map_err(|e| StreamError::Sent(Box::new(e)))?;
     let remaining = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -105,6 +153,7 @@ pub(crate) async fn send(
             recv,
             data_done: false,
             remaining,
+            max_header_list,
             _pump: pump,
         },
     ))
@@ -274,17 +323,19 @@ pub struct NodeH2Body {
     data_done: bool,
     /// The answer's `content-length` less the bytes read, if it declared one.
     remaining: Option<u64>,
+    /// `limits.h2_max_header_list`: trailers over it fail the body ([`HeaderListTooLarge`]).
+    max_header_list: u32,
     _pump: Option<PumpGuard>,
 }
 
 impl Body for NodeH2Body {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if !this.data_done {
             match ready!(this.recv.poll_data(cx)) {
@@ -299,15 +350,21 @@ impl Body for NodeH2Body {
                 Some(Err(e)) => {
                     return match e.reason() {
                         Some(h2::Reason::NO_ERROR | h2::Reason::CANCEL) => Poll::Ready(None),
-                        _ => Poll::Ready(Some(Err(e))),
+                        _ => Poll::Ready(Some(Err(e.into()))),
                     };
                 }
                 None => this.data_done = true,
             }
         }
         match ready!(this.recv.poll_trailers(cx)) {
-            Ok(t) => Poll::Ready(t.map(|t| Ok(Frame::trailers(t)))),
-            Err(e) => Poll::Ready(Some(Err(e))),
+            Ok(None) => Poll::Ready(None),
+            Ok(Some(t)) => Poll::Ready(Some(
+                match check_header_list("trailers", &t, this.max_header_list) {
+                    Ok(()) => Ok(Frame::trailers(t)),
+                    Err(e) => Err(e.into()),
+                },
+            )),
+            Err(e) => Poll::Ready(Some(Err(e.into()))),
         }
     }
 

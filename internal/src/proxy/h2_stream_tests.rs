@@ -87,7 +87,7 @@ async fn a_body_complete_at_once_goes_out_in_the_first_poll_and_only_the_answer_
         .body(body)
         .expect("a request");
     let counter = Arc::new(Counter::default());
-    let mut call = Box::pin(send(&mut send_req, req));
+    let mut call = Box::pin(send(&mut send_req, req, 64 * 1024));
     assert!(poll_counted(&mut call, &counter).is_pending());
     let (data, ended) = got_rx.await.expect("the node got the body");
     assert_eq!(&data[..], CALL);

@@ -5,6 +5,7 @@
 
 mod connections;
 mod headers;
+mod metadata;
 mod streaming;
 
 use bytes::Bytes;

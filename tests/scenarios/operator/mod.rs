@@ -5,9 +5,9 @@ mod access_log;
 mod events;
 mod readiness;
 
-use integration_tests::http::{get, request};
+use integration_tests::http::get;
 use integration_tests::{bin, find, free_port, wait_until, Gateway, Logs, Mock};
-use integration_tests::{Config, Health, Route};
+use integration_tests::{Cluster, Config, Health, Route};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Stdio;

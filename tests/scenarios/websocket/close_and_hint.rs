@@ -168,3 +168,70 @@ async fn lands_on(gw: &Gateway, id: &str, node: &str) {
         node
     );
 }
+
+/// A gateway in `websocket = "close"` mode over the one-socket node `fake_node` sending `first`
+/// after the upgrade; returns the gateway, the node's task and the client's raw socket with the
+/// bytes read past its 101.
+async fn over_fake_node(
+    first: Vec<u8>,
+) -> (
+    Gateway,
+    tokio::task::JoinHandle<(Vec<u8>, Vec<u8>)>,
+    TcpStream,
+    Vec<u8>,
+) {
+    let (addr, node) = fake_node("websocket", "", first).await;
+    let toml = format!(
+        "{FAST_HEALTH}\n{}\n[[routes]]\nid = \"ws\"\nmatch = {{ path_prefix = \"/\" }}\ncluster = \"c\"\nwebsocket = \"close\"\n",
+        cluster_toml("c", &[("node-x", addr)], "health = { kind = \"tcp\" }")
+    );
+    let gw = Gateway::start(&toml).await;
+    let lines = ["Connection: Upgrade", "Upgrade: websocket"];
+    let (tcp, status, headers, buf) = raw_upgrade(&gw, "/ws", &lines).await;
+    assert_eq!(status, 101, "{headers:?}");
+    (gw, node, tcp, buf)
+}
+
+/// The close code of a Close frame's `payload`.
+fn code_of(payload: &[u8]) -> u16 {
+    u16::from_be_bytes([payload[0], payload[1]])
+}
+
+/// RFC 6455 section 7.4.1, SPEC 5: a client's Close carrying a code the RFC reserves for local use
+/// (1005, 1006, 1015) never goes on the wire: the node is told 1002 and the client is answered
+/// 1002.
+#[tokio::test]
+async fn ws_client_close_with_a_reserved_code_is_answered_1002_both_ways() {
+    for code in [1005u16, 1006, 1015] {
+        let (_gw, node, mut tcp, mut buf) = over_fake_node(vec![0x81, 0x02, b'h', b'i']).await;
+        assert_eq!(raw_frame(&mut tcp, &mut buf).await, (1, b"hi".to_vec()));
+        raw_send(&mut tcp, 0x88, &code.to_be_bytes()).await;
+        let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
+        assert_eq!((op, code_of(&payload)), (8, 1002), "client sent {code}");
+        let (_, to_node) = timeout(Duration::from_secs(2), node)
+            .await
+            .expect("node done")
+            .expect("node task");
+        assert_eq!(
+            to_node[0], 0x88,
+            "the node got a Close (client sent {code})"
+        );
+        assert_eq!(code_of(&to_node[2..]), 1002, "client sent {code}");
+    }
+}
+
+/// RFC 6455 section 7.4.1, SPEC 5: a node's Close carrying a reserved code (1006) never reaches
+/// the client: the node is answered 1002, and the client (`close` mode) gets 1011 as for a node
+/// that vanished without a close code.
+#[tokio::test]
+async fn ws_node_close_with_a_reserved_code_is_answered_1002_and_never_relayed() {
+    let (_gw, node, mut tcp, mut buf) = over_fake_node(vec![0x88, 0x02, 0x03, 0xee]).await;
+    let (op, payload) = raw_frame(&mut tcp, &mut buf).await;
+    assert_eq!((op, code_of(&payload)), (8, 1011));
+    let (_, to_node) = timeout(Duration::from_secs(2), node)
+        .await
+        .expect("node done")
+        .expect("node task");
+    assert_eq!(to_node[0], 0x88, "the node got a Close");
+    assert_eq!(code_of(&to_node[2..]), 1002);
+}

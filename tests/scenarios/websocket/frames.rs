@@ -191,7 +191,7 @@ async fn deflate_frames_pass(
     assert_eq!(buf[0], 0xc2, "the node saw FIN + RSV1 + binary");
     assert_eq!(&buf[2..2 + deflated.len()], deflated);
     buf.drain(..2 + deflated.len());
-    let head = String::from_utf8(node.await.expect("node task")).expect("head");
+    let head = String::from_utf8(node.await.expect("node task").0).expect("head");
     assert!(
         head.to_ascii_lowercase()
             .contains("sec-websocket-extensions: permessage-deflate; client_max_window_bits\r\n"),

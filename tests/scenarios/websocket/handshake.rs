@@ -121,7 +121,7 @@ async fn ws_node_answering_mixed_case_upgrade_token_is_relayed_case03() {
         raw_frame(&mut tcp, &mut buf).await,
         (1, b"both ways".to_vec())
     );
-    let head = timeout(Duration::from_secs(2), node)
+    let (head, _) = timeout(Duration::from_secs(2), node)
         .await
         .expect("node done")
         .expect("node task");

@@ -268,10 +268,18 @@ async fn raw_frame(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> (u8, Vec<u8>) {
 
 /// Writes one masked text frame.
 async fn raw_send_text(tcp: &mut TcpStream, text: &str) {
+    raw_send(tcp, 0x81, text.as_bytes()).await;
+}
+
+/// Writes one masked frame whose first byte (FIN, RSV, opcode) is `b0`, with a short `payload`.
+async fn raw_send(tcp: &mut TcpStream, b0: u8, payload: &[u8]) {
     let key = [0x11u8, 0x22, 0x33, 0x44];
-    let mut f = vec![0x81, 0x80 | u8::try_from(text.len()).expect("short text")];
+    let mut f = vec![
+        b0,
+        0x80 | u8::try_from(payload.len()).expect("short payload"),
+    ];
     f.extend_from_slice(&key);
-    f.extend(text.bytes().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
     tcp.write_all(&f).await.expect("write frame");
 }
 
@@ -290,12 +298,13 @@ fn config_tcp_probe(mode: &str, nodes: &[&Mock]) -> String {
 
 /// A one-socket WebSocket node in the test: accepts the upgrade with `extensions`, sends the
 /// `first` frame bytes as they are, echoes one client frame with its first byte (FIN, RSV bits,
-/// opcode) kept and the mask removed, then closes TCP without a Close frame.
+/// opcode) kept and the mask removed, then closes TCP without a Close frame. Its task returns the
+/// upgrade request's head and the frame it echoed (as it sent it back).
 async fn fake_node(
     upgrade: &'static str,
     extensions: &'static str,
     first: Vec<u8>,
-) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+) -> (String, tokio::task::JoinHandle<(Vec<u8>, Vec<u8>)>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -345,11 +354,12 @@ async fn fake_node(
             }
             let mut echo = vec![hdr[0], u8::try_from(len).expect("short")];
             echo.extend_from_slice(&payload);
-            tcp.write_all(&echo).await.expect("echo");
+            // The gateway may be gone already (it closed this side after a Close).
+            let _ = tcp.write_all(&echo).await;
             // Give the echo time to leave, then vanish without a Close frame.
             let mut rest = [0u8; 64];
             let _ = timeout(Duration::from_millis(300), tcp.read(&mut rest)).await;
-            return text.into_bytes();
+            return (text.into_bytes(), echo);
         }
     });
     (addr, task)

@@ -1,6 +1,9 @@
 //! Ending a socket from the gateway's side: the reconnect hint (close 1012 after moving the
 //! binding), Close frames to either side, and the bounded wait for the client's reply before TCP
-//! closes (SPEC section 5: never 1005/1006 on the wire). Spawns nothing.
+//! closes (SPEC section 5: never 1005/1006 on the wire). A Close a peer sends with a code the
+//! RFC reserves for local use (1005, 1006, 1015) or leaves unassigned, or with a malformed payload
+//! ([`frame::check_close`]), is never relayed: the peer that sent it is answered 1002 and the
+//! socket ends as for any protocol error of that peer. Spawns nothing.
 
 use crate::proxy::respond::{render, Dialect, ProxyError};
 use tokio::time::Instant;
@@ -77,6 +80,27 @@ impl Relay {
         }
     }
 
+    /// The node broke RFC 6455 (`what`, e.g. a Close with a reserved code): Close 1002 to it
+    /// (section 7.4.1), then the node side is lost (hop, hint or 1011 per the route's mode), so
+    /// nothing it sent after its last good frame reaches the client.
+    pub(super) async fn node_broke_protocol(&mut self, what: &'static str) -> Flow {
+        if let Some(side) = self.up.as_mut() {
+            if !side.close_sent && !side.io.peer_gone() {
+                let close = frame::close(1002, what);
+                let sent = tokio::time::timeout(CLOSE_REPLY_WAIT, side.io.write(&close)).await;
+                side.close_sent = matches!(sent, Ok(Ok(_)));
+            }
+        }
+        self.node_lost(what).await
+    }
+
+    /// The client broke RFC 6455 (`what`): Close 1002 to the node and to the client (section
+    /// 7.4.1), then a bounded wait for the client's reply.
+    pub(super) async fn client_broke_protocol(&mut self, what: &'static str) -> Flow {
+        self.close_node(1002, what).await;
+        self.end(ProxyError::FrameProtocol(what)).await
+    }
+
     /// Ends the socket from the gateway's side because of `err`: Close to the node, to the client
     /// the Close code and reason [`crate::proxy::respond::render`] gives `err`, and a bounded wait
     /// for the client's reply before TCP closes.
@@ -113,5 +137,39 @@ impl Relay {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::websocket::frame::{check_close, Head, Peer};
+
+    /// A Close frame from the node (unmasked) with `payload`.
+    fn close_frame(payload: &[u8]) -> Frame {
+        let mut wire = vec![0x88, u8::try_from(payload.len()).expect("short")];
+        wire.extend_from_slice(payload);
+        let head = Head::parse(&wire, Peer::Node)
+            .expect("valid")
+            .expect("whole header");
+        Frame::new(head, wire.into())
+    }
+
+    #[test]
+    fn only_codes_that_may_go_on_the_wire_pass() {
+        let with_code = |code: u16| close_frame(&code.to_be_bytes());
+        for code in [1000, 1001, 1002, 1003, 1007, 1011, 1012, 1014, 3000, 4999] {
+            assert!(check_close(&with_code(code)).is_ok(), "{code}");
+        }
+        for code in [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, u16::MAX] {
+            assert!(check_close(&with_code(code)).is_err(), "{code}");
+        }
+        assert!(check_close(&close_frame(&[])).is_ok(), "no code at all");
+        assert!(check_close(&close_frame(&[0x03])).is_err(), "one byte");
+        assert!(check_close(&close_frame(&[0x03, 0xe8, b'o', b'k'])).is_ok());
+        assert!(
+            check_close(&close_frame(&[0x03, 0xe8, 0xff])).is_err(),
+            "not UTF-8"
+        );
     }
 }

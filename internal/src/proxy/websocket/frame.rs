@@ -305,6 +305,33 @@ pub(super) fn close(code: u16, reason: &str) -> Frame {
     Frame::new(head, wire)
 }
 
+/// Takes a frame a peer sent; returns `Ok` unless it is a Close that may not be relayed as it is.
+/// A Close may carry no payload, or a 2-byte code that may go on the wire (1000-1003, 1007-1014,
+/// 3000-4999: RFC 6455 section 7.4.1 and the IANA WebSocket Close Code Number Registry; 1004,
+/// 1005, 1006, 1015 and the unassigned codes never go on the wire) and a UTF-8 reason (5.5.1).
+///
+/// # Errors
+/// [`FrameError::Protocol`] naming the broken rule; the caller answers Close 1002 (section 7.4.1).
+pub(super) fn check_close(frame: &Frame) -> Result<(), FrameError> {
+    if frame.kind() != Kind::Close {
+        return Ok(());
+    }
+    let payload = frame.payload();
+    let (code, reason) = match payload.split_first_chunk::<2>() {
+        Some((code, reason)) => (u16::from_be_bytes(*code), reason),
+        None if payload.is_empty() => return Ok(()),
+        None => return Err(FrameError::Protocol("close frame with a one-byte payload")),
+    };
+    let broken = match code {
+        1000..=1003 | 1007..=1014 | 3000..=4999 if std::str::from_utf8(reason).is_ok() => {
+            return Ok(())
+        }
+        1000..=1003 | 1007..=1014 | 3000..=4999 => "close reason is not UTF-8",
+        _ => "close code reserved or unassigned (RFC 6455 section 7.4)",
+    };
+    Err(FrameError::Protocol(broken))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

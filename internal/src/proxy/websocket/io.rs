@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use super::frame::{Frame, FrameError, Head, Kind, Peer};
+use super::frame::{check_close, Frame, FrameError, Head, Kind, Peer};
 use super::message::MessageSize;
 
 /// Largest message relayed unless [`FrameIo::set_max_message`] says otherwise: the default
@@ -114,7 +114,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             .map_err(|size| FrameError::TooBig(size, limit))?;
         let wire = self.buf.split_to(len).freeze();
         self.release_if_empty();
-        Ok(Some(Frame::new(head, wire)))
+        let frame = Frame::new(head, wire);
+        check_close(&frame).map(|()| Some(frame))
     }
 
     /// Reserves room for the whole frame at the front of the buffer once its header is there, so

@@ -99,7 +99,7 @@ impl Relay {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
             Err(FrameError::Protocol(what)) => {
-                return Box::pin(self.end(ProxyError::FrameProtocol(what))).await
+                return Box::pin(self.client_broke_protocol(what)).await
             }
             Ok(None)
             | Err(FrameError::Io(_) | FrameError::Truncated | FrameError::WriteTimeout(_)) => {
@@ -162,6 +162,9 @@ impl Relay {
         let frame = match r {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.node_too_big(size)).await,
+            Err(FrameError::Protocol(what)) => {
+                return Box::pin(self.node_broke_protocol(what)).await
+            }
             Ok(None) => {
                 return self
                     .node_lost("connection closed without a close frame")
