@@ -26,6 +26,7 @@ pub mod check;
 pub mod load;
 pub mod nodes;
 pub mod raw;
+pub mod recorder;
 
 pub use self::config::{Cluster, Config, Health, Route};
 pub use self::gateway::{metric_value, Gateway};

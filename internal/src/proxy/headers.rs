@@ -30,6 +30,31 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
 }
 
+/// True if a `101` answer whose `Upgrade` values are `upgrade` and `Connection` values are
+/// `connection` switches to WebSocket and to nothing else: `Connection` names `upgrade`, and
+/// `Upgrade` is not empty and every protocol in it is `websocket` in any case. A handshake offers
+/// `websocket` alone, and a server switches only to a protocol the client offered (RFC 9110
+/// section 7.8; RFC 6455 section 4.1 fails any other answer); SPEC section 4 turns any other
+/// `101` into a failed attempt.
+pub(crate) fn switches_to_websocket<'a>(
+    upgrade: impl IntoIterator<Item = &'a [u8]>,
+    connection: impl IntoIterator<Item = &'a [u8]>,
+) -> bool {
+    let mut protocols = tokens(upgrade).peekable();
+    protocols.peek().is_some()
+        && protocols.all(|t| t.eq_ignore_ascii_case(b"websocket"))
+        && tokens(connection).any(|t| t.eq_ignore_ascii_case(b"upgrade"))
+}
+
+/// The comma-separated, trimmed, non-empty tokens of field `values` (RFC 9110 section 5.6.1).
+fn tokens<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> impl Iterator<Item = &'a [u8]> {
+    values
+        .into_iter()
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
 /// `HTTP2-Settings`: only meaningful with an h2c upgrade, which is never forwarded (CASE-10).
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -308,6 +333,25 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn only_a_switch_to_websocket_alone_is_a_websocket_101() {
+        let switches = |upgrade: &[&str], connection: &[&str]| {
+            switches_to_websocket(
+                upgrade.iter().map(|v| v.as_bytes()),
+                connection.iter().map(|v| v.as_bytes()),
+            )
+        };
+        assert!(switches(&["websocket"], &["Upgrade"]));
+        assert!(switches(&["WebSocket"], &["keep-alive, upgrade"]));
+        assert!(switches(&["websocket", " websocket "], &["upgrade"]));
+        assert!(!switches(&["h2c"], &["Upgrade"]));
+        assert!(!switches(&["websocket, h2c"], &["Upgrade"]));
+        assert!(!switches(&[], &["Upgrade"]));
+        assert!(!switches(&[" , "], &["Upgrade"]));
+        assert!(!switches(&["websocket"], &[]));
+        assert!(!switches(&["websocket"], &["keep-alive"]));
     }
 
     #[test]

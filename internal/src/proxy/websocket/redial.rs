@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::outcome::{DialError, Negotiated};
 use super::stream::Stream;
+use crate::proxy::headers::switches_to_websocket;
 use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::Proxy;
 use crate::registry::Node;
@@ -174,7 +175,8 @@ async fn exchange(
 /// matching `101`, `None` while incomplete.
 ///
 /// # Errors
-/// [`DialError::Refused`]: malformed, not `101`, or not what the first node agreed to.
+/// [`DialError::Refused`]: malformed, not `101`, not a switch to WebSocket alone
+/// ([`switches_to_websocket`]), or not what the first node agreed to.
 fn answer(buf: &[u8], hs: &Handshake, negotiated: &Negotiated) -> Result<Option<usize>, DialError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_FIELDS];
     let mut resp = httparse::Response::new(&mut fields);
@@ -193,6 +195,12 @@ fn answer(buf: &[u8], hs: &Handshake, negotiated: &Negotiated) -> Result<Option<
             .find(|f| f.name.eq_ignore_ascii_case(name.as_str()))
             .map(|f| f.value)
     };
+    let all = |name: &'static str| {
+        resp.headers
+            .iter()
+            .filter(move |f| f.name.eq_ignore_ascii_case(name))
+            .map(|f| f.value)
+    };
     if hs.accept.as_ref().map(<[u8; ACCEPT_LEN]>::as_slice) != get(&SEC_WEBSOCKET_ACCEPT) {
         return Err(DialError::Refused(
             "Sec-WebSocket-Accept does not match the key".into(),
@@ -206,6 +214,11 @@ fn answer(buf: &[u8], hs: &Handshake, negotiated: &Negotiated) -> Result<Option<
     if !negotiated.extensions && get(&SEC_WEBSOCKET_EXTENSIONS).is_some() {
         return Err(DialError::Refused(
             "the node accepted an extension that was not offered".into(),
+        ));
+    }
+    if !switches_to_websocket(all("upgrade"), all("connection")) {
+        return Err(DialError::Refused(
+            "the 101 does not switch to websocket alone".into(),
         ));
     }
     Ok(Some(len))

@@ -196,6 +196,15 @@ async fn answers_an_rfc_6455_client_must_fail_are_refused() {
         .await,
         "the node accepted an extension that was not offered"
     );
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        )
+        .await,
+        "the 101 does not switch to websocket alone"
+    );
     assert!(refused(&plain, b"HTTP/1.1 1O1 bad\r\n\r\n")
         .await
         .starts_with("malformed answer head"),);
