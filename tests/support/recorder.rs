@@ -126,8 +126,7 @@ pub fn refuses_upgrades(r: &Req) -> Reply {
     }
 }
 
-/// Asserts that a plain `GET path` on a new connection to `gw` gets the node's own answer for
-/// `path` (a node answering as [`path_and_length`]): nothing smuggled earlier answers it.
+/// Asserts that `GET path` on a new connection to `gw` gets a [`path_and_length`] node's own answer.
 pub async fn own_answer(gw: &crate::Gateway, path: &str) {
     let r = crate::get(&gw.url(path), &[]).await.expect("GET");
     assert_eq!(r.status, 200, "{path}: {}", r.text());
