@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use integration_tests::h2raw::{self, *};
-use integration_tests::recorder::{own_answer, refuses_upgrades, Recorder, MARKER, SMUGGLED};
-use integration_tests::{Config, Gateway, Health, Route};
+use integration_tests::recorder::{own_answer, refuses_upgrades, single, MARKER, SMUGGLED};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -28,16 +27,7 @@ pub(crate) fn refused(end: &StreamEnd, reset: &[u32]) -> bool {
 /// answer for `/victim`.
 #[tokio::test]
 async fn case_36_extended_connect_for_another_protocol_is_refused_on_cleartext() {
-    let a = Recorder::start(refuses_upgrades).await;
-    let gw = Gateway::start(
-        &Config::single_addrs(
-            Health::tcp_fast(),
-            &[("node-a", a.addr.clone())],
-            Route::api(),
-        )
-        .toml(),
-    )
-    .await;
+    let (a, gw) = single(refuses_upgrades).await;
     for protocol in ["connect-udp", "foo"] {
         let (mut rd, mut wr) = h2raw::connect(&format!("127.0.0.1:{}", gw.port)).await;
         let mut block = hb("CONNECT", "/");

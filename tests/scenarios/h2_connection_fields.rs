@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use integration_tests::h2raw::{self, *};
 use integration_tests::raw::Raw;
-use integration_tests::recorder::{path_and_length, Recorder, Reply, Req};
-use integration_tests::{Config, Gateway, Health, Route};
+use integration_tests::recorder::{path_and_length, single, Reply, Req};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -26,33 +25,24 @@ fn accepts_h2c(r: &Req) -> Reply {
     }
 }
 
-async fn setup() -> (Recorder, Gateway) {
-    let a = Recorder::start(accepts_h2c).await;
-    let gw = Gateway::start(
-        &Config::single_addrs(
-            Health::tcp_fast(),
-            &[("node-a", a.addr.clone())],
-            Route::api(),
-        )
-        .toml(),
-    )
-    .await;
-    (a, gw)
-}
-
-/// True for CASE-40 a1–a8's ending: RST_STREAM(PROTOCOL_ERROR) or GOAWAY(PROTOCOL_ERROR), either
-/// possibly after a `400`, or a `400` that ends the stream.
-fn malformed(end: &StreamEnd) -> bool {
-    match end {
-        StreamEnd::Reset { status, code } => {
-            *code == PROTOCOL_ERROR && matches!(status, None | Some(400))
-        }
-        StreamEnd::GoAway { status, goaway } => {
-            goaway.code == PROTOCOL_ERROR && matches!(status, None | Some(400))
-        }
-        StreamEnd::Answer { status, .. } => *status == 400,
-        StreamEnd::Nothing => false,
+/// Sends `HEADERS(END_STREAM|END_HEADERS) HB(GET path)` plus `fields` on stream `id` and returns
+/// how the stream ended within 5 s.
+async fn get(
+    rd: &mut Reader,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    id: u32,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> StreamEnd {
+    let mut block = hb("GET", path);
+    for (k, v) in fields {
+        block.extend(hpack_literal(k, v.as_bytes()));
     }
+    wr.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block))
+        .await
+        .expect("write");
+    rd.stream_end(id, Instant::now() + Duration::from_secs(5))
+        .await
 }
 
 /// CASE-40 a: `GET /x` with each connection-specific field (a1–a8) is malformed and node-a gets
@@ -60,7 +50,7 @@ fn malformed(end: &StreamEnd) -> bool {
 /// `http2-settings` alone (a9) is refused or passes without it; `te: trailers` passes.
 #[tokio::test]
 async fn case_40_a_connection_specific_fields_on_h2_are_malformed() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(accepts_h2c).await;
     let addr = format!("127.0.0.1:{}", gw.port);
     let cases: [(&str, &[(&str, &str)]); 8] = [
         (
@@ -82,33 +72,14 @@ async fn case_40_a_connection_specific_fields_on_h2_are_malformed() {
     let (mut rd, mut wr) = h2raw::connect(&addr).await;
     let mut id = 1;
     for (case, fields) in cases {
-        let mut block = hb("GET", "/x");
-        for (k, v) in fields {
-            block.extend(hpack_literal(k, v.as_bytes()));
-        }
-        wr.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block))
-            .await
-            .expect("write");
-        let end = rd
-            .stream_end(id, Instant::now() + Duration::from_secs(5))
-            .await;
-        assert!(malformed(&end), "{case}: {end:?}");
+        let end = get(&mut rd, &mut wr, id, "/x", fields).await;
+        assert!(end.malformed(true), "{case}: {end:?}");
         if matches!(end, StreamEnd::GoAway { .. }) {
             (rd, wr) = h2raw::connect(&addr).await;
             id = 1;
             continue;
         }
-        wr.write_all(&frame(
-            HEADERS,
-            END_STREAM | END_HEADERS,
-            id + 2,
-            &hb("GET", "/ok"),
-        ))
-        .await
-        .expect("write");
-        let end = rd
-            .stream_end(id + 2, Instant::now() + Duration::from_secs(5))
-            .await;
+        let end = get(&mut rd, &mut wr, id + 2, "/ok", &[]).await;
         assert!(
             matches!(end, StreamEnd::Answer { status: 200, .. }),
             "{case}: GET /ok: {end:?}"
@@ -119,17 +90,10 @@ async fn case_40_a_connection_specific_fields_on_h2_are_malformed() {
         ("a9", ("http2-settings", SETTINGS64)),
         ("control", ("te", "trailers")),
     ] {
-        let mut block = hb("GET", "/x");
-        block.extend(hpack_literal(fields.0, fields.1.as_bytes()));
-        wr.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block))
-            .await
-            .expect("write");
-        let end = rd
-            .stream_end(id, Instant::now() + Duration::from_secs(5))
-            .await;
+        let end = get(&mut rd, &mut wr, id, "/x", &[fields]).await;
         let passed = matches!(end, StreamEnd::Answer { status: 200, .. });
         assert!(
-            passed || (case == "a9" && malformed(&end)),
+            passed || (case == "a9" && end.malformed(true)),
             "{case}: {end:?}"
         );
         id += 2;
@@ -158,7 +122,7 @@ async fn case_40_a_connection_specific_fields_on_h2_are_malformed() {
 /// closes the connection, never reaching a node.
 #[tokio::test]
 async fn case_40_b_h2c_upgrade_on_http1_reaches_the_node_as_a_plain_request() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(accepts_h2c).await;
     for connection in ["Upgrade, HTTP2-Settings", "HTTP2-Settings"] {
         let mut c = Raw::connect(gw.port).await;
         c.send(

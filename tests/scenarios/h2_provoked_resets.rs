@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use integration_tests::h2raw::{self, *};
 use integration_tests::load::prober;
-use integration_tests::recorder::{path_and_length, Recorder, Reply, Req};
-use integration_tests::{Config, Gateway, Health, Route};
+use integration_tests::recorder::{path_and_length, single, Reply, Req};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -19,20 +18,6 @@ fn holds_slow(r: &Req) -> Reply {
         "/slow" => Reply::ok("slow").after(Duration::from_secs(10)),
         _ => path_and_length(r),
     }
-}
-
-async fn setup() -> (Recorder, Gateway) {
-    let a = Recorder::start(holds_slow).await;
-    let gw = Gateway::start(
-        &Config::single_addrs(
-            Health::tcp_fast(),
-            &[("node-a", a.addr.clone())],
-            Route::api(),
-        )
-        .toml(),
-    )
-    .await;
-    (a, gw)
 }
 
 /// The provocations a–e on stream `n` with the error code RFC 9113 gives each.
@@ -77,7 +62,7 @@ fn opener(n: u32) -> Vec<u8> {
 /// 2xx, and node-a's request is aborted within 2 s.
 #[tokio::test]
 async fn case_35_single_provoked_reset_aborts_the_node_request() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(holds_slow).await;
     for (case, provocation, code) in provocations(1) {
         let (mut rd, mut wr) = h2raw::connect(&format!("127.0.0.1:{}", gw.port)).await;
         wr.write_all(&opener(1)).await.expect("write");
@@ -140,7 +125,7 @@ async fn case_35_single_provoked_reset_aborts_the_node_request() {
 /// client's requests keep answering within 1.1 s.
 #[tokio::test]
 async fn case_35_flood_of_provoked_resets_is_cut_and_spares_the_node() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(holds_slow).await;
     let (stop, probing) = prober(&gw);
     for (i, (case, _, code)) in provocations(1).into_iter().enumerate() {
         let (mut rd, wr) = h2raw::connect(&format!("127.0.0.1:{}", gw.port)).await;

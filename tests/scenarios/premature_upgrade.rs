@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use integration_tests::raw::Raw;
-use integration_tests::recorder::{
-    admin_and_rest, handshake, path_and_length, Recorder, Reply, Req, MARKER,
-};
+use integration_tests::recorder::{admin_and_rest, handshake, path_and_length, Reply, Req, MARKER};
 
 /// node-a of CASE-37: waits 500 ms before answering an upgrade request (recording what arrives
 /// meanwhile), then `200 plain` (case a) or `403 forbidden` (case b).
@@ -29,11 +27,8 @@ fn slow_refusal(r: &Req) -> Reply {
 /// with its own path) or the connection closes.
 #[tokio::test]
 async fn case_37_request_behind_a_refused_upgrade_never_reaches_the_node_as_payload() {
-    let (a, b) = (
-        Recorder::start(slow_refusal).await,
-        Recorder::start(path_and_length).await,
-    );
-    let gw = admin_and_rest(&a, &b).await;
+    let (a, b, gw) = admin_and_rest(slow_refusal).await;
+    let mut handled = 0;
     for (case, status, body) in [("a", 200, &b"plain"[..]), ("b", 403, &b"forbidden"[..])] {
         let mut wire = handshake(case);
         wire.extend_from_slice(
@@ -55,6 +50,7 @@ async fn case_37_request_behind_a_refused_upgrade_never_reaches_the_node_as_payl
             gw.logs
                 .wait_for(&["access", "path=/admin/secret"], Duration::from_secs(2))
                 .await;
+            handled += 1;
         } else {
             assert!(
                 c.closed_within(Duration::from_secs(3)).await,
@@ -62,6 +58,7 @@ async fn case_37_request_behind_a_refused_upgrade_never_reaches_the_node_as_payl
             );
         }
     }
+    assert_eq!(b.paths(), vec!["/admin/secret"; handled], "node-b");
     let conns = a.conns();
     assert!(
         conns.iter().all(|c| c.while_waiting.is_empty()),

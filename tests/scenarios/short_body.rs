@@ -8,24 +8,12 @@ use std::time::Duration;
 use integration_tests::check::json_error;
 use integration_tests::h2raw::{self, *};
 use integration_tests::raw::Raw;
-use integration_tests::recorder::{own_answer, path_and_length, Recorder, MARKER, SMUGGLED};
-use integration_tests::{Config, Gateway, Health, Route};
+use integration_tests::recorder::{
+    own_answer, path_and_length, single, Recorder, MARKER, SMUGGLED,
+};
+use integration_tests::Gateway;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-
-async fn setup() -> (Recorder, Gateway) {
-    let a = Recorder::start(path_and_length).await;
-    let gw = Gateway::start(
-        &Config::single_addrs(
-            Health::tcp_fast(),
-            &[("node-a", a.addr.clone())],
-            Route::api(),
-        )
-        .toml(),
-    )
-    .await;
-    (a, gw)
-}
 
 /// node-a never saw a complete `/upload`, every connection that carried one is closed within 2 s,
 /// and `GET /next` gets node-a's own answer on another connection.
@@ -55,7 +43,7 @@ async fn aborted_and_not_reused(a: &Recorder, gw: &Gateway) {
 /// answer, never `2xx`/`502`/`504`, then the close; the node request is aborted.
 #[tokio::test]
 async fn case_38_a_short_http1_body_is_aborted_upstream_and_answered_400() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(path_and_length).await;
     let mut c = Raw::connect(gw.port).await;
     c.send(
         b"POST /upload HTTP/1.1\r\nHost: app.example.test\r\nContent-Length: 100\r\n\r\n0123456789",
@@ -94,35 +82,21 @@ async fn h2_upload(gw: &Gateway, declared: &str, payload: &[u8]) -> StreamEnd {
         .await
 }
 
-/// True for CASE-38 b/c's ending: RST_STREAM(PROTOCOL_ERROR) (possibly after a `400`), or
-/// GOAWAY(PROTOCOL_ERROR).
-fn malformed(end: &StreamEnd) -> bool {
-    match end {
-        StreamEnd::Reset { status, code } => {
-            *code == PROTOCOL_ERROR && matches!(status, None | Some(400))
-        }
-        StreamEnd::GoAway { status, goaway } => {
-            goaway.code == PROTOCOL_ERROR && matches!(status, None | Some(400))
-        }
-        _ => false,
-    }
-}
-
 /// CASE-38 b: `content-length: 100` with 10 octets and END_STREAM; c: `content-length: 10` with
 /// 10 octets and a smuggled request in the same frame. Both are malformed: reset (or GOAWAY) with
 /// PROTOCOL_ERROR, never a `2xx`; node-a never sees a complete `/upload`, in c never more than the
 /// 10 announced octets nor the marker; `GET /next` gets node-a's own answer.
 #[tokio::test]
 async fn case_38_bc_h2_body_short_or_long_of_content_length_is_malformed() {
-    let (a, gw) = setup().await;
+    let (a, gw) = single(path_and_length).await;
     let end = h2_upload(&gw, "100", b"0123456789").await;
-    assert!(malformed(&end), "b: {end:?}");
+    assert!(end.malformed(false), "b: {end:?}");
     aborted_and_not_reused(&a, &gw).await;
 
     let mut long = b"0123456789".to_vec();
     long.extend_from_slice(SMUGGLED);
     let end = h2_upload(&gw, "10", &long).await;
-    assert!(malformed(&end), "c: {end:?}");
+    assert!(end.malformed(false), "c: {end:?}");
     aborted_and_not_reused(&a, &gw).await;
     assert!(
         !a.saw(MARKER) && !a.saw(b"/smuggled"),

@@ -52,11 +52,7 @@ fn frame_and_request() -> Vec<u8> {
 /// node-b never receives `/admin/secret`.
 #[tokio::test]
 async fn case_41_a_refused_handshake_is_a_plain_answer_and_switches_nothing() {
-    let (a, b) = (
-        Recorder::start(node_a).await,
-        Recorder::start(path_and_length).await,
-    );
-    let gw = admin_and_rest(&a, &b).await;
+    let (a, b, gw) = admin_and_rest(node_a).await;
     for (case, status, body) in [("a1", 200, &b"plain"[..]), ("a2", 426, &b""[..])] {
         let mut c = Raw::connect(gw.port).await;
         c.send(&handshake(case)).await;
@@ -123,11 +119,7 @@ async fn unasked_101_fails(a: &Recorder, port: u16, wire: &[u8]) {
 /// `502`, not the `101` nor the node's frame; the node connection is closed and never pooled.
 #[tokio::test]
 async fn case_41_b_a_101_nobody_asked_for_fails_with_502() {
-    let (a, b) = (
-        Recorder::start(node_a).await,
-        Recorder::start(path_and_length).await,
-    );
-    let gw = admin_and_rest(&a, &b).await;
+    let (a, b, gw) = admin_and_rest(node_a).await;
     unasked_101_fails(
         &a,
         gw.port,
@@ -143,11 +135,7 @@ async fn case_41_b_a_101_nobody_asked_for_fails_with_502() {
 /// `X-Conn-Id`, and the client gets node-a's `200`.
 #[tokio::test]
 async fn case_41_c_websocket_fields_without_the_upgrade_pair_are_a_plain_request() {
-    let (a, b) = (
-        Recorder::start(node_a).await,
-        Recorder::start(path_and_length).await,
-    );
-    let gw = admin_and_rest(&a, &b).await;
+    let (a, _b, gw) = admin_and_rest(node_a).await;
     let mut c = Raw::connect(gw.port).await;
     c.send(b"GET /ws HTTP/1.1\r\nHost: app.example.test\r\nSec-WebSocket-Version: 7\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await;
     let (h, body) = c.response(Duration::from_secs(5)).await;

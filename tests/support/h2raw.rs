@@ -173,6 +173,24 @@ pub enum StreamEnd {
     Nothing,
 }
 
+impl StreamEnd {
+    /// True for the ending of a malformed request (RFC 9113 section 8.1.1): RST_STREAM or GOAWAY
+    /// with PROTOCOL_ERROR, either possibly after a `400`; with `answer_400`, a `400` that ends
+    /// the stream as well.
+    pub fn malformed(&self, answer_400: bool) -> bool {
+        match self {
+            StreamEnd::Reset { status, code } => {
+                *code == PROTOCOL_ERROR && matches!(status, None | Some(400))
+            }
+            StreamEnd::GoAway { status, goaway } => {
+                goaway.code == PROTOCOL_ERROR && matches!(status, None | Some(400))
+            }
+            StreamEnd::Answer { status, .. } => answer_400 && *status == 400,
+            StreamEnd::Nothing => false,
+        }
+    }
+}
+
 /// A GOAWAY's fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoAway {

@@ -15,6 +15,9 @@ use tokio::time::Instant;
 use crate::nodes::hand_node;
 use crate::{find, wait_until};
 
+mod setups;
+pub use setups::*;
+
 /// One request a recorder read: its head as sent (request line and fields, through the blank
 /// line), its body bytes, and whether the body was complete by its framing.
 #[derive(Debug, Clone)]
@@ -92,63 +95,6 @@ impl Reply {
         self.then = Then::Raw;
         self
     }
-}
-
-/// A request the client hides in payload (a DATA frame, octets after a head): a node must never
-/// receive it, nor its [`MARKER`].
-pub const SMUGGLED: &[u8] =
-    b"GET /smuggled HTTP/1.1\r\nHost: app.example.test\r\nX-Smuggled: r3\r\n\r\n";
-/// The field that marks smuggled octets.
-pub const MARKER: &[u8] = b"X-Smuggled: r3";
-
-/// A client's WebSocket handshake for `GET /ws` (RFC 6455 section 1.2's key) with `X-Case: case`
-/// telling the node how to answer.
-pub fn handshake(case: &str) -> Vec<u8> {
-    format!(
-        "GET /ws HTTP/1.1\r\nHost: app.example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Case: {case}\r\n\r\n"
-    )
-    .into_bytes()
-}
-
-/// The `200` answer of a node that reads bodies per their framing: `{"path":..,"body_len":..}`.
-pub fn path_and_length(r: &Req) -> Reply {
-    Reply::ok(&serde_json::json!({ "path": r.path(), "body_len": r.body.len() }).to_string())
-}
-
-/// A node that refuses every upgrade with `426` (no body) and answers other requests as
-/// [`path_and_length`].
-pub fn refuses_upgrades(r: &Req) -> Reply {
-    if r.head.to_ascii_lowercase().contains("\r\nupgrade:") {
-        Reply::now("HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
-    } else {
-        path_and_length(r)
-    }
-}
-
-/// Asserts that `GET path` on a new connection to `gw` gets a [`path_and_length`] node's own answer.
-pub async fn own_answer(gw: &crate::Gateway, path: &str) {
-    let r = crate::get(&gw.url(path), &[]).await.expect("GET");
-    assert_eq!(r.status, 200, "{path}: {}", r.text());
-    let v = r.json();
-    assert_eq!(
-        (v["path"].as_str(), v["body_len"].as_u64()),
-        (Some(path), Some(0)),
-        "{v}"
-    );
-}
-
-/// A gateway with routes `/admin` → cluster `b` {node-b `b`} and `/` → cluster `a` {node-a `a`}
-/// (CASE-37, CASE-41: a smuggled `/admin/secret` would skip the `/admin` route), TCP probes.
-pub async fn admin_and_rest(a: &Recorder, b: &Recorder) -> crate::Gateway {
-    use crate::{Config, Health, Route};
-    let config = Config::new()
-        .health(Health::tcp_fast())
-        .cluster_addrs("a", &[("node-a", a.addr.clone())])
-        .cluster_addrs("b", &[("node-b", b.addr.clone())])
-        .route(Route::prefix("admin", "/admin", "b"))
-        .route(Route::catch_all("rest", "a"));
-    crate::Gateway::start(&config.toml()).await
 }
 
 /// Everything one connection carried.
