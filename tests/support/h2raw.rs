@@ -1,5 +1,6 @@
-//! A frame-level HTTP/2 client for abuse tests (CASE-25, CASE-26): writes frames byte for byte
-//! (no flow control, no HPACK state), and reads what the gateway sends back as frames.
+//! A frame-level HTTP/2 client for abuse and malformed-request tests (CASE-25, CASE-26, CASE-35 …
+//! CASE-40): writes frames byte for byte (no flow control, no HPACK state), and reads what the
+//! gateway sends back as frames, with how one stream ended ([`Reader::stream_end`]).
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Frame types.
 pub const DATA: u8 = 0x0;
 pub const HEADERS: u8 = 0x1;
+pub const PRIORITY: u8 = 0x2;
 pub const RST_STREAM: u8 = 0x3;
 pub const SETTINGS: u8 = 0x4;
 pub const PING: u8 = 0x6;
@@ -24,6 +26,9 @@ pub const END_STREAM: u8 = 0x1;
 pub const END_HEADERS: u8 = 0x4;
 /// Error codes.
 pub const PROTOCOL_ERROR: u32 = 0x1;
+pub const FLOW_CONTROL_ERROR: u32 = 0x3;
+pub const STREAM_CLOSED: u32 = 0x5;
+pub const FRAME_SIZE_ERROR: u32 = 0x6;
 pub const CANCEL: u32 = 0x8;
 pub const COMPRESSION_ERROR: u32 = 0x9;
 pub const ENHANCE_YOUR_CALM: u32 = 0xb;
@@ -64,10 +69,21 @@ pub fn hpack_literal(name: &str, value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `HB(METHOD path)` of CASES-R2: `:method` (GET or POST, indexed), `:scheme http`, `:path`,
-/// `:authority app.example.test`, all without dynamic-table indexing so it can be repeated.
+/// `HB(METHOD path)` of CASES-R2: `:method` (GET and POST indexed, any other a literal with
+/// the indexed name), `:scheme http`, `:path`, `:authority app.example.test`, all without
+/// dynamic-table indexing so it can be repeated.
 pub fn hb(method: &str, path: &str) -> Vec<u8> {
-    let mut out = vec![if method == "POST" { 0x83 } else { 0x82 }, 0x86];
+    let mut out = match method {
+        "GET" => vec![0x82],
+        "POST" => vec![0x83],
+        other => {
+            let mut m = vec![0x02];
+            hpack_int(&mut m, 0, 7, other.len());
+            m.extend_from_slice(other.as_bytes());
+            m
+        }
+    };
+    out.push(0x86);
     if path == "/" {
         out.push(0x84);
     } else {
@@ -96,12 +112,102 @@ impl Got {
     }
 }
 
+/// The `:status` a response HEADERS frame `block` opens with: indexed from the static table
+/// (RFC 7541 appendix A: 200, 204, 206, 304, 400, 404, 500), or a literal with name index 8 whose
+/// value is three digits, raw or Huffman-coded (the only codes a status needs). `None` otherwise.
+pub fn status(block: &[u8]) -> Option<u16> {
+    const INDEXED: [u16; 7] = [200, 204, 206, 304, 400, 404, 500];
+    let first = *block.first()?;
+    if (0x88..=0x8e).contains(&first) {
+        return Some(INDEXED[usize::from(first - 0x88)]);
+    }
+    // Literal with incremental indexing (01), without indexing (0000) or never indexed (0001).
+    if ![0x48, 0x08, 0x18].contains(&first) {
+        return None;
+    }
+    let (huffman, len) = (block.get(1)? & 0x80 != 0, usize::from(block.get(1)? & 0x7f));
+    let value = block.get(2..2 + len)?;
+    let digits = if huffman {
+        huffman_digits(value)?
+    } else {
+        String::from_utf8(value.to_vec()).ok()?
+    };
+    digits.parse().ok()
+}
+
+/// Decodes a Huffman string of digits (RFC 7541 appendix B: `0`–`2` are 5-bit codes 0–2, `3`–`9`
+/// 6-bit codes 0x19–0x1f), ignoring the all-ones padding.
+fn huffman_digits(bytes: &[u8]) -> Option<String> {
+    let bits: Vec<u8> = bytes
+        .iter()
+        .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1))
+        .collect();
+    let (mut at, mut out) = (0, String::new());
+    while at + 5 <= bits.len() {
+        let code = |n: usize| bits[at..at + n].iter().fold(0u8, |v, b| v << 1 | b);
+        if code(5) <= 2 {
+            out.push(char::from(b'0' + code(5)));
+            at += 5;
+        } else if at + 6 <= bits.len() && (0x19..=0x1f).contains(&code(6)) {
+            out.push(char::from(b'3' + code(6) - 0x19));
+            at += 6;
+        } else if bits[at..].iter().all(|b| *b == 1) {
+            break;
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// How one stream ended, as the gateway told the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// RST_STREAM with this code (after `status`, if a response head came first).
+    Reset { status: Option<u16>, code: u32 },
+    /// A response with this `:status` that ended with END_STREAM; `body` is its DATA.
+    Answer { status: u16, body: Vec<u8> },
+    /// GOAWAY (after `status`, if a response head came first).
+    GoAway { status: Option<u16>, goaway: GoAway },
+    /// The connection closed, or the deadline passed, first.
+    Nothing,
+}
+
+impl StreamEnd {
+    /// True for the ending of a malformed request (RFC 9113 section 8.1.1): RST_STREAM or GOAWAY
+    /// with PROTOCOL_ERROR, either possibly after a `400`; with `answer_400`, a `400` that ends
+    /// the stream as well.
+    pub fn malformed(&self, answer_400: bool) -> bool {
+        match self {
+            StreamEnd::Reset { status, code } => {
+                *code == PROTOCOL_ERROR && matches!(status, None | Some(400))
+            }
+            StreamEnd::GoAway { status, goaway } => {
+                goaway.code == PROTOCOL_ERROR && matches!(status, None | Some(400))
+            }
+            StreamEnd::Answer { status, .. } => answer_400 && *status == 400,
+            StreamEnd::Nothing => false,
+        }
+    }
+}
+
 /// A GOAWAY's fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoAway {
     pub last_stream: u32,
     pub code: u32,
     pub debug: String,
+}
+
+impl GoAway {
+    /// The fields of `f` if it is a GOAWAY frame.
+    pub fn of(f: &Got) -> Option<GoAway> {
+        (f.kind == GOAWAY && f.stream == 0 && f.payload.len() >= 8).then(|| GoAway {
+            last_stream: f.word(0) & 0x7fff_ffff,
+            code: f.word(4),
+            debug: String::from_utf8_lossy(&f.payload[8..]).into_owned(),
+        })
+    }
 }
 
 /// The read half: frames as they come.
@@ -146,16 +252,41 @@ impl Reader {
     /// `deadline` / at a close without one.
     pub async fn goaway(&mut self, deadline: Instant, seen: &mut Vec<Got>) -> Option<GoAway> {
         while let Some(f) = self.next(deadline).await {
-            if f.kind == GOAWAY && f.stream == 0 && f.payload.len() >= 8 {
-                return Some(GoAway {
-                    last_stream: f.word(0) & 0x7fff_ffff,
-                    code: f.word(4),
-                    debug: String::from_utf8_lossy(&f.payload[8..]).into_owned(),
-                });
+            if let Some(g) = GoAway::of(&f) {
+                return Some(g);
             }
             seen.push(f);
         }
         None
+    }
+
+    /// Reads until stream `id` ends (a reset, a response with END_STREAM) or the connection is
+    /// told to go away, by `deadline`; frames of other streams are skipped.
+    pub async fn stream_end(&mut self, id: u32, deadline: Instant) -> StreamEnd {
+        let (mut status, mut body) = (None, Vec::new());
+        while let Some(f) = self.next(deadline).await {
+            if let Some(goaway) = GoAway::of(&f) {
+                return StreamEnd::GoAway { status, goaway };
+            }
+            match f.kind {
+                _ if f.stream != id => continue,
+                RST_STREAM => {
+                    return StreamEnd::Reset {
+                        status,
+                        code: f.word(0),
+                    }
+                }
+                HEADERS if status.is_none() => status = self::status(&f.payload),
+                DATA => body.extend_from_slice(&f.payload),
+                _ => {}
+            }
+            if f.flags & END_STREAM != 0 && matches!(f.kind, HEADERS | DATA) {
+                if let Some(status) = status {
+                    return StreamEnd::Answer { status, body };
+                }
+            }
+        }
+        StreamEnd::Nothing
     }
 
     /// Waits until the gateway closed the connection (EOF or reset) by `deadline`; true if it did.

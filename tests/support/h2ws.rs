@@ -93,6 +93,41 @@ pub async fn open<I>(
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut with_version = vec![("sec-websocket-version", "13")];
+    with_version.extend_from_slice(headers);
+    let (resp, send) = extended_connect(io, authority, path, "websocket", &with_version).await?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await??;
+    let (parts, recv) = resp.into_parts();
+    anyhow::ensure!(
+        parts.status == 200,
+        "extended CONNECT answered {}",
+        parts.status
+    );
+    let io = H2Io {
+        send,
+        recv,
+        buf: Bytes::new(),
+    };
+    Ok((
+        WebSocketStream::from_raw_socket(io, Role::Client, None).await,
+        parts,
+    ))
+}
+
+/// Sends an extended CONNECT (RFC 8441 section 4) with `:protocol` `protocol` for `path` and
+/// `headers` over a new h2 connection on `io`, the stream left open; returns the answer's future
+/// and the stream's send half. Fails if the server does not enable the CONNECT protocol
+/// (SETTINGS_ENABLE_CONNECT_PROTOCOL) within 5 s.
+pub async fn extended_connect<I>(
+    io: I,
+    authority: &str,
+    path: &str,
+    protocol: &str,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>)>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (client, conn) = h2::client::handshake(io).await?;
     tokio::spawn(async move {
         let _ = conn.await;
@@ -111,26 +146,9 @@ where
         .method(http::Method::CONNECT)
         .version(http::Version::HTTP_2)
         .uri(format!("https://{authority}{path}"))
-        .header("sec-websocket-version", "13")
-        .extension(h2::ext::Protocol::from("websocket"));
+        .extension(h2::ext::Protocol::from(protocol));
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    let (resp, send) = client.send_request(b.body(())?, false)?;
-    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await??;
-    let (parts, recv) = resp.into_parts();
-    anyhow::ensure!(
-        parts.status == 200,
-        "extended CONNECT answered {}",
-        parts.status
-    );
-    let io = H2Io {
-        send,
-        recv,
-        buf: Bytes::new(),
-    };
-    Ok((
-        WebSocketStream::from_raw_socket(io, Role::Client, None).await,
-        parts,
-    ))
+    Ok(client.send_request(b.body(())?, false)?)
 }

@@ -28,6 +28,7 @@ pub mod load;
 pub mod nodes;
 pub mod peers;
 pub mod raw;
+pub mod recorder;
 
 pub use self::config::{Cluster, Config, Health, Route};
 pub use self::gateway::{metric_value, Gateway};

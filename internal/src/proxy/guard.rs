@@ -85,13 +85,23 @@ pub fn check_head<B>(req: &Request<B>, limits: &Limits) -> Result<(), ProxyError
 
 /// RFC 9112 section 3.2: a request-target is origin-form (`/path?query`), absolute-form
 /// (`http://host/path`; every HTTP/2 request is read as this), `*` for `OPTIONS` only, or
-/// authority-form (`host:port`) for `CONNECT` only. `CONNECT` itself is not judged here.
+/// authority-form (`host:port`) for `CONNECT` only. `CONNECT` itself is not judged here, but an
+/// extended `CONNECT` (RFC 8441 section 4) is refused unless its `:protocol` is `websocket`: SPEC
+/// section 4 forwards only WebSocket upgrades, and RFC 8441 section 4 forbids turning it into a
+/// tunnel to `:authority`.
 ///
 /// # Errors
-/// [`ProxyError::BadRequest`] for any other form (400, connection closed).
+/// [`ProxyError::BadRequest`] for any other form, and for an extended `CONNECT` to another
+/// protocol (400, connection closed; on HTTP/2 the stream ends with the answer).
 pub fn check_target<B>(req: &Request<B>) -> Result<(), ProxyError> {
     let uri = req.uri();
     if req.method() == http::Method::CONNECT {
+        let protocol = req.extensions().get::<hyper::ext::Protocol>();
+        if protocol.is_some_and(|p| !p.as_str().eq_ignore_ascii_case("websocket")) {
+            return Err(ProxyError::BadRequest(
+                "extended CONNECT for a protocol other than websocket",
+            ));
+        }
         return Ok(());
     }
     if uri.path() == "*" {
@@ -193,6 +203,22 @@ mod tests {
                 .body(())
                 .expect("valid");
             assert_eq!(check_target(&r).is_ok(), ok, "{method} {target}");
+        }
+        // RFC 8441 section 4: only a WebSocket may be asked for with an extended CONNECT.
+        for (protocol, ok) in [
+            ("websocket", true),
+            ("WebSocket", true),
+            ("connect-udp", false),
+            ("foo", false),
+        ] {
+            let r = Request::builder()
+                .method("CONNECT")
+                .version(http::Version::HTTP_2)
+                .uri("https://app.example.test/")
+                .extension(hyper::ext::Protocol::from_static(protocol))
+                .body(())
+                .expect("valid");
+            assert_eq!(check_target(&r).is_ok(), ok, "{protocol}");
         }
         let long = format!("/{}", "a".repeat(17 * 1024));
         assert!(matches!(

@@ -4,6 +4,7 @@
 //! (rcgen). Reload under load is in `tls_reload`.
 
 mod certificates;
+mod extended_connect;
 mod protocols;
 
 use futures_util::SinkExt;

@@ -78,11 +78,13 @@ pub enum Handshook {
 }
 
 /// Sends the upgrade request `head` (a WebSocket handshake, no body) on a fresh `conn`; a `101`
-/// hands the connection over ([`Handshook::Switched`]), any other answer streams as usual and its
-/// connection is then closed (`home`'s ttl should be zero).
+/// to WebSocket hands the connection over ([`Handshook::Switched`]), any other answer streams as
+/// usual and its connection is then closed (`home`'s ttl should be zero).
 ///
 /// # Errors
-/// As [`send`] (never [`SendError::Stale`]: the connection is fresh).
+/// As [`send`] (never [`SendError::Stale`]: the connection is fresh); a `101` that switches to
+/// anything but WebSocket alone ([`crate::proxy::headers::switches_to_websocket`]) is
+/// [`NodeError::UpgradeNotOffered`], and its connection is closed (SPEC section 4).
 pub async fn handshake(
     conn: NodeConn,
     head: NodeRequest<'_>,
@@ -93,7 +95,22 @@ pub async fn handshake(
         // Asked with `raw_answer: false` (a handshake's answer reaches hyper's map or the
         // relay), so every field is in the map.
         Answered::Answer(r) => Handshook::Answer(r.response),
-        Answered::Switched { head, io, early } => Handshook::Switched { head, io, early },
+        Answered::Switched { head, io, early } => {
+            let h = &head.headers;
+            if !crate::proxy::headers::switches_to_websocket(
+                h.get_all(http::header::UPGRADE)
+                    .iter()
+                    .map(|v| v.as_bytes()),
+                h.get_all(http::header::CONNECTION)
+                    .iter()
+                    .map(|v| v.as_bytes()),
+            ) {
+                // Dropping the stream closes the node connection: it is never pooled.
+                drop(io);
+                return Err(SendError::Sent(Box::new(NodeError::UpgradeNotOffered)));
+            }
+            Handshook::Switched { head, io, early }
+        }
     })
 }
 

@@ -53,6 +53,9 @@ pub enum NodeError {
     /// A `101 Switching Protocols` to a request that asked for no upgrade.
     #[error("unexpected 101 Switching Protocols from the node")]
     UnexpectedUpgrade,
+    /// A `101 Switching Protocols` to a protocol the request did not offer (RFC 9110 section 7.8).
+    #[error("101 Switching Protocols to a protocol the client did not offer")]
+    UpgradeNotOffered,
     /// The answer's chunked body is malformed.
     #[error("malformed chunked body from the node: {0}")]
     Chunked(ChunkedError),

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::outcome::{Agreed, DialError, Negotiated};
 use super::stream::Stream;
+use crate::proxy::headers::switches_to_websocket;
 use crate::proxy::http1::rewind::Rewind;
 use crate::proxy::Proxy;
 use crate::registry::Node;
@@ -195,7 +196,8 @@ async fn exchange(
 /// accepted))` once complete and a matching `101`, `None` while incomplete.
 ///
 /// # Errors
-/// [`DialError::Refused`]: malformed, not `101`, or not what the first node agreed to.
+/// [`DialError::Refused`]: malformed, not `101`, not a switch to WebSocket alone
+/// ([`switches_to_websocket`]), or not what the first node agreed to.
 fn answer(
     buf: &[u8],
     hs: &Handshake,
@@ -216,6 +218,12 @@ fn answer(
         resp.headers
             .iter()
             .find(|f| f.name.eq_ignore_ascii_case(name.as_str()))
+            .map(|f| f.value)
+    };
+    let all = |name: &'static str| {
+        resp.headers
+            .iter()
+            .filter(move |f| f.name.eq_ignore_ascii_case(name))
             .map(|f| f.value)
     };
     if hs.accept.as_ref().map(<[u8; ACCEPT_LEN]>::as_slice) != get(&SEC_WEBSOCKET_ACCEPT) {
@@ -246,6 +254,11 @@ fn answer(
     if !fits {
         return Err(DialError::Refused(
             "the node accepted an extension that was not offered".into(),
+        ));
+    }
+    if !switches_to_websocket(all("upgrade"), all("connection")) {
+        return Err(DialError::Refused(
+            "the 101 does not switch to websocket alone".into(),
         ));
     }
     Ok(Some((len, agreed)))

@@ -201,6 +201,15 @@ async fn answers_an_rfc_6455_client_must_fail_are_refused() {
         .await,
         "the node accepted an extension that was not offered"
     );
+    assert_eq!(
+        refused(
+            &plain,
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        )
+        .await,
+        "the 101 does not switch to websocket alone"
+    );
     assert!(refused(&plain, b"HTTP/1.1 1O1 bad\r\n\r\n")
         .await
         .starts_with("malformed answer head"),);
@@ -290,7 +299,8 @@ async fn a_deflate_client_takes_a_node_with_other_parameters_or_none_but_not_ano
         let n = &n;
         async move {
             let answer: Vec<&'static [u8]> = vec![
-                b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+                b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+                  Upgrade: websocket\r\nConnection: Upgrade\r\n",
                 ext,
                 b"\r\n",
             ];
