@@ -242,34 +242,25 @@ impl Translate {
         }))
     }
 
-    /// The client frame `f` as the node gets it: `None` to send it as it is, or its inflated form
-    /// (masked for the node). `limit` is `limits.websocket_max_message`, bytes.
+    /// The frame `f` as it goes `to` its peer: `None` to send it as it is, or its inflated form
+    /// (masked for a node). A client frame goes to [`Peer::Node`], a node frame to
+    /// [`Peer::Client`]. `limit` is `limits.websocket_max_message`, bytes.
     ///
     /// # Errors
     /// [`FrameError::TooBig`] when the inflated message passes `limit`,
     /// [`FrameError::Protocol`] for compressed data that does not inflate.
-    pub(crate) fn toward_node(
+    pub(crate) fn frame(
         &mut self,
         f: &Frame,
+        to: Peer,
         limit: u64,
     ) -> Result<Option<Frame>, FrameError> {
-        match self.client.as_mut() {
-            Some(z) => z.frame(f, Peer::Node, limit),
-            None => Ok(None),
-        }
-    }
-
-    /// The node frame `f` as the client gets it: `None` to send it as it is, or its inflated form.
-    ///
-    /// # Errors
-    /// As [`Translate::toward_node`].
-    pub(crate) fn toward_client(
-        &mut self,
-        f: &Frame,
-        limit: u64,
-    ) -> Result<Option<Frame>, FrameError> {
-        match self.node.as_mut() {
-            Some(z) => z.frame(f, Peer::Client, limit),
+        let inflater = match to {
+            Peer::Node => self.client.as_mut(),
+            Peer::Client => self.node.as_mut(),
+        };
+        match inflater {
+            Some(z) => z.frame(f, to, limit),
             None => Ok(None),
         }
     }
@@ -312,7 +303,7 @@ impl Inflate {
         }
     }
 
-    /// See [`Translate::toward_node`]; `to` is where the frame goes (decides masking).
+    /// See [`Translate::frame`].
     fn frame(&mut self, f: &Frame, to: Peer, limit: u64) -> Result<Option<Frame>, FrameError> {
         let fin = match f.kind() {
             Kind::Start { fin } => {

@@ -150,7 +150,7 @@ fn compressed_messages_inflate_to_plain_frames_with_the_node_context_kept() {
         let msg = format!("hello hello hello {}", "x".repeat(40));
         let wire = deflate(&mut z, msg.as_bytes());
         let out = t
-            .toward_client(&node_frame(0xc1, &wire), 1 << 20)
+            .frame(&node_frame(0xc1, &wire), Peer::Client, 1 << 20)
             .expect("inflates")
             .expect("translated");
         assert_eq!(out.first_byte(), 0x81, "RSV1 cleared, round {round}");
@@ -158,15 +158,15 @@ fn compressed_messages_inflate_to_plain_frames_with_the_node_context_kept() {
     }
     // An uncompressed message and control frames pass as they are.
     assert!(t
-        .toward_client(&node_frame(0x81, b"plain"), 1 << 20)
+        .frame(&node_frame(0x81, b"plain"), Peer::Client, 1 << 20)
         .expect("ok")
         .is_none());
     assert!(t
-        .toward_client(&node_frame(0x89, b"ping"), 1 << 20)
+        .frame(&node_frame(0x89, b"ping"), Peer::Client, 1 << 20)
         .expect("ok")
         .is_none());
     assert!(t
-        .toward_node(&node_frame(0xc1, b"x"), 1 << 20)
+        .frame(&node_frame(0xc1, b"x"), Peer::Node, 1 << 20)
         .expect("ok")
         .is_none());
 }
@@ -190,11 +190,11 @@ fn a_fragmented_client_message_inflates_frame_by_frame_and_is_masked_for_the_nod
         Frame::new(head, Bytes::copy_from_slice(f.wire()))
     };
     let first = t
-        .toward_node(&masked(0x42, a), 1 << 22)
+        .frame(&masked(0x42, a), Peer::Node, 1 << 22)
         .expect("ok")
         .expect("translated");
     let last = t
-        .toward_node(&masked(0x80, b), 1 << 22)
+        .frame(&masked(0x80, b), Peer::Node, 1 << 22)
         .expect("ok")
         .expect("translated");
     assert_eq!(first.first_byte(), 0x02, "binary, not final, RSV1 cleared");
@@ -221,7 +221,7 @@ fn an_inflated_message_past_the_limit_is_refused() {
         .expect("whole");
     let f = Frame::new(head, Bytes::copy_from_slice(f.wire()));
     assert!(matches!(
-        t.toward_node(&f, 64 * 1024),
+        t.frame(&f, Peer::Node, 64 * 1024),
         Err(FrameError::TooBig(size, 65_536)) if size > 65_536
     ));
     let garbage = Frame::data(0xc2, &[0xff; 16], Peer::Node);
@@ -231,7 +231,7 @@ fn an_inflated_message_past_the_limit_is_refused() {
     let garbage = Frame::new(head, Bytes::copy_from_slice(garbage.wire()));
     let mut t = Translate::new(Plan::of(Some(client), None), Some(client), None).expect("plan");
     assert!(matches!(
-        t.toward_node(&garbage, 1 << 20),
+        t.frame(&garbage, Peer::Node, 1 << 20),
         Err(FrameError::Protocol(_))
     ));
 }

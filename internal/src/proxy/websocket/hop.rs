@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::deflate::{Plan, Translate};
 use super::dial::{pick_other, DialError, Negotiated};
-use super::frame::{FrameError, Kind};
+use super::frame::{FrameError, Kind, Peer};
 use super::outcome::Agreed;
 use super::redial::{redial_node, Handshake};
 use super::relay::{Flow, NodeSide, OwedHop, Relay};
@@ -146,7 +146,7 @@ impl Relay {
         let held = self.held.take();
         let count = held.len();
         for f in held {
-            let out = match side.for_node(&f, limit) {
+            let out = match side.translated(&f, Peer::Node, limit) {
                 Ok(out) => out,
                 Err(FrameError::TooBig(size, _)) => {
                     self.up = Some(side);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::frame::{self, Kind};
+use super::frame::{self, Kind, Peer};
 use crate::config::WsMode;
 use crate::hopper::HopReason;
 
@@ -104,7 +104,7 @@ impl Relay {
                 Kind::Close => return,
                 Kind::Ping | Kind::Pong => {}
                 Kind::Start { .. } | Kind::Continue { .. } => {
-                    let Ok(out) = side.for_client(&f, self.max_message()) else {
+                    let Ok(out) = side.translated(&f, Peer::Client, self.max_message()) else {
                         return;
                     };
                     if self.send_client(&out).await.is_err() {

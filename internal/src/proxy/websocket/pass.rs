@@ -134,7 +134,7 @@ impl Relay {
             }
             return Flow::Continue;
         }
-        let out = match side.for_node(&frame, limit) {
+        let out = match side.translated(&frame, Peer::Node, limit) {
             Ok(out) => out,
             Err(FrameError::TooBig(size, _)) => return Box::pin(self.client_too_big(size)).await,
             Err(e) => {
@@ -201,7 +201,11 @@ impl Relay {
             Kind::Start { .. } | Kind::Continue { .. } | Kind::Close | Kind::Ping | Kind::Pong => {}
         }
         let limit = self.max_message();
-        let out = match self.up.as_mut().map(|side| side.for_client(&frame, limit)) {
+        let out = match self
+            .up
+            .as_mut()
+            .map(|side| side.translated(&frame, Peer::Client, limit))
+        {
             Some(Ok(out)) => out,
             Some(Err(FrameError::TooBig(size, _))) => {
                 return Box::pin(self.node_too_big(size)).await

@@ -103,37 +103,20 @@ impl NodeSide {
         }
     }
 
-    /// The client frame `f` as this node gets it: itself, or inflated ([`Translate::toward_node`]);
+    /// The frame `f` as it goes `to` its peer through this side: itself, or inflated
+    /// ([`Translate::frame`]: a client frame to [`Peer::Node`], a node frame to [`Peer::Client`]);
     /// `limit` is `limits.websocket_max_message`, bytes.
     ///
     /// # Errors
     /// [`FrameError::TooBig`] past `limit`, [`FrameError::Protocol`] for data that does not inflate.
-    pub(super) fn for_node<'a>(
+    pub(super) fn translated<'a>(
         &mut self,
         f: &'a Frame,
+        to: Peer,
         limit: u64,
     ) -> Result<Cow<'a, Frame>, FrameError> {
         Ok(match self.translate.as_mut() {
-            Some(t) => t
-                .toward_node(f, limit)?
-                .map_or(Cow::Borrowed(f), Cow::Owned),
-            None => Cow::Borrowed(f),
-        })
-    }
-
-    /// The node frame `f` as the client gets it: itself, or inflated ([`Translate::toward_client`]).
-    ///
-    /// # Errors
-    /// As [`NodeSide::for_node`].
-    pub(super) fn for_client<'a>(
-        &mut self,
-        f: &'a Frame,
-        limit: u64,
-    ) -> Result<Cow<'a, Frame>, FrameError> {
-        Ok(match self.translate.as_mut() {
-            Some(t) => t
-                .toward_client(f, limit)?
-                .map_or(Cow::Borrowed(f), Cow::Owned),
+            Some(t) => t.frame(f, to, limit)?.map_or(Cow::Borrowed(f), Cow::Owned),
             None => Cow::Borrowed(f),
         })
     }
