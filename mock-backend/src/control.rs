@@ -5,7 +5,8 @@
 //! keep-alive close (optionally advertised), h2 GOAWAY after N streams, abort-all (every request
 //! behaves as `/abort`), status-all (every request answers one status), the gRPC read delay
 //! (`grpc-read-delay?ms=N`: new gRPC connections receive every byte N ms late), and request stats
-//! (with `grpc_connections`, the gRPC-port connections that carried a stream).
+//! (with `grpc_connections`, the gRPC-port connections that carried a stream, and
+//! `grpc_open_ticks`, the `Ticks` streams open now).
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
@@ -266,6 +267,7 @@ fn stats_response(state: &State) -> Response<RespBody> {
         "requests": stats.requests,
         "paths": stats.paths,
         "grpc_connections": state.grpc_connections.load(Ordering::Relaxed),
+        "grpc_open_ticks": state.grpc_open_ticks.load(Ordering::Relaxed),
         "ws_messages": stats.ws_messages,
     });
     drop(stats);

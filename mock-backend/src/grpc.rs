@@ -16,7 +16,7 @@
 //! breaks its streams after their headers. Every answer carries `x-mock-grpc-timeout` with the
 //! `grpc-timeout` the call arrived with, if it had one.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,7 +240,8 @@ fn header_ms(headers: &HeaderMap, name: &str) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
-/// `break_after`: after that many ticks, drop the connection the call came on.
+/// `break_after`: after that many ticks, drop the connection the call came on. The stream counts
+/// in `grpc_open_ticks` until it ends or the client cancels it ([`OpenTicks`]).
 async fn ticks(
     state: &State,
     req: Request<Incoming>,
@@ -254,10 +255,13 @@ async fn ticks(
     let mut interval = interval_at(Instant::now() + every, every);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let node = state.id.clone();
+    let open = OpenTicks::new(&state.grpc_open_ticks);
     // State: (interval, next seq, finished). count = 0 never finishes: the client cancels.
     let frames = stream::unfold(
         (interval, 1_u64, false),
         move |(mut interval, seq, finished)| {
+            // Held by the stream: dropped when it ends or is cancelled.
+            let _open = &open;
             let node = node.clone();
             let break_after = break_after.clone();
             async move {
@@ -354,5 +358,22 @@ mod tests {
         assert_eq!(consumed, frame.len());
         assert_eq!(proto::Tick::decode(message).expect("valid protobuf"), tick);
         assert!(split_frame(&frame[..frame.len() - 1]).is_none());
+    }
+}
+
+/// One open `Ticks` stream in the node's `grpc_open_ticks` count: counted when made, uncounted when
+/// dropped (the stream finished, or the client's RST_STREAM dropped it).
+struct OpenTicks(Arc<AtomicU64>);
+
+impl OpenTicks {
+    fn new(count: &Arc<AtomicU64>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenTicks(count.clone())
+    }
+}
+
+impl Drop for OpenTicks {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -167,6 +167,7 @@ pub async fn bind(config: MockConfig) -> anyhow::Result<BoundMock> {
         goaway_after: AtomicU64::new(0),
         grpc_read_delay_ms: AtomicU64::new(0),
         grpc_connections: AtomicU64::new(0),
+        grpc_open_ticks: Arc::default(),
         abort_all: AtomicBool::new(false),
         abort_after: AtomicU64::new(u64::MAX),
         status_all: AtomicU64::new(0),

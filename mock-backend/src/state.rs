@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,6 +47,9 @@ pub(crate) struct State {
     pub(crate) grpc_read_delay_ms: AtomicU64,
     /// gRPC-port connections that carried a stream so far (`/control/stats` `grpc_connections`).
     pub(crate) grpc_connections: AtomicU64,
+    /// `Ticks` streams open now: made and not yet finished or dropped by a cancel
+    /// (`/control/stats` `grpc_open_ticks`).
+    pub(crate) grpc_open_ticks: Arc<AtomicU64>,
     /// While `true`, every non-control request behaves as `/abort` (`POST /control/abort-all`).
     pub(crate) abort_all: AtomicBool,
     /// Body bytes read before such an abort; `u64::MAX` = the whole body.

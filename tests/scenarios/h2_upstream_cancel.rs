@@ -38,35 +38,7 @@ async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
         }
         // Under 100 cancels per second: an honest client by SPEC section 4.
         tokio::time::sleep_until(started + Duration::from_millis(u64::from(i) * 10)).await;
-        let req = c.request(
-            "POST",
-            TICKS_PATH,
-            &grpc_headers(&[("x-mock-grpc-tick-ms", "10")]),
-            encode_frame(&proto::TicksRequest { count: 0 }),
-        );
-        let send = c.send.clone();
-        calls.spawn(async move {
-            let mut send = send;
-            let resp = tokio::time::timeout(Duration::from_secs(20), send.send_request(req))
-                .await
-                .unwrap_or_else(|_| panic!("call {i}: head in time"))
-                .unwrap_or_else(|e| panic!("call {i}: head: {e}"));
-            let mut s = Stream::new(resp);
-            let (t, _): (proto::Tick, _) = s
-                .next_message()
-                .await
-                .unwrap_or_else(|e| panic!("call {i}: stream: {e}"))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "call {i}: a first tick, not grpc-status {:?}/{:?} {:?}",
-                        s.header("grpc-status"),
-                        s.trailer("grpc-status"),
-                        s.header("grpc-message")
-                    )
-                });
-            assert_eq!((t.node.as_str(), t.seq), ("node-a", 1), "call {i}");
-            // Dropping the stream cancels the call (RST_STREAM(CANCEL) to the gateway).
-        });
+        first_tick_then_cancel(&mut calls, &c, i);
     }
     while let Some(r) = calls.join_next().await {
         r.expect("call task");
@@ -112,6 +84,88 @@ async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
         1,
         "one upstream h2c connection throughout"
     );
+}
+
+/// CASE-35 (honest): one client connection runs 450 server-streaming calls at 150 a second, 10 at
+/// a time, each cancelled (RST_STREAM(CANCEL)) after its first message (node-a ticks every 10 ms
+/// until reset). 150 cancels a second is under `h2_max_resets_per_second` (SPEC section 4), and the
+/// limit is a rate, never a lifetime count (hyperium/h2 #856): no GOAWAY on either leg (the client
+/// connection open, `gateway_h2_goaway_sent_total` absent, node-a saw one gateway connection),
+/// every call got its first message, and every cancel reached node-a: within 2 s of the last one
+/// node-a has no `Ticks` stream open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_35_honest_cancels_reach_the_node_and_cost_no_connection() {
+    let a = Mock::start_with("node-a", &["--grpc"]).await;
+    let gw = Gateway::start(&config(&[("node-a", a.grpc_addr())], "")).await;
+    let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
+    let started = Instant::now();
+    let mut calls = JoinSet::new();
+    for i in 0..450u32 {
+        while calls.len() >= 10 {
+            calls.join_next().await.expect("a call").expect("call task");
+        }
+        tokio::time::sleep_until(started + Duration::from_millis(u64::from(i) * 1000 / 150)).await;
+        first_tick_then_cancel(&mut calls, &c, i);
+    }
+    while let Some(r) = calls.join_next().await {
+        r.expect("call task");
+    }
+    let last_cancel = Instant::now();
+    loop {
+        let open = a.stats().await["grpc_open_ticks"].as_u64();
+        if open == Some(0) {
+            break;
+        }
+        assert!(
+            last_cancel.elapsed() < Duration::from_secs(2),
+            "node-a still streams {open:?} calls 2 s after the last cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!c.conn.is_finished(), "the client connection is still open");
+    let metrics = metrics_text(&gw).await;
+    assert!(
+        !metrics.contains("gateway_h2_goaway_sent_total{"),
+        "no GOAWAY for abuse"
+    );
+    assert_eq!(
+        a.stats().await["grpc_connections"],
+        1,
+        "one upstream h2c connection throughout: no GOAWAY to node-a"
+    );
+}
+
+/// Spawns call `i` on `c` into `calls`: a `Ticks` stream (a tick every 10 ms until cancelled)
+/// whose first message must be node-a's tick 1; the task then drops the stream, which cancels the
+/// call (RST_STREAM(CANCEL) to the gateway).
+fn first_tick_then_cancel(calls: &mut JoinSet<()>, c: &h2c::H2Conn, i: u32) {
+    let req = c.request(
+        "POST",
+        TICKS_PATH,
+        &grpc_headers(&[("x-mock-grpc-tick-ms", "10")]),
+        encode_frame(&proto::TicksRequest { count: 0 }),
+    );
+    let mut send = c.send.clone();
+    calls.spawn(async move {
+        let resp = tokio::time::timeout(Duration::from_secs(20), send.send_request(req))
+            .await
+            .unwrap_or_else(|_| panic!("call {i}: head in time"))
+            .unwrap_or_else(|e| panic!("call {i}: head: {e}"));
+        let mut s = Stream::new(resp);
+        let (t, _): (proto::Tick, _) = s
+            .next_message()
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: stream: {e}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "call {i}: a first tick, not grpc-status {:?}/{:?} {:?}",
+                    s.header("grpc-status"),
+                    s.trailer("grpc-status"),
+                    s.header("grpc-message")
+                )
+            });
+        assert_eq!((t.node.as_str(), t.seq), ("node-a", 1), "call {i}");
+    });
 }
 
 /// The gateway's `/metrics` exposition.

@@ -88,6 +88,11 @@ impl Relay {
         let f = match r {
             Ok(Some(f)) => f,
             Err(FrameError::TooBig(size, _)) => return Some(self.client_too_big(size).await),
+            // A frame RFC 6455 refuses (a reserved close code among them): Close 1002, as when a
+            // node is attached (section 7.4.1).
+            Err(FrameError::Protocol(what)) => {
+                return Some(self.end(ProxyError::FrameProtocol(what)).await)
+            }
             _ => {
                 tracing::debug!("client left during a hop");
                 return Some(Flow::End);
