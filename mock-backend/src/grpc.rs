@@ -342,6 +342,23 @@ fn status_trailers(code: u32, message: Option<&str>) -> HeaderMap {
     fields
 }
 
+/// One open `Ticks` stream in the node's `grpc_open_ticks` count: counted when made, uncounted when
+/// dropped (the stream finished, or the client's RST_STREAM dropped it).
+struct OpenTicks(Arc<AtomicU64>);
+
+impl OpenTicks {
+    fn new(count: &Arc<AtomicU64>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenTicks(count.clone())
+    }
+}
+
+impl Drop for OpenTicks {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,22 +375,5 @@ mod tests {
         assert_eq!(consumed, frame.len());
         assert_eq!(proto::Tick::decode(message).expect("valid protobuf"), tick);
         assert!(split_frame(&frame[..frame.len() - 1]).is_none());
-    }
-}
-
-/// One open `Ticks` stream in the node's `grpc_open_ticks` count: counted when made, uncounted when
-/// dropped (the stream finished, or the client's RST_STREAM dropped it).
-struct OpenTicks(Arc<AtomicU64>);
-
-impl OpenTicks {
-    fn new(count: &Arc<AtomicU64>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        OpenTicks(count.clone())
-    }
-}
-
-impl Drop for OpenTicks {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
