@@ -25,6 +25,7 @@ mod pass;
 mod pump;
 mod redial;
 mod relay;
+mod side;
 mod socket_log;
 mod stream;
 mod wait;
