@@ -21,7 +21,7 @@ pub(super) struct NodeSide {
     pub(super) signal: watch::Receiver<NodeSignal>,
     /// A second receiver of the node's signal, looked at (one atomic load) on each wake-up of
     /// the resting wait to learn whether `signal`'s armed `changed()` may be ready: that future
-    /// holds `signal`, so `signal` itself cannot be asked ([`Relay::next_event`]).
+    /// holds `signal`, so `signal` itself cannot be asked ([`super::relay::Relay::next_event`]).
     pub(super) peek: watch::Receiver<NodeSignal>,
     pub(super) _inflight: InflightGuard,
     /// True once a Close went to the node on this side.
