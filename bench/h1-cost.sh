@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-request cost of a proxied keep-alive GET, gateway against nginx (issue 16): CPU µs/request
+# Per-request cost of a proxied keep-alive GET, gateway against nginx: CPU µs/request
 # (utime+stime from /proc/<pid>/stat, as run.sh), syscalls/request (`strace -c -f`), context
 # switches and task-clock per request (`perf stat`). Not part of make bench; see bench/README.md.
 #

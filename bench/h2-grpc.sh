@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# h2/gRPC row of `make bench` (issue 16; bench/README.md "HTTP/2 and gRPC per call"): proxy CPU µs
+# h2/gRPC row of `make bench` (bench/README.md "HTTP/2 and gRPC"): proxy CPU µs
 # per gRPC unary call over h2c. The gateway (`protocol = "h2c"` cluster), nginx (`grpc_pass`) and
 # HAProxy (`proto h2` on both sides) each front the same mock-backend gRPC port, pinned to core
 # BENCH_PROXY_CPU with one worker; `h2load -c 8 -m 32` (core BENCH_LOAD_CPU, beside the node) sends

@@ -64,7 +64,7 @@ case $MODE in *connid*) hdr=(-H "X-Conn-Id: bench-conn-0001") ;; esac
 case $MODE in *log*) access=on ;; esac
 case $TOOL in
   # PROFILE_VALGRIND_ARGS adds options, e.g. "--cache-sim=yes --branch-sim=yes" (simulated cache misses and
-  # branch mispredictions, bench/README stage 9).
+  # branch mispredictions; bench/README.md "The shipped build" compares them).
   # shellcheck disable=SC2206
   callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no ${PROFILE_VALGRIND_ARGS:-}) ;;
   dhat) vg=(valgrind --tool=dhat --dhat-out-file="$OUT/dhat.$MODE.json") ;;

@@ -314,7 +314,7 @@ if [ "$WS" = 1 ]; then
   start_pingora "$WS_NODE_PORT"
   ws_run pingora "ws://127.0.0.1:$PINGORA_PORT/ws" "$PINGORA_PID"
   stop "$PINGORA_PID"; stop "$node"
-  # CPU per WebSocket message (issue 16): bench/ws-msg.sh starts its own node and proxies, same
+  # CPU per WebSocket message: bench/ws-msg.sh starts its own node and proxies, same
   # pinning and rounds; each line is "target round wsload-JSON".
   log "websocket messages: $WS_MSG_DESC, $ROUNDS rounds x ${SECS}s (bench/ws-msg.sh)"
   WS_MSG_SECS=$SECS WS_MSG_ROUNDS=$ROUNDS WS_MSG_PROXY_CPU=$PCPU WS_MSG_LOAD_CPU=$LCPU WS_MSG_GW=$GW \
@@ -322,7 +322,7 @@ if [ "$WS" = 1 ]; then
   while IFS=$'\t' read -r t r js; do emit "$t" "$r" wsmsg "$(printf '%s' "$js" | base64 -w0)"; done <"$W/ws-msg.tsv"
 fi
 
-# ---------------------------------------------------------------- h2/gRPC row (issue 16; BENCH_GRPC=0 skips it)
+# ---------------------------------------------------------------- h2/gRPC row (BENCH_GRPC=0 skips it)
 if [ "${BENCH_GRPC:-1}" = 1 ]; then
   if command -v h2load >/dev/null 2>&1; then
     BENCH_RAW=$RAW BENCH_SECONDS=$SECS BENCH_ROUNDS=$ROUNDS "$ROOT/bench/h2-grpc.sh" || log "h2/gRPC row failed"
@@ -344,5 +344,5 @@ cat "$ROOT/bench/results/latest.md"
 # a quick cross-check of the wrk rows, not part of the table).
 HOPGW_PREBUILT=1 "$ROOT/target/release/examples/throughput" --secs "$SECS" >&2 || log "throughput example failed"
 
-# TLS rows (issue 14): BENCH_TLS=0 skips them.
+# TLS rows (bench/tls.sh): BENCH_TLS=0 skips them.
 if [ "${BENCH_TLS:-1}" = 1 ]; then "$ROOT/bench/tls.sh"; fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Redis cost per affinity operation (issue 18, docs/scaling.md): one gateway, two mock nodes, one
-# redis-server on free ports. Counts Redis commands (INFO commandstats) per new binding, per hop
+# Redis cost per affinity operation (docs/scaling.md sizes a fleet from it): one gateway, two mock
+# nodes, one redis-server on free ports. Counts Redis commands (INFO commandstats) per new binding, per hop
 # and per TTL refresh, bytes per binding (MEMORY USAGE), and the binding and hop rates one gateway
 # sustains (bench/store_load.py: keep-alive HTTP/1.1 connections, one new id per request, p99).
 # Prints one markdown table row per figure. Usage: bench/store-costs.sh [N ids, default 2000]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS rows of `make bench` (issue 14; see bench/README.md "TLS"): the gateway, nginx and HAProxy
+# TLS rows of `make bench` (see bench/README.md "TLS"): the gateway, nginx and HAProxy
 # terminating TLS with the same ECDSA P-256 certificate (made by `hopping-gateway gen-cert`), each
 # pinned to one core with one worker, in front of one mock-backend. Figures:
 #   - full handshakes/s and proxy CPU µs per handshake: `openssl s_time -new` (a new connection and a

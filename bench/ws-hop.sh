@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hop of every idle WebSocket after a kill (issue 7): two mock-backend nodes (node-1, node-2), the
+# Hop of every idle WebSocket after a kill: two mock-backend nodes (node-1, node-2), the
 # gateway with the bench settings (`--workers 1 --access-log off`) and a route in
 # `websocket = "hop"` mode, and the `wsload` client in hop mode: it opens WS_HOP_CONNS idle sockets
 # (about half land on node-1), sends `kill -9` to node-1's process, and times each socket's hop

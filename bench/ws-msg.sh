@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU per WebSocket message (issue 16): the gateway, nginx and HAProxy relaying a closed loop of
+# CPU per WebSocket message: the gateway, nginx and HAProxy relaying a closed loop of
 # small messages, configured as bench/run.sh configures them for its WebSocket rows. One mock-backend
 # node (`/ws` says hello, then echoes) and the `wsload` client in message-rate mode share core
 # WS_MSG_LOAD_CPU (0); each proxy runs on core WS_MSG_PROXY_CPU (1) with one worker (gateway
@@ -19,7 +19,7 @@
 # the summary goes to stderr, divided by every round trip wsload saw, warm-up included), WS_MSG_WRAP
 # (a command prefix for the gateway, e.g. "valgrind --tool=callgrind --callgrind-out-file=F": its
 # readiness wait is then 120 s; the gateway is stopped with SIGTERM at the end, so the profile is
-# written; bench/README "WebSocket relay per message" shows the two-run difference used per message).
+# written; bench/README.md "Profiling" shows the two-run difference used per message).
 # Output: one line per measurement on stdout, "TARGET<TAB>ROUND<TAB>wsload JSON"; a summary table
 # (medians over rounds) on stderr.
 #

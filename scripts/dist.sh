@@ -7,7 +7,7 @@
 #      h2c, TLS and a WebSocket hop against two mock-backends, about 15 s (HOPGW_PGO_SECS per phase, 2);
 #   3. llvm-profdata merges the counts into target/pgo/gateway-<hash>.profdata;
 #   4. the final build with `-Cprofile-use`, laid out by those counts (hot code together, cold code
-#      apart): bench/README "Stage 11" has what it saves.
+#      apart): bench/README.md "The shipped build: LTO, one codegen unit, PGO" has what it saves.
 # llvm-profdata comes from rustup's llvm-tools component (added here when missing), else from a
 # Debian llvm-N package of rustc's LLVM major version. HOPGW_PGO=0, or no llvm-profdata, builds the
 # plain dist profile (and says so). Extra RUSTFLAGS from the environment are kept. Nothing is rebuilt
