@@ -12,23 +12,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/hopgw-h1cost.XXXXXX)
-PIDS=()
 BENCH_TAG=h1-cost
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
+bench_workdir hopgw-h1cost
 GW=${1:-$ROOT/target/dist/hopping-gateway}
 SECS=${H1_SECS:-5}
 ROUNDS=${H1_ROUNDS:-3}
 RATE=${H1_RATE:-}
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 read -r BP GP AP NP <<<"$(free_ports 4)"
 mkdir -p "$W/backend" "$W/proxy"

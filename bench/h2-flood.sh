@@ -13,6 +13,7 @@ W_PREFIX=hopgw-h2flood
 PCPU=${BENCH_PROXY_CPU:-1}
 LCPU=${BENCH_LOAD_CPU:-0}
 GW_WRAP=${GW_WRAP:-taskset -c $PCPU}
+# shellcheck source=bench/ws-common.sh
 source "$(dirname "$0")/ws-common.sh"
 BIN=${BENCH_BIN:-$BIN} # another build to compare (its hopping-gateway and mock-backend)
 N=${1:-3000}

@@ -18,32 +18,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-SECS=${BENCH_SECONDS:-10}
-ROUNDS=${BENCH_ROUNDS:-3}
-PCPU=${BENCH_PROXY_CPU:-1}
-LCPU=${BENCH_LOAD_CPU:-0}
-TARGETS=(${BENCH_GRPC_TARGETS:-gateway nginx haproxy})
-export PATH="$PATH:/usr/sbin"
 BENCH_TAG=bench-grpc
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
+bench_settings
+read -r -a TARGETS <<<"${BENCH_GRPC_TARGETS:-gateway nginx haproxy}"
 for t in nginx haproxy h2load taskset curl; do command -v "$t" >/dev/null || die "$t missing (h2load is nghttp2-client)"; done
 GW=${GW_BIN:-$ROOT/target/dist/hopping-gateway}
 MOCK=$ROOT/target/release/mock-backend
-[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build dist"
+{ [ -x "$GW" ] && [ -x "$MOCK" ]; } || die "binaries missing: run make build dist"
 
-W=$(mktemp -d /tmp/hopgw-bench-grpc.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  local rc=$? p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
-  exit $rc
-}
-trap cleanup EXIT
-CLK_TCK=$(getconf CLK_TCK)
+bench_workdir hopgw-bench-grpc
 read -r NODE_HTTP NODE_GRPC GW_PORT GW_ADMIN NGINX HAPROXY <<<"$(free_ports 6)"
 METHOD=/hopping.test.v1.Echo/Who
 # One gRPC message: flag 0 (not compressed), length 0 (big-endian u32), then the empty WhoRequest.
@@ -102,21 +87,14 @@ start_target() { # TARGET -> PORT, TPIDS, TMAIN
     nginx)
       start nginx "$PCPU" nginx -p "$W/nginx" -e "$W/nginx/error.log" -c "$W/nginx/nginx.conf"
       TMAIN=$STARTED PORT=$NGINX
-      wait_port "$NGINX" nginx
+      wait_tcp "$NGINX" nginx
       TPIDS="$TMAIN $(pgrep -P "$TMAIN" | paste -sd' ' -)" ;;
     haproxy)
       start haproxy "$PCPU" haproxy -db -f "$W/haproxy.cfg"
       TMAIN=$STARTED TPIDS=$STARTED PORT=$HAPROXY
-      wait_port "$HAPROXY" haproxy ;;
+      wait_tcp "$HAPROXY" haproxy ;;
     *) die "unknown target $1" ;;
   esac
-}
-wait_port() { # PORT what
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  die "$2 did not listen on $1 (logs in $W)"
 }
 stop_target() {
   kill -TERM "$TMAIN" 2>/dev/null || true
@@ -174,8 +152,10 @@ if [ "${1:-}" = syscalls ]; then
     perf stat -e context-switches,task-clock -x, -o "$W/perf.$t" -p "$pids" 2>/dev/null &
     ppid=$!
     sleep 0.5
+    # shellcheck disable=SC2086 # TPIDS: a list of pids
     u0=$(ticks_split $TPIDS)
     load -n "$N" | grep -E '^requests' >&2
+    # shellcheck disable=SC2086
     u1=$(ticks_split $TPIDS)
     kill -INT "$ppid"
     wait "$ppid" 2>/dev/null || true
@@ -203,8 +183,10 @@ for r in $(seq 1 "$ROUNDS"); do
     start_target "$t"
     check "$t"
     load -n 2000 >/dev/null # warm-up: connections, upstream pool
+    # shellcheck disable=SC2086 # TPIDS: a list of pids
     c0=$(cpu_ticks $TPIDS)
     load -D "$SECS" >"$W/h2load.$t.$r" 2>&1 || die "h2load against $t failed: $(tail -3 "$W/h2load.$t.$r")"
+    # shellcheck disable=SC2086
     c1=$(cpu_ticks $TPIDS)
     # "requests: T total, S started, D done, OK succeeded, F failed, E errored, X timeout" and
     # "status codes: N 2xx, A 3xx, B 4xx, C 5xx" (a call cut by the end of -D has its status counted

@@ -1,11 +1,75 @@
-# Sourced by the bench scripts (run.sh, tls.sh, and through ws-common.sh the WebSocket and h2
-# ones): log lines, a process started pinned to one core, CPU ticks of pids, free loopback ports and
-# the readiness wait, and config text (the bench gateway's, its nodes and catch-all route, the top of
-# an nginx.conf; profile.sh and store-costs.sh source it for these). Expects `set -euo pipefail`, W (the work directory, for logs) and PIDS (an
-# array of started pids) from the caller; BENCH_TAG names the log lines (default "bench").
+# shellcheck shell=bash
+# Sourced by every bench script (directly, or through ws-common.sh for the WebSocket and h2 flood
+# ones): log lines, the shared settings, the work directory with its cleanup, processes started
+# pinned to one core and stopped, CPU ticks of pids, free loopback ports and the readiness waits,
+# and config text (the bench gateway's, its nodes and catch-all route, nginx and HAProxy as the
+# proxies of the bench rows). Expects `set -euo pipefail`; bench_workdir sets W (the work directory,
+# for logs and configs) and PIDS (the started pids) that the other functions use. BENCH_TAG names
+# the log lines (default "bench").
 
 log() { printf '[%s %s] %s\n' "${BENCH_TAG:-bench}" "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# bench_settings: what the measuring scripts share, from the environment: SECS (BENCH_SECONDS, 10 s
+# per measurement), ROUNDS (BENCH_ROUNDS, 3 interleaved rounds), PCPU (BENCH_PROXY_CPU, 1: the core
+# of the proxy under test), LCPU (BENCH_LOAD_CPU, 0: the core of the load, backend and nodes) and
+# CLK_TCK (the unit of /proc/<pid>/stat's times); PATH gains /usr/sbin (nginx and HAProxy on
+# Debian) and ~/.cargo/bin (oha).
+# shellcheck disable=SC2034 # the settings are read by the calling script
+bench_settings() {
+  SECS=${BENCH_SECONDS:-10}
+  ROUNDS=${BENCH_ROUNDS:-3}
+  PCPU=${BENCH_PROXY_CPU:-1}
+  LCPU=${BENCH_LOAD_CPU:-0}
+  CLK_TCK=$(getconf CLK_TCK)
+  export PATH="$PATH:/usr/sbin${HOME:+:$HOME/.cargo/bin}"
+}
+
+# bench_workdir PREFIX: a fresh work directory W (/tmp/PREFIX.XXXXXX, readable by the processes the
+# script starts), an empty PIDS, and on exit (Ctrl-C included) bench_cleanup.
+bench_workdir() {
+  W=$(mktemp -d "/tmp/$1.XXXXXX")
+  chmod 755 "$W"
+  PIDS=()
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+# Stops every started process, newest first, and removes W; W is kept (and named on stderr) when
+# the script failed or BENCH_KEEP=1, with every config, log and raw output in it.
+bench_cleanup() {
+  local rc=$? i rev=()
+  trap - EXIT INT TERM
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do rev+=("${PIDS[$i]}"); done
+  stop "${rev[@]}"
+  if [ "${BENCH_KEEP:-0}" = 1 ] || [ "$rc" -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
+  exit "$rc"
+}
+
+# stop PID...: SIGTERM to each, SIGKILL to any still running 5 s later; each is reaped and dropped
+# from PIDS.
+stop() {
+  local p q alive keep=()
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "$@"; do
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  for q in "${PIDS[@]}"; do
+    for p in "$@"; do [ "$q" = "$p" ] && continue 2; done
+    keep+=("$q")
+  done
+  PIDS=("${keep[@]}")
+}
+
+# stop_all: stop every process in PIDS.
+stop_all() { stop "${PIDS[@]}"; }
 
 # start NAME CPU CMD... : runs CMD pinned to CPU, output to $W/NAME.log; sets STARTED to its pid.
 start() {
@@ -37,6 +101,15 @@ wait_http() {
     sleep 0.05
   done
   die "${2:-$1} did not answer (logs in $W)"
+}
+
+# wait_tcp PORT what: until 127.0.0.1:PORT accepts a connection, 10 s at most.
+wait_tcp() {
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  die "$2 did not listen on $1 (logs in $W)"
 }
 
 # gw_conf FILE NODES [EXTRA]: writes the bench gateway config to FILE: cluster "bench" with the
@@ -112,6 +185,7 @@ nginx_proxy_conf() {
   # for WebSockets the real bound is worker_rlimit_nofile.
   local extra="" conns=4096
   [ "$ws" = 1 ] && conns=65536
+  # shellcheck disable=SC2016 # nginx's variables, not the shell's
   [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
   [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
   {

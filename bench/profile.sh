@@ -23,21 +23,8 @@ command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq
 # oha sends an exact request count; without it, wrk runs for PROFILE_SECONDS and the count comes from the gateway's metrics.
 command -v oha >/dev/null || command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 
-W=$(mktemp -d /tmp/hopgw-profile.XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-read -r BP GP AP <<<"$(python3 -c 'import socket
-s=[socket.socket() for _ in range(3)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))')"
+bench_workdir hopgw-profile
+read -r BP GP AP <<<"$(free_ports 3)"
 
 mkdir -p "$W/backend"
 {
@@ -62,10 +49,10 @@ access=off
 hdr=()
 case $MODE in *connid*) hdr=(-H "X-Conn-Id: bench-conn-0001") ;; esac
 case $MODE in *log*) access=on ;; esac
+# PROFILE_VALGRIND_ARGS adds options, e.g. "--cache-sim=yes --branch-sim=yes" (simulated cache misses and
+# branch mispredictions; bench/README.md "The shipped build" compares them).
+# shellcheck disable=SC2206
 case $TOOL in
-  # PROFILE_VALGRIND_ARGS adds options, e.g. "--cache-sim=yes --branch-sim=yes" (simulated cache misses and
-  # branch mispredictions; bench/README.md "The shipped build" compares them).
-  # shellcheck disable=SC2206
   callgrind) vg=(valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$MODE.out" --dump-instr=no ${PROFILE_VALGRIND_ARGS:-}) ;;
   dhat) vg=(valgrind --tool=dhat --dhat-out-file="$OUT/dhat.$MODE.json") ;;
   *) echo "tool: callgrind or dhat" >&2; exit 2 ;;

@@ -19,9 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_settings
 
-SECS=${BENCH_SECONDS:-10}
-ROUNDS=${BENCH_ROUNDS:-3}
 RATE=${BENCH_RATE:-2000}
 CONNS=${BENCH_CONNS:-64}
 RATE_CONNS=${BENCH_RATE_CONNS:-16}
@@ -29,17 +30,12 @@ WS=${BENCH_WS:-1}
 WS_STEPS=${BENCH_WS_STEPS:-2000,10000}
 WS_RATE=${BENCH_WS_RATE:-1000}
 WS_MSG_DESC="${WS_MSG_CONNS:-64} sockets × ${WS_MSG_INFLIGHT:-4} in flight, ${WS_MSG_BYTES:-64} B"
-PCPU=${BENCH_PROXY_CPU:-1}
-LCPU=${BENCH_LOAD_CPU:-0}
 CONN_ID=bench-conn-0001
-
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
 
 # ---------------------------------------------------------------- tools (installed when missing)
 need_apt=()
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
-command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
+command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
+command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)
@@ -56,7 +52,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-export PATH="$PATH:/usr/sbin:$HOME/.cargo/bin"
 if ! command -v oha >/dev/null 2>&1; then
   log "installing oha (cargo install oha --locked; compiles for a few minutes)"
   cargo install oha --locked
@@ -72,55 +67,15 @@ PINGORA_VERSION=$(awk '$0 == "name = \"pingora\"" {getline; gsub(/[^0-9.]/, "");
 GW=$ROOT/target/dist/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] && [ -x "$PINGORA" ] || die "binaries missing: run make build dist"
+{ [ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] && [ -x "$PINGORA" ]; } || die "binaries missing: run make build dist"
 
-# ---------------------------------------------------------------- work dir, processes, cleanup
-W=$(mktemp -d /tmp/hopgw-bench.XXXXXX)
-chmod 755 "$W"
+# ---------------------------------------------------------------- work dir (bench/lib.sh stops every process on exit)
+bench_workdir hopgw-bench
 RAW=$W/raw.tsv
 : >"$RAW"
-PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  local i
-  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null || true; done
-  for _ in $(seq 1 50); do
-    local alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Stops one started process (by pid) and forgets it.
-stop() {
-  local pid=$1 keep=() p
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do [ "$p" != "$pid" ] && keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
-
-wait_tcp() { # PORT what
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  die "$2 did not listen on $1 (logs in $W)"
-}
 
 # Sum over the pids of a /proc/<pid>/status field (KiB); CPU ticks are cpu_ticks (bench/lib.sh).
 status_kib() { local f=$1 t=0 p; shift; for p in "$@"; do t=$((t + $(awk -v f="$f:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo $t; }
-CLK_TCK=$(getconf CLK_TCK)
 
 # Backend nginx stub_status: "accepts requests" (the stub call itself is subtracted by the report).
 stub() { curl -fs --max-time 2 "http://127.0.0.1:$BACKEND_PORT/stub" | awk 'NR == 3 {print $1, $3}'; }

@@ -6,22 +6,20 @@
 # Prints one markdown table row per figure. Usage: bench/store-costs.sh [N ids, default 2000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BENCH_TAG=store-costs
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 N=${1:-2000}
 P=${P:-32}
 BIN=target/release
-[ -x target/dist/hopping-gateway ] && [ -x $BIN/mock-backend ] || die "binaries missing: run make build dist"
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-RP=$(port); M1=$(port); M2=$(port); GP=$(port); AP=$(port)
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
-trap cleanup EXIT
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & pids+=($!)
+{ [ -x target/dist/hopping-gateway ] && [ -x $BIN/mock-backend ]; } || die "binaries missing: run make build dist"
+bench_workdir hopgw-store-costs
+read -r RP M1 M2 GP AP <<<"$(free_ports 5)"
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >"$W/redis.log" 2>&1 & PIDS+=($!)
 for _ in $(seq 100); do redis-cli -p "$RP" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-$BIN/mock-backend "$M1" node-1 >/dev/null 2>&1 & pids+=($!)
-$BIN/mock-backend "$M2" node-2 >/dev/null 2>&1 & pids+=($!)
+$BIN/mock-backend "$M1" node-1 >"$W/node-1.log" 2>&1 & PIDS+=($!)
+$BIN/mock-backend "$M2" node-2 >"$W/node-2.log" 2>&1 & PIDS+=($!)
+mkdir -p "$W/conf" # the gateway watches its config directory: the logs stay out of it
 {
   cat <<EOF
 [affinity]
@@ -33,9 +31,9 @@ name = "c"
 EOF
   toml_nodes "node-1=$M1 node-2=$M2"
   toml_catch_all r c
-} >"$dir/g.toml"
-RUST_LOG=warn target/dist/hopping-gateway --config "$dir/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >/tmp/store-costs-gw.log 2>&1 & pids+=($!)
-for _ in $(seq 100); do curl -sf "127.0.0.1:$AP/readyz" >/dev/null && break; sleep 0.1; done
+} >"$W/conf/g.toml"
+RUST_LOG=warn target/dist/hopping-gateway --config "$W/conf/g.toml" --listen "127.0.0.1:$GP" --admin-listen "127.0.0.1:$AP" >"$W/gw.log" 2>&1 & GW=$!; PIDS+=("$GW")
+wait_http "http://127.0.0.1:$AP/readyz" gateway
 rc() { redis-cli -p "$RP" "$@"; }
 calls() { rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {n+=$3} END {print n}'; }
 phase() { # $1 = label, $2 = id prefix: N requests over P connections; prints rate and p99
@@ -73,5 +71,5 @@ echo "| hops made | $h | of $N ids |"
 echo "| redis round trips per hop | $(per "$e5-$e4+${p5:-0}-${p4:-0}" "$h") | CAS script + PUBLISH on <prefix>hops |"
 echo "| redis commands per hop | $(per "$c5-$c4" "$h") | |"
 echo "| PUBLISH per hop | $(per "${p5:-0}-${p4:-0}" "$h") | each delivered to every subscribed replica |"
-rss=$(awk '/VmRSS/ {print $2}' "/proc/${pids[3]}/status")
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$GW/status")
 echo "| gateway RSS with $((N)) cached bindings | ${rss} KiB | |"

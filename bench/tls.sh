@@ -14,37 +14,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-SECS=${BENCH_SECONDS:-10}
-N=${BENCH_TLS_REQUESTS:-50000}
-WS_CONNS=${BENCH_TLS_WS_CONNS:-2000}
-PCPU=${BENCH_PROXY_CPU:-1}
-LCPU=${BENCH_LOAD_CPU:-0}
-export PATH="$PATH:/usr/sbin"
 BENCH_TAG=bench-tls
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
+bench_settings
+N=${BENCH_TLS_REQUESTS:-50000}
+WS_CONNS=${BENCH_TLS_WS_CONNS:-2000}
 for t in nginx haproxy h2load openssl taskset curl; do command -v "$t" >/dev/null || die "$t missing (make bench installs nginx and haproxy; h2load is nghttp2-client)"; done
 GW=$ROOT/target/dist/hopping-gateway
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-[ -x "$GW" ] && [ -x "$MOCK" ] || die "binaries missing: run make build dist"
+{ [ -x "$GW" ] && [ -x "$MOCK" ]; } || die "binaries missing: run make build dist"
 [ -x "$WSLOAD" ] || die "wsload missing: cargo build --release -p integration-tests --features bench --example wsload"
 # Two sockets per proxied WebSocket, plus the client's in this shell's children.
 ulimit -n "$(ulimit -Hn)"
 
-W=$(mktemp -d /tmp/hopgw-bench-tls.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  local rc=$? p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $W"; else rm -rf "$W"; fi
-  exit $rc
-}
-trap cleanup EXIT
-stop_all() { local p; for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; PIDS=(); }
-CLK_TCK=$(getconf CLK_TCK)
+bench_workdir hopgw-bench-tls
 read -r BACKEND GW_PLAIN GW_ADMIN GW_TLS NGINX HAPROXY <<<"$(free_ports 6)"
 
 "$GW" gen-cert --out "$W/certs" --name localhost --name 127.0.0.1 >/dev/null
@@ -138,18 +123,18 @@ start gateway "$PCPU" "$GW" --config "$W/gw.toml" --listen "127.0.0.1:$GW_PLAIN"
 GWPID=$STARTED
 wait_http "https://127.0.0.1:$GW_TLS/data"
 measure gateway "$GW_TLS" "$GWPID"
-kill -TERM "$GWPID"; wait "$GWPID" 2>/dev/null || true
+stop "$GWPID"
 
 start nginx "$PCPU" nginx -c "$W/nginx/nginx.conf" -p "$W/nginx"
 wait_http "https://127.0.0.1:$NGINX/data"
 # shellcheck disable=SC2046
 measure nginx "$NGINX" $(pgrep -P "$STARTED") "$STARTED"
-kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
+stop "$STARTED"
 
 start haproxy "$PCPU" haproxy -f "$W/haproxy.cfg"
 wait_http "https://127.0.0.1:$HAPROXY/data"
 measure haproxy "$HAPROXY" "$STARTED"
-kill -TERM "$STARTED"; wait "$STARTED" 2>/dev/null || true
+stop "$STARTED"
 
 # ws_row SCHEME URL: a fresh gateway, WS_CONNS idle sockets through it; one row of the WS table.
 {
@@ -172,7 +157,7 @@ k = "n/a" if s["kib_per_conn"] is None else f"{s['kib_per_conn']:.1f}"
 print(f"| `{sys.argv[1]}://` | {s['conns']:,} | {s['failed']} | {k} | {d['base_rss_kib']:,} → {s['rss_kib']:,} |")
 PY
   log "$scheme: $(tail -1 "$W/ws-table")"
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  stop "$pid"
 }
 ws_row wss "wss://localhost:$GW_TLS/ws"
 ws_row ws "ws://127.0.0.1:$GW_PLAIN/ws"

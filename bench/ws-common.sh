@@ -1,14 +1,14 @@
-# Sourced by bench/ws-mem.sh and bench/ws-hop.sh: a work directory, process cleanup, free ports,
-# readiness waits (bench/lib.sh) and the bench gateway (start_gateway).
-# Expects `set -euo pipefail` and W_PREFIX (the mktemp prefix) from the caller.
+# shellcheck shell=bash
+# Sourced by bench/ws-mem.sh, bench/ws-hop.sh and bench/h2-flood.sh: bench/lib.sh with its work
+# directory (W, stopped processes and removed on exit), ROOT and BIN (target/release), free_port,
+# and the bench gateway (start_gateway). Expects `set -euo pipefail` and W_PREFIX (the work
+# directory's prefix) from the caller.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck disable=SC2034 # BIN: read by the scripts that source this one
 BIN=$ROOT/target/release
-W=$(mktemp -d "/tmp/${W_PREFIX}.XXXXXX")
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
+bench_workdir "$W_PREFIX"
 free_port() { free_ports 1; }
 ulimit -n "$(ulimit -Hn)"
 

@@ -74,6 +74,7 @@ LOAD=$!
 # profile stops before their teardown.
 until [ -s "$W/wsload.json" ] || ! kill -0 "$LOAD" 2>/dev/null; do sleep 0.05; done
 echo "TcpExtListenOverflows (machine-wide) during the run: $(($(overflows) - $(cat "$W/overflows.before")))" >&2
+# shellcheck disable=SC2012 # ls -t: the newest of the files valgrind names by pid
 case $PROFILE in
   callgrind) wait "$WATCH"; callgrind_control -d "$GW" >/dev/null; callgrind_control -i off "$GW" >/dev/null
     echo "callgrind counts of the storm: $(ls -t "$OUT"/ws-hop.callgrind."$GW".* | head -1)" >&2 ;;

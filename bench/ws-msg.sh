@@ -41,31 +41,13 @@ LCPU=${WS_MSG_LOAD_CPU:-0}
 GW=${WS_MSG_GW:-$ROOT/target/dist/hopping-gateway}
 MOCK=$ROOT/target/release/mock-backend
 WSLOAD=$ROOT/target/release/examples/wsload
-export PATH="$PATH:/usr/sbin"
-W=$(mktemp -d /tmp/hopgw-wsmsg.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
-[ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ] || die "binaries missing: see the build commands at the top of $0"
+export PATH="$PATH:/usr/sbin"
+bench_workdir hopgw-wsmsg
+{ [ -x "$GW" ] && [ -x "$MOCK" ] && [ -x "$WSLOAD" ]; } || die "binaries missing: see the build commands at the top of $0"
 NOFILE=$(ulimit -Hn); [ "$NOFILE" = unlimited ] && NOFILE=1048576
 ulimit -n "$NOFILE"
-
-wait_tcp() { # PORT what
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  die "$2 did not listen on $1 (logs in $W)"
-}
 
 read -r NODE_PORT GW_PORT GW_ADMIN NGINX_PORT HAPROXY_PORT GWB_PORT GWB_ADMIN <<<"$(free_ports 7)"
 start node "$LCPU" "$MOCK" "$NODE_PORT" ws-node
@@ -119,6 +101,7 @@ done
 measure() {
   local t=$1 r=$2 pidargs=() p prof=""
   for p in ${TPIDS[$t]}; do pidargs+=(--pid "$p"); done
+  # shellcheck disable=SC2046,SC2086 # one -p per pid
   case ${WS_MSG_PROFILE:-} in
     strace) [ -n "${TPIDS[$t]}" ] && { strace -c -f -o "$W/prof.$t" $(printf -- '-p %s ' ${TPIDS[$t]}) & prof=$!; sleep 0.5; } ;;
     perf) [ -n "${TPIDS[$t]}" ] && { perf stat -e context-switches,task-clock -o "$W/prof.$t" -p "${TPIDS[$t]// /,}" & prof=$!; sleep 0.5; } ;;
