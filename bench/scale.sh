@@ -39,9 +39,10 @@
 # SCALE_SOURCES (client source addresses, max(8, N/50000+1)), SCALE_CONCURRENCY (128 handshakes
 # in flight), SCALE_SETTLE_MS (2000, after each step before the readings), SCALE_MSG_SECS (10; 0
 # skips the message phase), SCALE_HOP_WAIT_SECS (30), SCALE_PROXY_CPU (1), SCALE_LOAD_CPU (0),
-# SCALE_KEEP (a directory: the raw wsload JSON and logs are copied there), GW_BIN (the gateway
-# binary; default target/dist/hopping-gateway, as bench/ws-mem.sh). Output: a markdown report on
-# stdout (bench/results/scale.md holds a published run); progress on stderr.
+# SCALE_PORT_RANGE ("1024 65535": the ephemeral ports while it runs), SCALE_KEEP (a directory:
+# the raw wsload JSON and logs are copied there), GW_BIN (the gateway binary; default
+# target/dist/hopping-gateway, as bench/ws-mem.sh). Output: a markdown report on stdout
+# (bench/results/scale.md holds a published run); progress on stderr.
 set -euo pipefail
 export BENCH_TAG=scale
 W_PREFIX=hopgw-scale
@@ -130,7 +131,8 @@ if [ "$N" -gt "$CAP" ]; then
   STEPS=$(echo "$STEPS" | tr ',' '\n' | awk -v cap="$N" '{print ($1 > cap ? cap : $1)}' | paste -sd, -)
   log "WARNING: $REQUESTED sockets need $((2 * REQUESTED + 500)) open files in a proxy; the hard limit is $NOFILE: measuring $N sockets per target (steps $STEPS)"
 fi
-set_sys net.ipv4.ip_local_port_range "1024	65535"
+read -r LO HI <<<"${SCALE_PORT_RANGE:-1024 65535}"
+set_sys net.ipv4.ip_local_port_range "$LO	$HI"
 if [ -r /proc/sys/net/netfilter/nf_conntrack_count ] && [ "$(cat /proc/sys/net/netfilter/nf_conntrack_count)" -gt 0 ] &&
   [ "$(cat /proc/sys/net/netfilter/nf_conntrack_max)" -lt $((3 * N + 50000)) ]; then
   set_sys net.netfilter.nf_conntrack_max $((3 * N + 50000))
