@@ -38,9 +38,12 @@ fmt:
 	$(CARGO) fmt --all
 
 ## Side-by-side benchmark against nginx and HAProxy (not part of test or CI); the gateway row is the dist binary.
+## The scale harness (bench/scale.sh) runs SCALE_SOCKETS idle WebSockets per proxy here; 100000 by hand.
+SCALE_SOCKETS ?= 20000
 bench: build dist
 	./bench/run.sh
 	./bench/store-costs.sh | tee bench/results/store-costs.md
+	SCALE_SOCKETS=$(SCALE_SOCKETS) ./bench/scale.sh
 
 ## cargo-fuzz targets (config parser, conn ids, request heads, HTTP/1.x head parser, chunked codec, head verdicts against hyper, upstream answer heads; fuzz/README.md), FUZZ_SECONDS each (default 60).
 fuzz:

@@ -1,5 +1,6 @@
 //! The command line (flags in the crate docs of `main.rs`).
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -36,6 +37,12 @@ pub(crate) struct Args {
     pub(crate) msg_warmup: Duration,
     /// Hop mode: how long the sockets stay open after the JSON is printed.
     pub(crate) hold: Duration,
+    /// `--mode scale` (bench/scale.sh): idle steps, then the message-rate and hop phases.
+    pub(crate) scale: bool,
+    /// `--source-addrs`: the client sockets' source addresses, taken in turn.
+    pub(crate) sources: Vec<Ipv4Addr>,
+    /// `--read-buffer`: the client's WebSocket read buffer per socket, bytes.
+    pub(crate) read_buffer: Option<usize>,
 }
 
 /// Reads the flags from `std::env::args`. Errors: a flag without a value, an unknown flag, a
@@ -44,10 +51,7 @@ pub(crate) fn parse_args() -> Result<Args> {
     let mut a = Args {
         url: String::new(),
         ca: None,
-        target: Target {
-            url: String::new(),
-            tls: None,
-        },
+        target: Target::new("", None)?,
         steps: vec![2000, 10000],
         pids: Vec::new(),
         concurrency: 256,
@@ -63,6 +67,9 @@ pub(crate) fn parse_args() -> Result<Args> {
         msg_bytes: 64,
         msg_warmup: Duration::from_secs(1),
         hold: Duration::ZERO,
+        scale: false,
+        sources: Vec::new(),
+        read_buffer: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -97,13 +104,24 @@ pub(crate) fn parse_args() -> Result<Args> {
                 a.msg_warmup = Duration::from_secs_f64(value.parse().context("--msg-warmup-secs")?)
             }
             "--hold-ms" => a.hold = Duration::from_millis(value.parse().context("--hold-ms")?),
+            "--mode" => match value.as_str() {
+                "scale" => a.scale = true,
+                other => {
+                    bail!("--mode {other}: only `scale` (the other modes follow from the flags)")
+                }
+            },
+            "--source-addrs" => a.sources = parse_sources(&value).context("--source-addrs")?,
+            "--read-buffer" => a.read_buffer = Some(value.parse().context("--read-buffer")?),
             other => bail!("unknown flag {other}"),
         }
     }
     if a.url.is_empty() {
         bail!("--url is required");
     }
-    a.target = Target::new(&a.url, a.ca.as_deref())?;
+    a.target = Target::new(&a.url, a.ca.as_deref())?.with_sources(a.sources.clone());
+    if let Some(bytes) = a.read_buffer {
+        a.target = a.target.with_read_buffer(bytes);
+    }
     if a.msg_inflight == 0 {
         bail!("--msg-inflight must be at least 1");
     }
@@ -111,4 +129,29 @@ pub(crate) fn parse_args() -> Result<Args> {
         bail!("--steps must not decrease");
     }
     Ok(a)
+}
+
+/// `127.0.0.2-127.0.0.9` (inclusive), `127.0.0.2,127.0.0.5`, or both mixed: the addresses in
+/// order. Errors: an address that does not parse, a range whose end is below its start, none.
+fn parse_sources(value: &str) -> Result<Vec<Ipv4Addr>> {
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (first, last) = item.split_once('-').unwrap_or((item, item));
+        let first: Ipv4Addr = first
+            .trim()
+            .parse()
+            .with_context(|| format!("address {first}"))?;
+        let last: Ipv4Addr = last
+            .trim()
+            .parse()
+            .with_context(|| format!("address {last}"))?;
+        if u32::from(last) < u32::from(first) {
+            bail!("{item}: the range ends before it starts");
+        }
+        out.extend((u32::from(first)..=u32::from(last)).map(Ipv4Addr::from));
+    }
+    if out.is_empty() {
+        bail!("no address");
+    }
+    Ok(out)
 }

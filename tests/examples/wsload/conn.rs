@@ -1,16 +1,21 @@
 //! Dialing: `ws://` over TCP or `wss://` over rustls, the WebSocket handshake, the node's hello,
 //! and opening many sockets with a bounded number of handshakes in flight.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use futures_util::{stream, StreamExt};
+use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -24,11 +29,18 @@ pub(crate) type Ws = WebSocketStream<Box<dyn Io>>;
 /// Bound on one handshake plus hello, and on one echo round trip.
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where and how to dial: the URL, and for `wss://` the TLS connector (trusting `--ca`).
+/// Where and how to dial: the URL, for `wss://` the TLS connector (trusting `--ca`), the source
+/// addresses (`--source-addrs`) and the WebSocket settings (`--read-buffer`).
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) url: String,
     pub(crate) tls: Option<tokio_rustls::TlsConnector>,
+    /// Each connection binds the next of these in turn; empty: the kernel picks the source.
+    sources: Arc<[Ipv4Addr]>,
+    /// The turn of the next connection in `sources` (shared by the clones).
+    next_source: Arc<AtomicUsize>,
+    /// None: tokio-tungstenite's defaults (a 128 KiB read buffer per socket).
+    ws_config: Option<WebSocketConfig>,
 }
 
 impl Target {
@@ -54,11 +66,49 @@ impl Target {
         Ok(Target {
             url: url.to_owned(),
             tls,
+            sources: Arc::from(Vec::new()),
+            next_source: Arc::new(AtomicUsize::new(0)),
+            ws_config: None,
         })
     }
 
-    /// TCP connect, the TLS handshake for `wss://`, then the WebSocket handshake (RFC 6455
-    /// section 4); errors name the step that failed.
+    /// Binds connection `i` to `sources[i % len]` (`--source-addrs`): one host then holds more
+    /// than the ~64k client ports one source address has towards one listener.
+    pub(crate) fn with_sources(mut self, sources: Vec<Ipv4Addr>) -> Target {
+        self.sources = Arc::from(sources);
+        self
+    }
+
+    /// A WebSocket read buffer of `bytes` per socket (`--read-buffer`) instead of 128 KiB.
+    pub(crate) fn with_read_buffer(mut self, bytes: usize) -> Target {
+        self.ws_config = Some(WebSocketConfig::default().read_buffer_size(bytes));
+        self
+    }
+
+    /// The TCP connection: from the next source address when `--source-addrs` is set.
+    async fn tcp(&self, host: &str, port: u16) -> Result<TcpStream> {
+        if self.sources.is_empty() {
+            return TcpStream::connect((host, port)).await.context("connect");
+        }
+        let i = self.next_source.fetch_add(1, Ordering::Relaxed) % self.sources.len();
+        let dst = tokio::net::lookup_host((host, port))
+            .await
+            .context("resolve")?
+            .find(SocketAddr::is_ipv4)
+            .context("the url's host has no IPv4 address (--source-addrs are IPv4)")?;
+        let sock = TcpSocket::new_v4().context("socket")?;
+        // The port is picked at connect time, unique per 4-tuple (IP_BIND_ADDRESS_NO_PORT): a
+        // bind to port 0 would reserve the port for every destination, and the ports so held are
+        // skipped by every other connect on the host (the proxies' own dials to their nodes).
+        setsockopt(&sock, IpBindAddressNoPort, &true).context("IP_BIND_ADDRESS_NO_PORT")?;
+        sock.bind(SocketAddr::new(IpAddr::V4(self.sources[i]), 0))
+            .context("bind the source address")?;
+        sock.connect(dst).await.context("connect")
+    }
+
+    /// TCP connect (from the next `--source-addrs` address, if any), the TLS handshake for
+    /// `wss://`, then the WebSocket handshake (RFC 6455 section 4); errors name the step that
+    /// failed.
     async fn connect(&self) -> Result<Ws> {
         let req = self.url.as_str().into_client_request().context("url")?;
         let host = req.uri().host().context("url has no host")?.to_owned();
@@ -66,9 +116,7 @@ impl Target {
             .uri()
             .port_u16()
             .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
-        let tcp = TcpStream::connect((host.as_str(), port))
-            .await
-            .context("connect")?;
+        let tcp = self.tcp(&host, port).await?;
         let io: Box<dyn Io> = match &self.tls {
             None => Box::new(tcp),
             Some(c) => {
@@ -77,7 +125,7 @@ impl Target {
                 Box::new(c.connect(name, tcp).await.context("TLS handshake")?)
             }
         };
-        let (ws, _) = tokio_tungstenite::client_async(req, io)
+        let (ws, _) = tokio_tungstenite::client_async_with_config(req, io, self.ws_config)
             .await
             .context("handshake")?;
         Ok(ws)

@@ -18,7 +18,7 @@ use crate::conn::{open_many, Ws};
 use crate::stats::{cpu_ms, ms, quantile_ms};
 
 /// What one watched socket saw after the kill.
-enum Outcome {
+pub(crate) enum Outcome {
     /// A hello whose `hopped_from` is the killed node: when it was read and the new node's id.
     Hopped(Instant, Option<String>),
     /// A Close frame (code) or the end of the stream (error, if any).
@@ -31,11 +31,11 @@ enum Outcome {
 /// on idle sockets), and the socket unless it ended. The socket is kept open past its hop: a client
 /// that closed each socket as it hopped would add the gateway's teardown of it to the CPU time
 /// measured for the hops.
-type Watched = (Outcome, u64, Option<Ws>);
+pub(crate) type Watched = (Outcome, u64, Option<Ws>);
 
 /// Reads `ws` until a hello with `hopped_from == from` (only when `expect_hop`), a close, or
 /// `stop`.
-async fn watch_socket(
+pub(crate) async fn watch_socket(
     mut ws: Ws,
     expect_hop: bool,
     from: String,
@@ -128,7 +128,7 @@ impl Tally {
 
 /// Sends SIGKILL to `pid` (`kill -9`); returns the instant `kill` returned and the CPU time of
 /// each of `pids` then. Errors: `kill` could not run or failed.
-async fn kill_node(pid: u32, pids: &[u32]) -> Result<(Instant, Vec<Option<u64>>)> {
+pub(crate) async fn kill_node(pid: u32, pids: &[u32]) -> Result<(Instant, Vec<Option<u64>>)> {
     let status = tokio::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
@@ -143,7 +143,7 @@ async fn kill_node(pid: u32, pids: &[u32]) -> Result<(Instant, Vec<Option<u64>>)
 }
 
 /// The CPU milliseconds each of `pids` used since `before` (null where either read failed).
-fn cpu_since(before: &[Option<u64>], pids: &[u32]) -> Vec<Value> {
+pub(crate) fn cpu_since(before: &[Option<u64>], pids: &[u32]) -> Vec<Value> {
     let cpu_after: Vec<Option<u64>> = pids.iter().map(|&p| cpu_ms(p)).collect();
     before
         .iter()

@@ -42,14 +42,27 @@
 //! sockets with `--msg-inflight 4` messages of `--msg-bytes 64` in flight each, closed loop, and
 //! the proxies' CPU per round trip over the window (`msg.rs` documents its JSON).
 //!
+//! Scale mode (`bench/scale.sh`), selected by `--mode scale`: idle sockets in `--steps` with the
+//! proxies' RSS, the kernel's socket memory and the CPU to open them after each step, then (with
+//! `--msg-secs`) the message-rate measurement beside them, then (with `--hop-kill PID`) a node
+//! kill and the time until each of its sockets hopped or closed (`scale.rs` documents its JSON).
+//!
+//! Any mode: `--source-addrs 127.0.0.2-127.0.0.9` (or a comma list, ranges allowed) binds each
+//! client socket to the next of these addresses in turn (the port is picked at connect time per
+//! 4-tuple, IP_BIND_ADDRESS_NO_PORT), so one host opens more than the ~64k sockets one source
+//! address allows towards one listener; `--read-buffer BYTES` sets the client's WebSocket read
+//! buffer per socket (tokio-tungstenite's default, 128 KiB, is allocated up front).
+//!
 //! Modules: `args` (the flags), `conn` (dialing `ws://`/`wss://` and the hello), `idle` (idle +
-//! echo mode), `hop` (hop mode), `msg` (message-rate mode), `stats` (/proc reads and quantiles).
+//! echo mode), `hop` (hop mode), `msg` (message-rate mode), `scale` (scale mode), `stats` (/proc
+//! reads and quantiles).
 
 mod args;
 mod conn;
 mod hop;
 mod idle;
 mod msg;
+mod scale;
 mod stats;
 
 use anyhow::Result;
@@ -57,6 +70,9 @@ use anyhow::Result;
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = args::parse_args()?;
+    if args.scale {
+        return scale::run(&args).await;
+    }
     match (args.hop_kill, args.msg_secs) {
         (Some(pid), _) => hop::run(&args, pid).await,
         (None, Some(secs)) => msg::run(&args, secs).await,

@@ -90,6 +90,13 @@ async fn closed_loop(
 /// fails once the flags are parsed (failures are counted in the JSON).
 pub(crate) async fn run(args: &Args, secs: f64) -> Result<()> {
     tokio::time::sleep(args.settle).await;
+    println!("{}", measure(args, secs).await);
+    Ok(())
+}
+
+/// One message-rate measurement of `secs` over `args` on sockets of its own (also the message
+/// phase of scale mode, next to the idle sockets): the JSON object of the module docs.
+pub(crate) async fn measure(args: &Args, secs: f64) -> serde_json::Value {
     let (opened, failed, first_error) =
         open_many(&args.target, args.msg_conns, args.concurrency).await;
     let conns = opened.len();
@@ -152,18 +159,14 @@ pub(crate) async fn run(args: &Args, secs: f64) -> Result<()> {
             (us * 1000.0).round() / 1000.0
         });
     let q = |p: f64| quantile_ms(&lat, p);
-    println!(
-        "{}",
-        json!({
+    json!({
             "mode": "msg", "url": args.url, "conns": conns, "failed": failed,
             "first_error": first_error, "inflight": args.msg_inflight, "bytes": args.msg_bytes,
             "secs": (window * 1000.0).round() / 1000.0, "messages": messages, "total_messages": total,
             "msgs_per_sec": (messages as f64 / window).round(), "errors": errors,
             "p50_ms": q(0.50), "p99_ms": q(0.99), "p999_ms": q(0.999),
             "pids": args.pids, "cpu_ticks": ticks, "clk_tck": clk_tck, "cpu_us_per_msg": per_msg,
-        })
-    );
-    Ok(())
+    })
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on Linux).
