@@ -35,10 +35,11 @@ bench_workdir() {
   trap 'exit 130' INT TERM
 }
 
-# Stops every started process, newest first, and removes W; W is kept (and named on stderr) when
-# the script failed or BENCH_KEEP=1, with every config, log and raw output in it.
+# bench_cleanup [RC]: stops every started process, newest first, removes W and exits with RC (default:
+# the status the script is exiting with); W is kept (and named on stderr) when that status is not 0 or
+# BENCH_KEEP=1, with every config, log and raw output in it.
 bench_cleanup() {
-  local rc=$? i rev=()
+  local rc=${1:-$?} i rev=()
   trap - EXIT INT TERM
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do rev+=("${PIDS[$i]}"); done
   stop "${rev[@]}"

@@ -93,7 +93,8 @@ restore_sys() {
   [ ${#SAVED[@]} -eq 0 ] || log "restored ${#SAVED[@]} kernel settings"
   SAVED=()
 }
-# Runs ws-common.sh's cleanup (stops every started pid, removes the work directory), then restores.
+# Restores the host settings, then runs lib.sh's bench_cleanup (stops every started pid, removes the
+# work directory, exits with the script's status).
 on_exit() {
   local rc=$?
   trap - EXIT
@@ -103,9 +104,8 @@ on_exit() {
       [ -s "$f" ] && { log "last lines of $f:"; tail -5 "$f" >&2; }
     done
   fi
-  cleanup
   restore_sys
-  exit $rc
+  bench_cleanup "$rc"
 }
 trap on_exit EXIT
 trap 'exit 130' INT TERM
