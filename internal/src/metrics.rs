@@ -77,168 +77,166 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    ///
-    /// Longer than 80 lines on purpose: one registration (name, help, type) per metric of SPEC
-    /// section 8, in one place so the exposed set reads as the SPEC table does.
+    /// Creates and registers every metric (SPEC section 8), in the order they are exposed.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let hops = Family::<ReasonLabel, Counter>::default();
-        registry.register(
+        let mut m = Metrics {
+            registry: Registry::default(),
+            events: crate::events::Events::new(),
+            hops: Family::default(),
+            // 1 ms .. ~16 s.
+            hop_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            requests: Family::default(),
+            request_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            active_connections: Family::default(),
+            node_weight: Family::default(),
+            node_state: Family::default(),
+            generation: Gauge::default(),
+            reloads: Family::default(),
+            store_errors: Family::default(),
+            canary_fallback: Family::default(),
+            retries: Family::default(),
+            fail_open: Family::default(),
+            health_transitions: Family::default(),
+            discovery_errors: Family::default(),
+            h2_goaway: Family::default(),
+            tls_handshakes: Family::default(),
+            tls_cert_expiry: Family::default(),
+            tls_cert_reloads: Family::default(),
+            ejections_suppressed: Family::default(),
+        };
+        m.register_traffic();
+        m.register_nodes();
+        m.register_build_info();
+        m.register_edges();
+        m
+    }
+
+    /// Registers the metrics of hops, requests and downstream connections.
+    fn register_traffic(&mut self) {
+        self.registry.register(
             "hopping_count",
             "Hops: a conn id rebound to another node",
-            hops.clone(),
+            self.hops.clone(),
         );
-        // 1 ms .. ~16 s.
-        let hop_latency = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
+        self.registry.register(
             "hopping_latency_seconds",
             "From a failure being seen to the connection being served again",
-            hop_latency.clone(),
+            self.hop_latency.clone(),
         );
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_requests",
             "Requests by route, node and status",
-            requests.clone(),
+            self.requests.clone(),
         );
-        let request_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register(
+        self.registry.register(
             "gateway_request_duration_seconds",
             "Time to the response head",
-            request_duration.clone(),
+            self.request_duration.clone(),
         );
-        let active_connections = Family::<ProtocolLabel, Gauge>::default();
-        registry.register(
+        self.registry.register(
             "gateway_active_connections",
             "Open downstream connections and streams by protocol",
-            active_connections.clone(),
+            self.active_connections.clone(),
         );
-        let node_weight = Family::<NodeLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
+    }
+
+    /// Registers the metrics of nodes, the route table, reloads, the affinity store, canaries,
+    /// retries and health transitions.
+    fn register_nodes(&mut self) {
+        self.registry.register(
             "gateway_node_weight",
             "Effective node weight (configured x health% x warm-up%)",
-            node_weight.clone(),
+            self.node_weight.clone(),
         );
-        let node_state = Family::<NodeStateLabels, Gauge>::default();
-        registry.register(
+        self.registry.register(
             "gateway_node_state",
             "1 for the node's current state",
-            node_state.clone(),
+            self.node_state.clone(),
         );
-        let generation = Gauge::default();
-        registry.register(
+        self.registry.register(
             "gateway_route_table_generation",
             "Generation of the live route table",
-            generation.clone(),
+            self.generation.clone(),
         );
-        let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_reloads",
             "Reload attempts by result",
-            reloads.clone(),
+            self.reloads.clone(),
         );
-        let store_errors = Family::<OpLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_affinity_store_errors",
             "Affinity store errors by operation",
-            store_errors.clone(),
+            self.store_errors.clone(),
         );
-        let canary_fallback = Family::<ClusterLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_canary_fallback",
             "Requests whose version matched no node",
-            canary_fallback.clone(),
+            self.canary_fallback.clone(),
         );
-        let retries = Family::<RetryLabels, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_retries",
             "Upstream attempts retried on another connection or node",
-            retries.clone(),
+            self.retries.clone(),
         );
-        let fail_open = Family::<ClusterLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_fail_open",
             "Requests sent with every node down (on_all_down = fail_open)",
-            fail_open.clone(),
+            self.fail_open.clone(),
         );
-        let health_transitions = Family::<TransitionLabels, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_health_transitions",
             "Node health state changes by the state entered",
-            health_transitions.clone(),
+            self.health_transitions.clone(),
         );
+    }
+
+    /// Registers `gateway_build_info`, set to 1 with the gateway's version as its label.
+    fn register_build_info(&mut self) {
         let build_info = Family::<VersionLabel, Gauge>::default();
         build_info
             .get_or_create(&VersionLabel {
                 version: env!("CARGO_PKG_VERSION"),
             })
             .set(1);
-        registry.register(
+        self.registry.register(
             "gateway_build_info",
             "Always 1; the label carries the gateway's version",
             build_info,
         );
-        let discovery_errors = Family::<ClusterLabel, Counter>::default();
-        registry.register(
+    }
+
+    /// Registers the metrics of DNS discovery, HTTP/2 abuse, TLS and suppressed passive ejections.
+    fn register_edges(&mut self) {
+        self.registry.register(
             "gateway_discovery_errors",
             "Failed or empty DNS discovery resolutions; the last good node set stays",
-            discovery_errors.clone(),
+            self.discovery_errors.clone(),
         );
-        let h2_goaway = Family::<ReasonLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_h2_goaway_sent",
             "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
-            h2_goaway.clone(),
+            self.h2_goaway.clone(),
         );
-        let tls_handshakes = Family::<ResultLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_tls_handshakes",
             "Downstream TLS handshakes by result",
-            tls_handshakes.clone(),
+            self.tls_handshakes.clone(),
         );
-        let tls_cert_expiry = Family::<NameLabel, Gauge>::default();
-        registry.register(
+        self.registry.register(
             "gateway_tls_cert_expiry_seconds",
             "Seconds until the served leaf certificate's notAfter",
-            tls_cert_expiry.clone(),
+            self.tls_cert_expiry.clone(),
         );
-        let tls_cert_reloads = Family::<ResultLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_tls_cert_reloads",
             "Certificate reloads by result",
-            tls_cert_reloads.clone(),
+            self.tls_cert_reloads.clone(),
         );
-        let ejections_suppressed = Family::<ClusterLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "gateway_passive_ejections_suppressed",
             "Passive ejections not made because of max_ejection_percent or the last ready node",
-            ejections_suppressed.clone(),
+            self.ejections_suppressed.clone(),
         );
-        Metrics {
-            events: crate::events::Events::new(),
-            ejections_suppressed,
-            registry,
-            tls_handshakes,
-            tls_cert_expiry,
-            tls_cert_reloads,
-            hops,
-            hop_latency,
-            requests,
-            request_duration,
-            active_connections,
-            node_weight,
-            node_state,
-            generation,
-            reloads,
-            store_errors,
-            canary_fallback,
-            retries,
-            fail_open,
-            health_transitions,
-            discovery_errors,
-            h2_goaway,
-        }
     }
 
     /// Counts one hop with `reason` (`hopping_count_total{reason}`, SPEC section 8).

@@ -33,11 +33,12 @@ use crate::drain;
 use crate::hopper::affinity::{AffinityStore, MemoryStore, RedisSettings, RedisStore};
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
-use crate::proxy::{Proxy, ProxySettings};
+use crate::proxy::Proxy;
 use crate::registry::Registry;
 use crate::routing::reload::Routing;
 
 mod accept;
+mod conn;
 mod listen;
 mod workers;
 
@@ -96,10 +97,10 @@ impl std::fmt::Debug for Options {
 
 /// Runs the gateway until `shutdown` resolves, then shuts down gracefully.
 ///
-/// Longer than 80 lines on purpose: it is the start-up order in one place (bind, store, routing,
-/// proxy, admin, then every task spawned, then readiness), which the module docs and SPEC section
-/// 11 depend on; its phases with logic of their own are [`bind`], [`affinity_store`] and
-/// [`wind_down`].
+/// The start-up order is here in one place (bind, store, routing, proxy, admin, then every task
+/// spawned, then readiness), which the module docs and SPEC section 11 depend on; its steps with
+/// logic of their own are [`bind`], [`affinity_store`], [`workers::data_proxy`],
+/// [`start_admin`], [`workers::start`] and [`wind_down`].
 ///
 /// # Errors
 /// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
@@ -107,19 +108,11 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     let cfg = opts.config.clone();
     // One crypto provider for the process: the listener, TLS to nodes and `rediss://` alike.
     crate::tls::certs::install_provider();
-    for c in cfg.clusters.iter() {
-        if c.tls.as_ref().is_some_and(|t| !t.spec.verify) {
-            tracing::warn!(cluster = %c.name, "clusters.tls.verify = false: node certificates are not verified (any certificate and name are accepted)");
-        }
-    }
+    warn_unverified(&cfg);
     let metrics = Arc::new(Metrics::new());
     let n_workers = opts.workers.max(1);
-    let Listeners {
-        data,
-        admin: admin_l,
-        health: health_l,
-        tls,
-    } = bind(&cfg, &metrics, n_workers)?;
+    let listeners = bind(&cfg, &metrics, n_workers)?;
+    let (data, admin_l, health_l, tls) = listeners.into_parts();
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = affinity_store(&cfg, &metrics).await?;
     let ids = conn_ids(&cfg)?;
@@ -132,22 +125,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     ));
     let hopper = Arc::new(Hopper::new(store, metrics.clone()));
     let (signal, watch) = drain::channel();
-    let proxy = Arc::new(Proxy {
-        routing: routing.clone(),
-        hopper: hopper.clone(),
-        ids,
-        upstream: workers::upstream(&cfg),
-        metrics: metrics.clone(),
-        counters: Default::default(),
-        settings: ProxySettings {
-            affinity_header: cfg.affinity.header.clone(),
-            trusted: cfg.server.trusted_proxies.clone(),
-            limits: cfg.limits.clone(),
-            access_log: cfg.server.access_log,
-            zone: cfg.server.zone.as_deref().map(Arc::from),
-        },
-        shutdown: watch.clone(),
-    });
+    let proxy = workers::data_proxy(&cfg, &routing, &hopper, ids, &metrics, &watch);
     let readiness = Arc::new(Readiness::new());
     // Drains other replicas stored are applied before the first request is served (SPEC section 7).
     let drains = Arc::new(Drains::new(routing.clone(), hopper.clone()));
@@ -165,18 +143,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     tracing::info!(listen = %listen_addr.map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), workers = n_workers, generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
-    // The admin and health listeners outlive the drain: they stop only when `run` returns.
-    let stop_admin = CancellationToken::new();
-    let mut admin_tasks = JoinSet::new();
-    admin_tasks.spawn(accept_admin(
-        admin_l,
-        admin.clone(),
-        stop_admin.clone(),
-        false,
-    ));
-    if let Some(l) = health_l {
-        admin_tasks.spawn(accept_admin(l, admin, stop_admin.clone(), true));
-    }
+    let (stop_admin, mut admin_tasks) = start_admin(admin_l, health_l, admin);
     tasks.spawn(crate::admin::status::watch_nodes(
         routing.clone(),
         metrics.clone(),
@@ -189,34 +156,8 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
             watch.clone(),
         ));
     }
-    let mut tls_parts = tls
-        .map(TlsListener::into_parts)
-        .unwrap_or_default()
-        .into_iter();
-    let limits = workers::Limits::new(cfg.limits.max_connections);
     // Workers 1..N: their runtimes run until the drain is over (see workers::spawn).
-    let mut worker_runtimes = Vec::new();
-    for (index, data) in data.into_iter().enumerate() {
-        let w = workers::Worker {
-            index,
-            data,
-            tls: tls_parts.next(),
-            proxy: if index == 0 {
-                proxy.clone()
-            } else {
-                Arc::new(workers::worker_proxy(&proxy, &cfg))
-            },
-            watch: watch.clone(),
-            limits: limits.clone(),
-        };
-        if index == 0 {
-            tasks.spawn(workers::serve(w));
-        } else {
-            let (done, running) = workers::spawn(w).map_err(ServerError::Worker)?;
-            tasks.spawn(done);
-            worker_runtimes.push(running);
-        }
-    }
+    let worker_runtimes = workers::start(&mut tasks, data, tls, &proxy, &cfg, &watch)?;
     tasks.spawn(drains.run(watch.clone()));
     tasks.spawn(crate::routing::triggers::watch_triggers(
         routing.clone(),
@@ -244,6 +185,36 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     Ok(())
 }
 
+/// Warns once per cluster whose node certificates are not verified (`clusters.tls.verify = false`).
+fn warn_unverified(cfg: &Config) {
+    for c in cfg.clusters.iter() {
+        if c.tls.as_ref().is_some_and(|t| !t.spec.verify) {
+            tracing::warn!(cluster = %c.name, "clusters.tls.verify = false: node certificates are not verified (any certificate and name are accepted)");
+        }
+    }
+}
+
+/// Spawns the admin listener's accept loop and the `health_listen` one (if bound). They outlive
+/// the drain: they stop only when `run` cancels the returned token, then their tasks are joined.
+fn start_admin(
+    admin_l: TcpListener,
+    health_l: Option<TcpListener>,
+    admin: Arc<Admin>,
+) -> (CancellationToken, JoinSet<()>) {
+    let stop_admin = CancellationToken::new();
+    let mut admin_tasks = JoinSet::new();
+    admin_tasks.spawn(accept_admin(
+        admin_l,
+        admin.clone(),
+        stop_admin.clone(),
+        false,
+    ));
+    if let Some(l) = health_l {
+        admin_tasks.spawn(accept_admin(l, admin, stop_admin.clone(), true));
+    }
+    (stop_admin, admin_tasks)
+}
+
 /// The sockets of the gateway, bound before anything is served (SPEC section 2 and 10).
 struct Listeners {
     /// One socket per worker ([`listen_group`]).
@@ -251,6 +222,20 @@ struct Listeners {
     admin: TcpListener,
     health: Option<TcpListener>,
     tls: Option<TlsListener>,
+}
+
+impl Listeners {
+    /// The data-plane sockets, the admin, `health_listen` and TLS listeners.
+    fn into_parts(
+        self,
+    ) -> (
+        Vec<std::net::TcpListener>,
+        TcpListener,
+        Option<TcpListener>,
+        Option<TlsListener>,
+    ) {
+        (self.data, self.admin, self.health, self.tls)
+    }
 }
 
 /// Binds every listener of `cfg` (the TLS one with its certificates loaded, counted on `metrics`),

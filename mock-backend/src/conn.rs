@@ -1,7 +1,7 @@
 //! Accept loops and per-connection driving for both listeners.
 //!
-//! Owns: the hyper connection builders, the per-connection idle keep-alive close
-//! (`POST /control/keepalive`), and the in-flight accounting it relies on.
+//! Owns: the hyper connection builders and the per-connection idle keep-alive close
+//! (`POST /control/keepalive`, on the in-flight accounting of [`crate::tracker`]).
 //! Every connection is one task in the node's task set; it ends when the client leaves, when the
 //! idle close fires (HTTP/1.1 only), or after a graceful close on shutdown. Never closes a
 //! connection while a request on it is in flight or a request head is partly received.
@@ -23,12 +23,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-mod tracker;
-
-use tracker::CountingIo;
-pub(crate) use tracker::{ConnTracker, Tracked};
-
 use crate::tls::MockStream;
+use crate::tracker::{sleep_until_opt, ConnTracker, CountingIo};
 use crate::State;
 use tokio_rustls::TlsAcceptor;
 
@@ -343,13 +339,5 @@ async fn idle_close(tracker: Arc<ConnTracker>, mut idle_ms: watch::Receiver<u64>
                 return std::future::pending().await;
             }
         }
-    }
-}
-
-/// Sleeps until `deadline`, or forever when there is none.
-pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -16,7 +16,7 @@ use std::sync::PoisonError;
 use hyper::{Method, Response, StatusCode};
 use serde_json::json;
 
-use crate::http::{error_response, json_response, query_param, RespBody};
+use crate::respond::{error_response, json_response, query_param, RespBody};
 use crate::{Flap, State};
 
 /// One `/control/<action>`.

@@ -29,8 +29,8 @@ use hyper::{Request, Response};
 use prost::Message;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
-use crate::conn::ConnTracker;
-use crate::http::{add_node_headers, health, RespBody};
+use crate::respond::{add_node_headers, health, RespBody};
+use crate::tracker::ConnTracker;
 use crate::State;
 
 /// Path of the unary `Who` method.

@@ -24,8 +24,10 @@ mod conn;
 mod control;
 pub mod grpc;
 mod http;
+mod respond;
 mod state;
 pub mod tls;
+mod tracker;
 mod ws;
 
 use std::future::Future;

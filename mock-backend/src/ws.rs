@@ -41,8 +41,8 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::conn::{sleep_until_opt, ConnTracker};
-use crate::http::{error_response, query_param, RespBody};
+use crate::respond::{error_response, query_param, RespBody};
+use crate::tracker::{sleep_until_opt, ConnTracker};
 use crate::State;
 
 /// Bytes tungstenite reads per call; a larger message takes several reads.
@@ -61,11 +61,33 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Close code sent to every open socket when the node shuts down ("going away").
 const SHUTDOWN_CLOSE_CODE: u16 = 1001;
 
+/// The session's first message: the node, the conn id and the node hopped from, as the request
+/// headers carried them, and every request header with `echo_headers=1` in `query`.
+fn hello(state: &State, headers: &HeaderMap, query: Option<&str>) -> String {
+    let mut hello = json!({
+        "node": state.id,
+        "conn_id": header_text(headers, "x-conn-id"),
+        "hopped_from": header_text(headers, "x-hopped-from"),
+    });
+    if query_param(query, "echo_headers").as_deref() == Some("1") {
+        let pairs: Vec<[String; 2]> = headers
+            .iter()
+            .map(|(name, value)| {
+                [
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                ]
+            })
+            .collect();
+        hello["headers"] = json!(pairs);
+    }
+    hello.to_string()
+}
+
 /// Takes a `GET /ws` request; returns the 101 answer (and spawns the session that runs once the
 /// upgrade completes), or a JSON error when the request is not a valid WebSocket upgrade.
-///
-/// Longer than 80 lines on purpose: one check per header of the upgrade (RFC 6455 section 4.2.1)
-/// and per query knob of SPEC section 9, each with its own error.
+/// One check per header of the upgrade (RFC 6455 section 4.2.1) and per query knob of SPEC
+/// section 9, each with its own error.
 pub(crate) fn upgrade(
     state: &Arc<State>,
     tracker: &Arc<ConnTracker>,
@@ -113,24 +135,7 @@ pub(crate) fn upgrade(
         }
     };
     let knobs = Knobs::parse(query);
-    let mut hello = json!({
-        "node": state.id,
-        "conn_id": header_text(headers, "x-conn-id"),
-        "hopped_from": header_text(headers, "x-hopped-from"),
-    });
-    if query_param(query, "echo_headers").as_deref() == Some("1") {
-        let pairs: Vec<[String; 2]> = headers
-            .iter()
-            .map(|(name, value)| {
-                [
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                ]
-            })
-            .collect();
-        hello["headers"] = json!(pairs);
-    }
-    let hello = hello.to_string();
+    let hello = hello(state, headers, query);
 
     tracker.exempt();
     let on_upgrade = hyper::upgrade::on(&mut req);

@@ -1,5 +1,5 @@
 //! `pgo-train`: the training run of the shipped gateway's profile-guided build (`make dist`,
-//! `scripts/dist.sh`; bench/README "Stage 11"). Built with
+//! `scripts/dist.sh`; bench/README). Built with
 //! `cargo build --release -p integration-tests --features bench --example pgo-train`.
 //!
 //! It drives an instrumented gateway (`-Cprofile-generate`) through the traffic the gateway

@@ -134,7 +134,7 @@ fn promtool_accepts(text: &str) {
     assert_eq!(said.trim(), "", "promtool lint problems: {said}");
 }
 
-/// Issue 13 defect: `/metrics` answers the Prometheus 0.0.4 text format (which `promtool check
+/// `/metrics` answers the Prometheus 0.0.4 text format (which `promtool check
 /// metrics` accepts, with no lint problem) unless OpenMetrics is asked for; then OpenMetrics with
 /// its own content type and `# EOF`. Checked after traffic and a hop, so labelled series exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

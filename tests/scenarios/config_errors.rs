@@ -104,7 +104,7 @@ const THREE_ERRORS: [(usize, usize, &str, &str); 3] = [
     ),
 ];
 
-/// Issue 13 defect (config errors): `--check-config` reports the serde-level errors (unknown key,
+/// Config errors: `--check-config` reports the serde-level errors (unknown key,
 /// wrong type) and the semantic ones (bad duration) of one file together, sorted by line, exit 2.
 #[test]
 fn check_config_reports_every_error_sorted_by_line() {
@@ -121,7 +121,7 @@ fn check_config_reports_every_error_sorted_by_line() {
     }
 }
 
-/// Issue 13 defect (config errors): `POST /admin/reload` of the same file answers 422 with all
+/// Config errors: `POST /admin/reload` of the same file answers 422 with all
 /// three errors, sorted by line, and the live table stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_reload_reports_every_error_sorted_by_line() {

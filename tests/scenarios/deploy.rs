@@ -1,4 +1,4 @@
-//! Deployment (SPEC section 11, issue 17): systemd `Type=notify` datagrams, the unit, the
+//! Deployment (SPEC section 11): systemd `Type=notify` datagrams, the unit, the
 //! kustomize base, the Dockerfile, `--version` and `gateway_build_info`.
 
 use std::os::unix::net::UnixDatagram;
@@ -116,7 +116,7 @@ async fn systemd_notify_ready_reloading_stopping() {
     assert!(status.success(), "{status:?}");
 }
 
-/// Issue 17: `systemd-analyze verify` accepts the unit (its binary path pointed at the built one).
+/// `systemd-analyze verify` accepts the unit (its binary path pointed at the built one).
 #[test]
 fn systemd_unit_verifies() {
     let unit = std::fs::read_to_string(root().join("deploy/systemd/hopping-gateway.service"))
@@ -162,7 +162,7 @@ fn kustomize(dir: &std::path::Path) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-/// Issue 17: `kubectl kustomize deploy/kubernetes` renders a Deployment probing `/readyz` and
+/// `kubectl kustomize deploy/kubernetes` renders a Deployment probing `/readyz` and
 /// `/healthz` on the health port, a Service, a headless Service and the ConfigMap; the optional
 /// Redis component renders too.
 #[test]
@@ -207,7 +207,7 @@ fn kustomize_base_renders() {
     );
 }
 
-/// Issue 17: hadolint passes on the Dockerfile when it is installed (it is not a Debian package:
+/// Hadolint passes on the Dockerfile when it is installed (it is not a Debian package:
 /// skipped with a note otherwise); the Dockerfile is multi-stage and runs as non-root.
 #[test]
 fn dockerfile_lints() {

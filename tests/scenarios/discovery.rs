@@ -1,4 +1,4 @@
-//! DNS service discovery (SPEC section 12, issue 17) against a real DNS server: `dnsmasq` started
+//! DNS service discovery (SPEC section 12) against a real DNS server: `dnsmasq` started
 //! by the test on a loopback port with a hosts file it rewrites, `[server] resolver` pointing at
 //! it, and mock nodes sharing one port on 127.0.0.2, 127.0.0.3, ... (`mock-backend --listen-host`).
 
@@ -89,7 +89,7 @@ async fn next_json(ws: &mut Ws, t: Duration) -> Value {
     }
 }
 
-/// SPEC 12 / issue 17 "records added, records removed": a name with one A record gives one node
+/// SPEC 12, records added and removed: a name with one A record gives one node
 /// (`source = "dns:<name>"`, recent `last_resolved_ms`, cluster metadata); an added record gives a
 /// second node that is probed before its first request and then gets traffic; removing a record
 /// drains that node: it leaves the table, its WebSocket hops to the remaining node with the client
@@ -185,7 +185,7 @@ async fn dns_records_added_become_probed_nodes_and_removed_ones_drain_with_ws_ho
     assert_eq!(served_by(&gw, 10).await, HashSet::from([stays]));
 }
 
-/// SPEC 12 / issue 17 "DNS server stopped": an empty answer and then a stopped DNS server keep the
+/// SPEC 12, DNS server stopped: an empty answer and then a stopped DNS server keep the
 /// last good node set (both nodes stay in the table, healthy, serving) while
 /// `gateway_discovery_errors_total{cluster="c"}` rises; once the server answers again with one
 /// record, the set follows it.
@@ -266,7 +266,7 @@ async fn dns_server_that_stops_answering_is_counted_within_the_interval() {
     assert_eq!(node_ids(&gw).await, HashSet::from([m2.id()]));
 }
 
-/// Issue 17 (the Spring Cloud LoadBalancer lesson): with a 1 h resolution interval and a 1 h TTL,
+/// The Spring Cloud LoadBalancer lesson: with a 1 h resolution interval and a 1 h TTL,
 /// a discovered node whose process dies while its record stays is ejected by its probes within the
 /// timing promise, and no re-resolution happened meanwhile (`last_resolved_ms` unchanged).
 #[tokio::test]

@@ -200,7 +200,7 @@ async fn case12_host_passes_through_once_and_two_hosts_are_400() {
     assert_eq!(a.requests().await, 0);
 }
 
-/// Issue 13 defect (RFC 9110 section 7.6.1): the affinity and canary headers nominated in
+/// RFC 9110 section 7.6.1: the affinity and canary headers nominated in
 /// `Connection` are used (binding, version) and not forwarded to the node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_nominated_consumed_fields_are_used_not_forwarded() {

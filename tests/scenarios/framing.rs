@@ -105,7 +105,7 @@ async fn case14_obs_fold_and_colonless_lines_are_400_and_nothing_forwarded() {
     assert_eq!(a.requests().await, 0, "no node saw any request");
 }
 
-/// Issue 13 defect (heads hyper refuses by itself): each refused form gets the gateway's JSON
+/// Heads hyper refuses by itself: each refused form gets the gateway's JSON
 /// answer with its exact message, the connection closes, and nothing reaches the node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_heads_get_json_answers_and_reach_no_node() {

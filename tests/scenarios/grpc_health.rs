@@ -1,5 +1,5 @@
 //! gRPC health probes (`health.kind = "grpc"`, SPEC section 3; mock-backend's
-//! `grpc.health.v1.Health/Check`, section 9; issue 17): SERVING keeps a node healthy, every other
+//! `grpc.health.v1.Health/Check`, section 9): SERVING keeps a node healthy, every other
 //! answer walks the weight ladder to ejection, and a node whose HTTP `/health` is fine but whose
 //! gRPC health says NOT_SERVING is ejected.
 
@@ -57,7 +57,7 @@ async fn time_to(gw: &Gateway, id: &str, state: &str, since: Instant) -> Duratio
     since.elapsed()
 }
 
-/// Issue 17 "gRPC probe": a SERVING node is healthy with no failed probe after several rounds, a
+/// The gRPC probe: a SERVING node is healthy with no failed probe after several rounds, a
 /// node that starts NOT_SERVING is ejected and recovers once SERVING, and NOT_SERVING set with
 /// `/control/health` walks the ladder (degraded, then ejected) within the timing promise.
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn grpc_probe_serving_is_healthy_not_serving_walks_the_ladder_to_ejected()
     assert_eq!(gw.node("b").await["state"], "healthy");
 }
 
-/// Issue 17 "alive but useless" gRPC node: with gRPC health alone NOT_SERVING (HTTP `/health`
+/// An "alive but useless" gRPC node: with gRPC health alone NOT_SERVING (HTTP `/health`
 /// still 200 on the same port), a gateway probing `kind = "grpc"` ejects the node within the
 /// timing promise while a gateway probing `kind = "http"` keeps it healthy.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The per-source cost of reconnecting HTTP/2 abusers (SPEC section 4; issue 13): past two
+//! The per-source cost of reconnecting HTTP/2 abusers (SPEC section 4): past two
 //! connections ended for abuse, an address's next connections are held before they are read
 //! (100 ms after the third strike, doubling per strike); other addresses are never held, and an
 //! honest client that cancels many streams is never struck.

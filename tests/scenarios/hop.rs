@@ -223,7 +223,7 @@ async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again()
     eprintln!("FIGURE case17 new ids spread {spread:?}");
 }
 
-/// Issue 13 defect (`hopping_latency_seconds` missed hops): every hop counted in
+/// `hopping_latency_seconds` missed hops: every hop counted in
 /// `hopping_count_total` records exactly one latency observation, for the reasons draining,
 /// ejected (no failed attempt in the request) and connect_error (a failed attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Issue 18 (Redis Cluster for real): a 3-master, 3-replica cluster of `redis-server` processes.
+//! Redis Cluster for real: a 3-master, 3-replica cluster of `redis-server` processes.
 //! Bindings spread over the shards and round-trip, racing hops from two gateways have one winner,
 //! hop messages reach every gateway whichever node they were published on, and a slot migration
 //! (`MOVED`/`ASK`) or a master's failover fails no request.
@@ -33,7 +33,7 @@ async fn two_gateways() -> (RedisCluster, Vec<integration_tests::Mock>, [Gateway
     (cluster, mocks, gws)
 }
 
-/// Issue 18 (cluster: spread, round trip, invalidation): 60 ids bound through one gateway land on
+/// Cluster spread, round trip and invalidation: 60 ids bound through one gateway land on
 /// all three masters with the node that served them, the other gateway serves the same nodes, and
 /// a hop message published on another node of the cluster reaches both gateways' caches.
 #[tokio::test]
@@ -91,7 +91,7 @@ async fn cluster_bindings_spread_round_trip_and_invalidate() {
     .await;
 }
 
-/// Issue 18 (cluster: compare-and-set): the bound node dies and 20 requests on two gateways race
+/// Cluster compare-and-set: the bound node dies and 20 requests on two gateways race
 /// to hop one id: all succeed, all land on one new node, Redis holds it, and one hop is counted.
 #[tokio::test]
 async fn cluster_racing_hops_from_two_gateways_have_one_winner() {
@@ -187,7 +187,7 @@ async fn missing_in_redis(
     missing
 }
 
-/// Issue 18 (cluster: MOVED/ASK and failover): under load on ids of one hash slot, migrating the
+/// Cluster MOVED/ASK and failover: under load on ids of one hash slot, migrating the
 /// slot to another master costs no request and no store error; killing that master (its replica
 /// takes over) and a manual `CLUSTER FAILOVER` cost no request, and every binding ends up in Redis.
 /// Long on purpose: migration, kill and manual failover under one continuous load.

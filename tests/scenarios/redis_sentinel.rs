@@ -1,4 +1,4 @@
-//! Issue 18 (Sentinel for real): one master, one replica and three `redis-sentinel` processes;
+//! Sentinel for real: one master, one replica and three `redis-sentinel` processes;
 //! a `SENTINEL FAILOVER` under load is followed by the store (`+switch-master`, re-resolve,
 //! `ROLE`), and no binding is written to the old master and lost.
 
@@ -14,7 +14,7 @@ use integration_tests::{wait_until, Gateway, RedisSentinel};
 
 use crate::store_common::{all_healthy, call, node_for, numsub, redis_get, setup};
 
-/// Issue 18 (Sentinel): `SENTINEL FAILOVER` under load on two gateways: no request fails, writes
+/// Sentinel: `SENTINEL FAILOVER` under load on two gateways: no request fails, writes
 /// reach the new master within 2 s, both gateways re-subscribe there, and every binding made
 /// before, during and after the failover is on the new master once the old one is demoted.
 /// Long on purpose: before, during and after one failover under continuous load.

@@ -1,4 +1,4 @@
-//! Shared drains (issue 18, SPEC section 7): gateway replicas on one `redis-server` apply a drain
+//! Shared drains (SPEC section 7): gateway replicas on one `redis-server` apply a drain
 //! or undrain made on any of them with the same deadline, hop their own WebSockets off the
 //! drained node, a replica started mid-drain drains the node too, and a lost subscription is
 //! renewed by itself (CASE-34).
@@ -72,7 +72,7 @@ where
     }
 }
 
-/// Issue 18 (shared drains): a drain on replica A drains node-1 on replica B with the same
+/// Shared drains: a drain on replica A drains node-1 on replica B with the same
 /// deadline and B's WebSocket on node-1 hops to node-2 with the socket open; an undrain on B
 /// undrains node-1 on A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +130,7 @@ async fn drain_on_one_replica_applies_on_every_replica() {
     assert_eq!(key, None, "undrain deletes the key");
 }
 
-/// Issue 18 (shared drains): the drain key holds the documented JSON and expires after the
+/// Shared drains: the drain key holds the documented JSON and expires after the
 /// deadline plus `affinity.ttl`; a replica started mid-drain drains the node with the same
 /// deadline before it serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Stable selection across replicas (issue 18, SPEC section 7): a new conn id's node comes from
+//! Stable selection across replicas (SPEC section 7): a new conn id's node comes from
 //! weighted rendezvous hashing of the id over the node ids and weights, so two gateways that share
 //! nothing (memory stores) and list the same nodes in different orders bind every new id to the
 //! same node, and a binding that is lost comes back to the same node.
@@ -31,7 +31,7 @@ async fn node_for(gw: &Gateway, id: &str) -> String {
         .to_string()
 }
 
-/// Issue 18 (stable selection): two gateways listing four nodes in different orders, with
+/// Stable selection: two gateways listing four nodes in different orders, with
 /// separate memory stores, bind each of 200 new ids to the same node; the ids spread over every
 /// node; and an id whose binding is deleted returns to the same node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

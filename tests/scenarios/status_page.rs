@@ -1,4 +1,4 @@
-//! The status page (`GET /` on the admin listener, SPEC section 11, issue 17) in a real browser:
+//! The status page (`GET /` on the admin listener, SPEC section 11) in a real browser:
 //! Debian's headless chromium over chromedriver, against a gateway with two mock nodes.
 
 use std::time::Duration;
@@ -72,7 +72,7 @@ async fn healthy_and_live(br: &Browser, what: &str) {
     .await;
 }
 
-/// Issue 17 browser test: both nodes shown healthy; a node set down with /control/health is shown
+/// In a browser: both nodes shown healthy; a node set down with /control/health is shown
 /// degraded then ejected within the timing promise without a page reload; killing a bound node
 /// puts the hop in the recent-hops list; the drain button puts the node in draining. Saves the
 /// screenshot to target/test-artifacts/status-page.png.
@@ -177,7 +177,7 @@ async fn status_page_shows_nodes_hops_and_drain_live_in_a_browser() {
     br.close().await;
 }
 
-/// Issue 17: with admin_token set, GET / needs no token and carries no node data; the page asks
+/// With admin_token set, GET / needs no token and carries no node data; the page asks
 /// for the token, refuses a wrong one, and with the right one shows the nodes (sent as a bearer
 /// header on its API and event calls).
 #[tokio::test]

@@ -8,7 +8,7 @@ use integration_tests::check::json_error;
 use integration_tests::raw::{refused, Raw};
 use integration_tests::{Config, Gateway, Health, Mock, Route};
 
-/// Issue 13 defect (RFC 9112 section 3.2): request-targets that are not origin-form,
+/// RFC 9112 section 3.2: request-targets that are not origin-form,
 /// absolute-form, or `*` with OPTIONS are 400 JSON and reach no node; the allowed forms pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_targets_outside_the_three_forms_are_400() {

@@ -1,7 +1,7 @@
-//! gRPC over TLS end to end (issue 14 "gRPC unary and streaming over TLS through a
-//! `protocol = \"h2\"` cluster to a TLS mock"; SPEC section 10): a client speaking HTTP/2 over
-//! TLS (ALPN `h2`) to the gateway's `[server.tls]` listener, a `protocol = "h2"` cluster with
-//! `tls = { ca = .. }`, and a mock node serving gRPC over TLS (`--grpc --tls-cert --tls-key`).
+//! gRPC over TLS end to end (unary and streaming through a `protocol = "h2"` cluster to a TLS
+//! mock; SPEC section 10): a client speaking HTTP/2 over TLS (ALPN `h2`) to the gateway's
+//! `[server.tls]` listener, a `protocol = "h2"` cluster with `tls = { ca = .. }`, and a mock
+//! node serving gRPC over TLS (`--grpc --tls-cert --tls-key`).
 //! One test CA (rcgen, `integration_tests::tls`) signs the gateway's and the node's leaves.
 
 use std::time::Duration;
@@ -73,7 +73,7 @@ async fn h2_over_tls(s: &Setup) -> H2Conn {
     tls::h2(stream, &format!("localhost:{}", s.tls_port)).await
 }
 
-/// Issue 14: a unary `Who` and a server-streaming `Ticks` call over TLS (ALPN h2) to the gateway
+/// A unary `Who` and a server-streaming `Ticks` call over TLS (ALPN h2) to the gateway
 /// reach the TLS gRPC node through the `protocol = "h2"` cluster: exact replies, ticks arriving
 /// one by one as the node sends them, `grpc-status: 0`, and the access log names node and status.
 /// Long on purpose: certificates, TLS node, gateway and both calls are one end-to-end path.
@@ -165,7 +165,7 @@ async fn tls_grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
     assert_eq!(calls, [WHO_PATH, TICKS_PATH], "each call once: {stats}");
 }
 
-/// Issue 14 / SPEC section 10: a request over the same kind of TLS h2 connection reaches the TLS
+/// SPEC section 10: a request over the same kind of TLS h2 connection reaches the TLS
 /// node over HTTP/2 (`protocol = "h2"`) with exactly one `X-Forwarded-Proto: https`.
 #[tokio::test]
 async fn tls_h2_cluster_request_carries_forwarded_proto_https() {

@@ -1,4 +1,4 @@
-//! `rediss://` (issue 14, SPEC section 7): the Redis affinity store over TLS to a `redis-server`
+//! `rediss://` (SPEC section 7): the Redis affinity store over TLS to a `redis-server`
 //! started by the test with `--tls-port` and a certificate signed by a test CA (`affinity.redis_ca`).
 
 use std::process::Stdio;
@@ -59,7 +59,7 @@ async fn cli(ca: &Ca, port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Issue 14: with `redis_url = "rediss://…"` and `affinity.redis_ca`, the gateway writes a new
+/// With `redis_url = "rediss://…"` and `affinity.redis_ca`, the gateway writes a new
 /// binding to Redis over TLS (seen with `redis-cli --tls`) and reads a binding written there.
 #[tokio::test]
 async fn rediss_store_writes_and_reads_bindings_over_tls() {

@@ -1,4 +1,4 @@
-//! Certificate reload under load (SPEC section 10, issue 14 "Reload under load"): Kubernetes-style
+//! Certificate reload under load (SPEC section 10): Kubernetes-style
 //! symlink swaps seen by the directory watch while TLS requests run on fresh and kept-alive
 //! connections, and refused reloads that keep the old certificate.
 
@@ -89,7 +89,7 @@ async fn wait_leaf(port: u16, want: &Leaf, within: Duration, what: &str) -> Dura
     }
 }
 
-/// Issue 14 "Reload under load": 50 certificate swaps (Kubernetes secret symlink swaps, seen by
+/// Reload under load: 50 certificate swaps (Kubernetes secret symlink swaps, seen by
 /// the directory watch) while ~200 TLS requests/s run on fresh and kept-alive connections: no
 /// handshake or request fails, and new handshakes get each new leaf within 2 s. Then a broken PEM
 /// and a mismatched key are refused by `POST /admin/reload` (422 naming key and file), counted, and

@@ -1,4 +1,4 @@
-//! Upstream TLS (issue 14, SPEC section 10 "Upstream TLS", section 3 `clusters[].tls`,
+//! Upstream TLS (SPEC section 10 "Upstream TLS", section 3 `clusters[].tls`,
 //! `protocol = "h2"`): TLS mock nodes with certificates made by the test (rcgen), gRPC over an h2
 //! cluster, HTTP/1.1, WebSocket dials and re-dials, probes, mTLS, and verification failures that
 //! are connect failures (retried on a good node; named in the 502 when no node is left).
@@ -63,7 +63,7 @@ async fn two_tls_nodes(ca_name: &str, route_extra: &str) -> (Ca, Mock, Mock, Gat
     (ca, a, b, gw)
 }
 
-/// Issue 14: gRPC unary and server-streaming calls from a tonic client (h2c to the gateway) reach
+/// GRPC unary and server-streaming calls from a tonic client (h2c to the gateway) reach
 /// a TLS mock through a `protocol = "h2"` cluster (HTTP/2 over TLS, ALPN h2), whose h2 probes pass.
 #[tokio::test]
 async fn grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
@@ -121,7 +121,7 @@ async fn grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
     );
 }
 
-/// Issue 14: HTTP/1.1 requests reach TLS nodes of a cluster with `tls` (verified against the
+/// HTTP/1.1 requests reach TLS nodes of a cluster with `tls` (verified against the
 /// test CA for the node's IP), the node sees the request as sent, and both nodes serve.
 #[tokio::test]
 async fn http1_requests_over_tls_to_tls_nodes() {
@@ -148,7 +148,7 @@ async fn http1_requests_over_tls_to_tls_nodes() {
     assert_eq!(e["body_len"], 5);
 }
 
-/// Issue 14: http probes go over TLS: TLS nodes become healthy, and a node set down (answering
+/// Http probes go over TLS: TLS nodes become healthy, and a node set down (answering
 /// 503 over TLS) is ejected while the other keeps serving.
 #[tokio::test]
 async fn http_probes_over_tls_see_health_and_eject() {
@@ -170,7 +170,7 @@ async fn http_probes_over_tls_see_health_and_eject() {
     }
 }
 
-/// Issue 14: a WebSocket is dialled to a TLS node and, in hop mode, re-dialled over TLS to the
+/// A WebSocket is dialled to a TLS node and, in hop mode, re-dialled over TLS to the
 /// other node when its node is killed; the client's socket stays open.
 #[tokio::test]
 async fn websocket_dials_and_hops_between_tls_nodes() {
@@ -210,7 +210,7 @@ async fn websocket_dials_and_hops_between_tls_nodes() {
     assert_eq!(echo, Message::text("after-kill"));
 }
 
-/// Issue 14 (upstream mTLS): a node that demands a client certificate refuses the gateway without
+/// Upstream mTLS: a node that demands a client certificate refuses the gateway without
 /// `client_cert`: a handshake (connect) failure, so even a POST fails over to the other node and
 /// the logged reason names the TLS alert; with `client_cert`/`client_key` signed by the CA it
 /// trusts, the node serves.
@@ -302,7 +302,7 @@ fn bad_leaves(ca: &Ca, other_ca: &Ca) -> [Leaf; 3] {
     ]
 }
 
-/// Issue 14 (verification): wrong CA, wrong name and an expired node certificate each fail the
+/// Verification: wrong CA, wrong name and an expired node certificate each fail the
 /// handshake; with no other node the 502 JSON names the verification error.
 #[tokio::test]
 async fn bad_node_certificates_give_a_502_naming_the_reason() {
@@ -324,7 +324,7 @@ async fn bad_node_certificates_give_a_502_naming_the_reason() {
     }
 }
 
-/// Issue 14 (verification): beside a good node, requests that land on a node with a wrong-CA,
+/// Verification: beside a good node, requests that land on a node with a wrong-CA,
 /// wrong-name or expired certificate are retried on the good node and succeed; the failures are
 /// counted by passive health until the bad node is ejected.
 #[tokio::test]

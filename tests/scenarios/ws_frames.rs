@@ -1,5 +1,5 @@
 //! WebSocket framing written byte by byte (SPEC section 5, CASE-28 c, d, f) and the latency
-//! owed by every counted WebSocket hop (issue 13): a 64-bit length with its top bit set gets
+//! owed by every counted WebSocket hop: a 64-bit length with its top bit set gets
 //! Close 1002 and reaches no node; an announced length past `websocket_max_message` gets Close
 //! 1009 at once without allocating it; a node dying in the middle of a fragmented message it sends
 //! ends the client leg with 1012/1011 and never splices another node's frames into it (RFC 6455
@@ -283,7 +283,7 @@ async fn node_dying_mid_message_closes_the_client_without_splicing() {
     assert!(code == 1012 || code == 1011, "close code {code}");
     let end = raw.frame(Duration::from_secs(5)).await;
     assert!(end.is_none(), "nothing after the Close, got {end:?}");
-    // The hint moved the binding: one counted hop, one latency observation (issue 13).
+    // The hint moved the binding: one counted hop, one latency observation.
     let (hops1, lat1) = hop_figures(&gw).await;
     assert_eq!(hops1 - hops0, 1.0, "one hop counted");
     assert_eq!(lat1 - lat0, 1.0, "one latency observation per hop");
@@ -296,7 +296,7 @@ async fn node_dying_mid_message_closes_the_client_without_splicing() {
     assert_eq!(again.hello().await["node"], other);
 }
 
-/// Issue 13 (i): a WebSocket whose bound node refuses the first dial's connection is retried on
+/// A WebSocket whose bound node refuses the first dial's connection is retried on
 /// the other node; that hop (reason `connect_error`) counts once and records exactly one
 /// `hopping_latency_seconds` observation.
 #[tokio::test]
@@ -344,7 +344,7 @@ async fn first_dial_connect_error_hop_records_one_latency_observation() {
     );
 }
 
-/// Issue 13 (ii): in `hint` mode a node killed under a socket moves the binding (one counted hop)
+/// In `hint` mode a node killed under a socket moves the binding (one counted hop)
 /// and sends Close 1012; that hop records exactly one `hopping_latency_seconds` observation.
 #[tokio::test]
 async fn hint_mode_hop_records_one_latency_observation() {

@@ -2,7 +2,7 @@
 //! ports (each port P also needs P+10000 free for the cluster bus), joined with
 //! `redis-cli --cluster create ... --cluster-replicas 1`. Every process is killed on drop.
 //!
-//! Used by the Redis Cluster scenarios (issue 18) and the fleet test.
+//! Used by the Redis Cluster scenarios and the fleet test.
 
 use std::path::PathBuf;
 use std::process::Stdio;

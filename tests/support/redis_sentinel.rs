@@ -2,7 +2,7 @@
 //! `redis-sentinel` processes monitoring it as `mymaster` (quorum 2, `down-after` 1 s), all on
 //! loopback ports. Every process is killed on drop.
 //!
-//! Used by the Sentinel scenarios (issue 18).
+//! Used by the Sentinel scenarios.
 
 use std::time::Duration;
 

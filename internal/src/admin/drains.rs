@@ -218,7 +218,7 @@ impl Drains {
 mod tests {
     use super::*;
 
-    /// Issue 18 (shared drains): a Unix-ms deadline maps onto the local clock by its distance
+    /// Shared drains: a Unix-ms deadline maps onto the local clock by its distance
     /// from now; a past one is now.
     #[test]
     fn deadline_maps_by_distance_from_now() {

@@ -10,6 +10,8 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Longer than 80 lines on purpose: one config with every `[health]` key set twice, then one
+/// assertion per key.
 #[test]
 fn cluster_health_overrides_every_key() {
     let text = r#"

@@ -28,8 +28,16 @@ pub(super) struct Check {
 }
 
 impl Check {
+    /// Reports `msg` at `key`.
     pub(super) fn err(&mut self, key: impl Into<String>, msg: impl Into<String>) {
         self.issues.push((key.into(), msg.into()));
+    }
+
+    /// Reports `msg` at `key` unless `ok`: the shape of most single-key rules.
+    pub(super) fn require(&mut self, ok: bool, key: String, msg: impl Into<String>) {
+        if !ok {
+            self.err(key, msg);
+        }
     }
 
     /// A name or id that must be given and unique (SPEC section 3): reports `key` as "required"

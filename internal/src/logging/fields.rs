@@ -1,6 +1,6 @@
 //! The text format's field formatter ([`TextFields`]): the same bytes as tracing-subscriber's
 //! `DefaultFields` (SPEC section 8: "structured fields are written `key=value`, tracing's
-//! default"), without its `write!` of three formatted arguments per field (issue 16: the access
+//! default"), without its `write!` of three formatted arguments per field (the access
 //! line's fields were ~17,000 instructions, about as much as the proxying of the request it logs).
 //!
 //! Rule by rule, as `DefaultFields` 0.3 writes them (`fmt/format/mod.rs`, `DefaultVisitor`):
@@ -10,7 +10,7 @@
 //! - the `message` field is written without a name, as its `Debug` form with the terminal
 //!   control characters tracing-subscriber 0.3.20+ sanitises (`fmt/format/escape.rs`: ESC, BEL,
 //!   BS, FF, DEL as `\xNN`, C1 controls U+0080..U+009F as `\u{NN}`) escaped the same way, but a
-//!   run of safe characters is written at once instead of character by character (issue 16:
+//!   run of safe characters is written at once instead of character by character (it cost
 //!   ~5,000 instructions of every hop's INFO line);
 //! - what `DefaultVisitor` treats specially is left to it: raw identifiers (`r#` names), `log.`
 //!   metadata fields of tracing-log, errors with their sources, floats, 128-bit integers, byte

@@ -1,6 +1,6 @@
 //! The text format's timestamp ([`LogTime`]): what tracing-subscriber's `SystemTime` writes
 //! (RFC 3339 in UTC with microseconds, `2026-12-02T07:47:32.123456Z`), with the date and time of
-//! day formatted once per second per thread instead of on every line (issue 16: ~2,400
+//! day formatted once per second per thread instead of on every line (~2,400
 //! instructions of every access line).
 
 use std::cell::Cell;

@@ -1,6 +1,6 @@
 //! A worker's recently used `gateway_requests_total` counters ([`RequestCounters`]): counting a
 //! request then costs two pointer comparisons instead of hashing its label set into the family's
-//! map (issue 16: CPU per request).
+//! map (CPU per request).
 
 use std::sync::{Arc, Mutex};
 

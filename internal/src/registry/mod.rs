@@ -6,13 +6,14 @@
 //! `.await`. Spawns nothing itself: [`health::HealthChecker`] owns the probe tasks.
 
 pub(crate) mod health;
+mod node;
 pub(crate) mod passive;
 pub(crate) mod probe;
 mod state;
 mod transitions;
 pub(crate) mod weight;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,12 +21,13 @@ use std::time::Duration;
 use tokio::sync::{watch, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use crate::config::{HealthConfig, NodeConfig, Protocol};
+use crate::config::{HealthConfig, NodeConfig};
 use crate::metrics::{Metrics, TransitionLabels};
 
 /// A node id (SPEC section 3: unique across clusters). Cheap to clone.
 pub(crate) type NodeId = Arc<str>;
 
+pub(crate) use node::{Node, NodeSettings};
 use state::{health_name, HEALTH_DEGRADED, HEALTH_EJECTED, HEALTH_HEALTHY};
 pub(crate) use state::{ChangeReason, NodeSignal, NodeState, ProbeEffect, ProbeResult};
 
@@ -63,7 +65,7 @@ pub struct NodeRuntime {
     passive_successes: AtomicU64,
     /// Passive errors in a row (SPEC section 6 `passive_consecutive_errors`). Written only under
     /// the counters lock, like every streak; a good answer reads it without the lock and takes
-    /// the lock only to clear a streak (issue 16: no lock per proxied request).
+    /// the lock only to clear a streak (no lock per proxied request).
     passive_errors: AtomicU32,
     counters: Mutex<Counters>,
     signal: watch::Sender<NodeSignal>,
@@ -81,59 +83,11 @@ pub struct NodeRuntime {
 
 /// Most WebSocket re-dials (connect plus handshake, until the node's answer head) in flight to one
 /// node. A hop storm re-dials thousands of sockets in the same instant; past the node's listen
-/// backlog its kernel drops the SYNs and each such socket waits for TCP's 1 s SYN retransmission
-/// (issue 16). Half of the smallest backlog in common use (128, Rust's `std` listener default)
-/// keeps a node's accept queue from overflowing, and is still far more than a node needs to stay
-/// busy (a loopback handshake takes well under a millisecond).
+/// backlog its kernel drops the SYNs and each such socket waits for TCP's 1 s SYN retransmission.
+/// Half of the smallest backlog in common use (128, Rust's `std` listener default) keeps a node's
+/// accept queue from overflowing, and is still far more than a node needs to stay busy (a loopback
+/// handshake takes well under a millisecond).
 pub(crate) const REDIALS_IN_FLIGHT: usize = 64;
-
-/// Settings a node's runtime needs from its cluster (refreshed on every table build).
-#[derive(Debug, Clone)]
-pub struct NodeSettings {
-    /// Health settings of its cluster.
-    pub health: HealthConfig,
-    /// The protocol of its cluster.
-    pub protocol: Protocol,
-    /// TLS to the node (its cluster's `tls`); `None` = cleartext.
-    pub tls: Option<Arc<crate::tls::client::ClusterTls>>,
-}
-
-/// One node as the current route table sees it: config plus shared runtime.
-#[derive(Debug)]
-pub struct Node {
-    /// Id.
-    pub id: NodeId,
-    /// Cluster name.
-    pub cluster: Arc<str>,
-    /// `host:port`.
-    pub addr: String,
-    /// Configured weight.
-    pub weight: u32,
-    /// Metadata.
-    pub metadata: BTreeMap<String, String>,
-    /// Cluster settings.
-    pub settings: NodeSettings,
-    /// Live state, shared across tables.
-    pub runtime: Arc<NodeRuntime>,
-}
-
-impl Node {
-    /// Health weight in percent (0-100) at `now`: 100 healthy (ramping during slow start),
-    /// `degraded_percent` degraded, 0 ejected or draining (SPEC section 3 `[health]`).
-    pub fn health_percent(&self, now: Instant) -> u32 {
-        self.runtime.health_percent(&self.settings.health, now)
-    }
-
-    /// The state shown to operators, not counting warm-up (the route table adds that).
-    pub fn state(&self) -> NodeState {
-        self.runtime.state()
-    }
-
-    /// True if new work may be sent here: not draining and health weight above 0.
-    pub fn is_selectable(&self, now: Instant) -> bool {
-        self.health_percent(now) > 0
-    }
-}
 
 impl NodeRuntime {
     /// A runtime for node `id` of no registry or table (no metrics): for unit tests elsewhere

@@ -4,7 +4,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, Protocol};
 
 pub(super) fn health(degrade: u32, eject: u32, recover: u32) -> HealthConfig {
     let mut h = Config::go_defaults().clusters[0].health.clone();
@@ -73,6 +73,7 @@ fn letter(s: NodeState) -> char {
     }
 }
 
+/// Longer than 80 lines on purpose: a table of cases, one row per ladder rule, run by one loop.
 #[test]
 fn ladder_table() {
     // (degrade_after, eject_after, recover_after, hold timeouts, probe results, state after each, why)
@@ -298,7 +299,7 @@ fn concurrent_probe_degrade_never_undoes_a_passive_ejection() {
     assert_eq!(lost, 0, "passive ejections lost to a racing probe");
 }
 
-/// Issue 16 (hop storms): a storm of re-dials to one node holds at most [`REDIALS_IN_FLIGHT`]
+/// Hop storms: a storm of re-dials to one node holds at most [`REDIALS_IN_FLIGHT`]
 /// slots at once, every waiter gets one in the end, and they are handed out in the order asked.
 #[tokio::test]
 async fn redial_slots_admit_at_most_the_limit_at_once_all_in_the_order_asked() {

@@ -60,8 +60,8 @@ pub fn node_reading(path: &str) -> Option<String> {
 
 /// True if `hay` contains `needle`, ASCII case-insensitively (no allocation). A needle that
 /// starts with a byte without case (an escape's `%`) is looked for from that byte's first
-/// occurrence on: a path without one costs a single scan, not a comparison per window (issue 16:
-/// the window-by-window search cost more than the rest of the route phase).
+/// occurrence on: a path without one costs a single scan, not a comparison per window (the
+/// window-by-window search cost more than the rest of the route phase).
 pub fn contains_ignore_ascii_case(hay: &[u8], needle: &[u8]) -> bool {
     let from = match needle.first() {
         Some(&b) if !b.is_ascii_alphabetic() => match hay.iter().position(|&h| h == b) {

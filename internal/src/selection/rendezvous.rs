@@ -107,7 +107,7 @@ mod tests {
         c[pick(c, key).expect("non-empty")].node.id.to_string()
     }
 
-    /// Issue 18 (stable selection): the hash is pinned, so a build that changed it (and would move
+    /// Stable selection: the hash is pinned, so a build that changed it (and would move
     /// every binding and disagree with older replicas) fails here.
     #[test]
     fn hash_is_pinned_across_builds() {
@@ -118,7 +118,7 @@ mod tests {
         assert_ne!(hash("ab", "c"), hash("a", "bc"));
     }
 
-    /// Issue 18 (stable selection): the node a key lands on ignores candidate order.
+    /// Stable selection: the node a key lands on ignores candidate order.
     #[test]
     fn choice_ignores_node_order() {
         let a = cands(&[("n1", 100), ("n2", 100), ("n3", 50), ("n4", 100)]);
@@ -131,7 +131,7 @@ mod tests {
         }
     }
 
-    /// Issue 18 (stable selection): adding a fifth node moves only the keys it wins (about 1/5),
+    /// Stable selection: adding a fifth node moves only the keys it wins (about 1/5),
     /// and removing one moves only the keys it held.
     #[test]
     fn adding_or_removing_a_node_moves_about_one_nth() {
@@ -164,7 +164,7 @@ mod tests {
         assert!((share(moved_remove) - 0.25).abs() < 0.02, "{moved_remove}");
     }
 
-    /// Issue 18 (stable selection): shares follow effective weights (1:2:3:4 within 1.5 points).
+    /// Stable selection: shares follow effective weights (1:2:3:4 within 1.5 points).
     #[test]
     fn shares_follow_weights() {
         let c = cands(&[("w1", 100), ("w2", 200), ("w3", 300), ("w4", 400)]);

@@ -214,7 +214,7 @@ fn metadata_key_case_mismatch_is_found() {
     );
 }
 
-/// Issue 6: a 5 % split by `x-user-id` puts 5 % +- 1.5 % of 10,000 distinct users on v2, and each
+/// A 5 % split by `x-user-id` puts 5 % +- 1.5 % of 10,000 distinct users on v2, and each
 /// user gets the same decision on all of 20 requests.
 #[test]
 fn split_five_percent_of_ten_thousand_users_each_stable_over_twenty_requests() {

@@ -1,12 +1,17 @@
-//! The sockets of the gateway ([`listen`] for one, [`listen_group`] for one per worker) and the
-//! process-wide connection limit of a listener kind ([`ConnLimit`], SPEC section 4).
+//! The sockets of the gateway ([`listen`] for one, [`listen_group`] for one per worker), the
+//! process-wide connection limit of a listener kind ([`ConnLimit`], SPEC section 4), and the accept
+//! loop every listener runs ([`accept_each`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::drain;
 
@@ -73,39 +78,41 @@ pub fn listen_group(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net:
 pub(super) struct ConnLimit {
     permits: Arc<Semaphore>,
     max: usize,
+    /// Whether reaching the limit is logged (the cleartext listeners' limit; the TLS listeners'
+    /// is not).
+    warns: bool,
     /// True once "connection limit reached" was logged, until a permit is free again: the warning
     /// is logged once each time the limit is reached, whichever worker reaches it.
     warned: AtomicBool,
 }
 
 impl ConnLimit {
-    /// A limit of `max` connections open at once.
-    pub(super) fn new(max: usize) -> Arc<Self> {
+    /// A limit of `max` connections open at once; reaching it is logged when `warns`.
+    pub(super) fn new(max: usize, warns: bool) -> Arc<Self> {
         Arc::new(ConnLimit {
             permits: Arc::new(Semaphore::new(max)),
             max,
+            warns,
             warned: AtomicBool::new(false),
         })
-    }
-
-    /// The permits themselves, for the TLS accept loop (which logs no warning of its own).
-    pub(super) fn permits(&self) -> Arc<Semaphore> {
-        self.permits.clone()
     }
 
     /// A permit for a connection just accepted: at once when one is free, otherwise once a
     /// connection closes; the accepted connection waits unserved meanwhile, like those behind it in
     /// the accept queue. Taking the permit first and accepting after would leave a permit idle in
     /// each worker blocked in `accept`, letting one worker's queued connections wait while the
-    /// limit has room. `None` when `watch` fires while waiting.
-    pub(super) async fn take(&self, watch: &mut drain::Watch) -> Option<OwnedSemaphorePermit> {
+    /// limit has room. `None` when `stop` fires while waiting.
+    pub(super) async fn take(&self, stop: &mut impl Stop) -> Option<OwnedSemaphorePermit> {
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => tokio::select! {
-                _ = watch.signaled() => return None,
+                () = stop.stopped() => return None,
                 p = self.permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             },
         };
+        if !self.warns {
+            return Some(permit);
+        }
         if self.permits.available_permits() == 0 {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -118,4 +125,74 @@ impl ConnLimit {
         }
         Some(permit)
     }
+}
+
+/// What ends an accept loop: the drain signal (data-plane listeners) or a cancellation (admin and
+/// health listeners).
+pub(super) trait Stop: Send {
+    /// Resolves once the loop must stop accepting (at once if it already must).
+    fn stopped(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+impl Stop for drain::Watch {
+    fn stopped(&mut self) -> impl Future<Output = ()> + Send {
+        self.signaled()
+    }
+}
+
+impl Stop for CancellationToken {
+    fn stopped(&mut self) -> impl Future<Output = ()> + Send {
+        self.cancelled()
+    }
+}
+
+/// How long an accept loop waits after a failed `accept` (e.g. out of file descriptors) before it
+/// tries again, so that a lasting failure does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts connections on `listener` until `stop` fires, and spawns for each the future `conn`
+/// returns for it, its peer and its permit of `limit` (taken after the accept, waiting for one if
+/// none is free, [`ConnLimit::take`]; `None` without a limit). A failed `accept` is logged as
+/// `failed` and retried after [`ACCEPT_BACKOFF`]. Returns, with the listener closed, how many
+/// connections were accepted and the tasks of those still open (the caller waits for or aborts
+/// them).
+pub(super) async fn accept_each<S, F, Fut>(
+    listener: TcpListener,
+    stop: &mut S,
+    limit: Option<&ConnLimit>,
+    failed: &'static str,
+    mut conn: F,
+) -> (u64, JoinSet<()>)
+where
+    S: Stop,
+    F: FnMut(TcpStream, SocketAddr, Option<OwnedSemaphorePermit>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut conns = JoinSet::new();
+    let mut accepted: u64 = 0;
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = stop.stopped() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "{failed}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let permit = match limit {
+            Some(limit) => match limit.take(stop).await {
+                Some(p) => Some(p),
+                None => break,
+            },
+            None => None,
+        };
+        accepted += 1;
+        conns.spawn(conn(tcp, peer, permit));
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    (accepted, conns)
 }

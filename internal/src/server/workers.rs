@@ -16,14 +16,19 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::accept::{accept_data, accept_tls, TlsPart};
+use super::accept::{accept_data, accept_tls, TlsListener, TlsPart};
 use super::listen::ConnLimit;
+use super::ServerError;
 use crate::config::Config;
 use crate::drain;
+use crate::hopper::{ConnIds, Hopper};
+use crate::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, ProxySettings};
+use crate::routing::reload::Routing;
 
 /// The process-wide connection limits, one per listener kind (`[limits] max_connections` each).
 #[derive(Clone)]
@@ -38,8 +43,8 @@ impl Limits {
     /// `max` connections per listener kind.
     pub(super) fn new(max: usize) -> Self {
         Limits {
-            data: ConnLimit::new(max),
-            tls: ConnLimit::new(max),
+            data: ConnLimit::new(max, true),
+            tls: ConnLimit::new(max, false),
         }
     }
 }
@@ -127,6 +132,79 @@ pub(super) fn spawn(
         },
         guard,
     ))
+}
+
+/// Starts one data-plane worker per socket of `data` (with its part of `tls`): worker 0 as a task
+/// of `tasks` on the current runtime with `proxy`, the others on runtimes of their own
+/// ([`spawn`]) with proxies of their own, each joined through a task of `tasks`. Returns
+/// the guards that keep workers 1..N running.
+///
+/// # Errors
+/// [`ServerError::Worker`] if a worker's runtime or thread cannot be created.
+pub(super) fn start(
+    tasks: &mut JoinSet<()>,
+    data: Vec<std::net::TcpListener>,
+    tls: Option<TlsListener>,
+    proxy: &Arc<Proxy>,
+    cfg: &Config,
+    watch: &drain::Watch,
+) -> Result<Vec<DropGuard>, ServerError> {
+    let mut tls_parts = tls
+        .map(TlsListener::into_parts)
+        .unwrap_or_default()
+        .into_iter();
+    let limits = Limits::new(cfg.limits.max_connections);
+    let mut worker_runtimes = Vec::new();
+    for (index, data) in data.into_iter().enumerate() {
+        let w = Worker {
+            index,
+            data,
+            tls: tls_parts.next(),
+            proxy: if index == 0 {
+                proxy.clone()
+            } else {
+                Arc::new(worker_proxy(proxy, cfg))
+            },
+            watch: watch.clone(),
+            limits: limits.clone(),
+        };
+        if index == 0 {
+            tasks.spawn(serve(w));
+        } else {
+            let (done, running) = spawn(w).map_err(ServerError::Worker)?;
+            tasks.spawn(done);
+            worker_runtimes.push(running);
+        }
+    }
+    Ok(worker_runtimes)
+}
+
+/// The proxy of worker 0 (the main runtime): the shared state, `cfg`'s settings, upstream pools of
+/// its own, and `watch` as its shutdown signal.
+pub(super) fn data_proxy(
+    cfg: &Config,
+    routing: &Arc<Routing>,
+    hopper: &Arc<Hopper>,
+    ids: ConnIds,
+    metrics: &Arc<Metrics>,
+    watch: &drain::Watch,
+) -> Arc<Proxy> {
+    Arc::new(Proxy {
+        routing: routing.clone(),
+        hopper: hopper.clone(),
+        ids,
+        upstream: upstream(cfg),
+        metrics: metrics.clone(),
+        counters: Default::default(),
+        settings: ProxySettings {
+            affinity_header: cfg.affinity.header.clone(),
+            trusted: cfg.server.trusted_proxies.clone(),
+            limits: cfg.limits.clone(),
+            access_log: cfg.server.access_log,
+            zone: cfg.server.zone.as_deref().map(Arc::from),
+        },
+        shutdown: watch.clone(),
+    })
 }
 
 /// The client to nodes with `cfg`'s timeouts and limits: one per worker, so each worker's pooled

@@ -116,6 +116,74 @@ fn certs(
     Ok(certs)
 }
 
+/// The roots `spec` trusts: its `ca` file (added to `digest`), else the system's when it verifies;
+/// problems go to `issues`.
+fn roots(spec: &TlsSpec, digest: &mut Sha256, issues: &mut Vec<SpecIssue>) -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    match spec.ca.as_deref() {
+        Some(path) => match read("ca", path, digest).and_then(|b| certs("ca", path, &b)) {
+            Ok(list) => {
+                for c in list {
+                    if let Err(e) = roots.add(c) {
+                        issues.push(("ca", format!("{path:?}: bad CA certificate: {e}")));
+                    }
+                }
+            }
+            Err(i) => issues.push(i),
+        },
+        None if spec.verify => {
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+            if roots.is_empty() {
+                issues.push((
+                    "ca",
+                    "no system root certificates found: set ca to a PEM file".into(),
+                ));
+            }
+        }
+        None => {}
+    }
+    roots
+}
+
+/// `spec`'s client certificate chain and key (read into `digest`), if it has both; problems (one
+/// without the other, unreadable or invalid files) go to `issues`.
+fn client_auth(
+    spec: &TlsSpec,
+    digest: &mut Sha256,
+    issues: &mut Vec<SpecIssue>,
+) -> Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    match (spec.client_cert.as_deref(), spec.client_key.as_deref()) {
+        (None, None) => None,
+        (Some(_), None) => {
+            issues.push(("client_key", "client_cert needs client_key".into()));
+            None
+        }
+        (None, Some(_)) => {
+            issues.push(("client_cert", "client_key needs client_cert".into()));
+            None
+        }
+        (Some(cp), Some(kp)) => {
+            let chain = read("client_cert", cp, digest)
+                .and_then(|b| certs("client_cert", cp, &b))
+                .map_err(|i| issues.push(i))
+                .ok();
+            let key = read("client_key", kp, digest)
+                .and_then(|b| {
+                    PrivateKeyDer::from_pem_slice(&b).map_err(|e| {
+                        (
+                            "client_key",
+                            format!("{kp:?} holds no usable private key: {e}"),
+                        )
+                    })
+                })
+                .map_err(|i| issues.push(i))
+                .ok();
+            chain.zip(key)
+        }
+    }
+}
+
 /// The rustls ring provider shared by every node TLS config.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -129,8 +197,8 @@ impl ClusterTls {
     /// Every problem as `(key under tls, message)`: unreadable file, no/invalid PEM, a client
     /// certificate without its key (or the reverse), a key that does not fit, an invalid `sni`.
     ///
-    /// Longer than 80 lines on purpose: it reads every file of the spec once and collects every
-    /// problem before it builds either config, so all errors come back together.
+    /// Every file of the spec is read once and every problem collected before either config is
+    /// built, so all errors come back together.
     pub fn load(spec: &TlsSpec) -> Result<ClusterTls, Vec<SpecIssue>> {
         let mut issues = Vec::new();
         let mut digest = Sha256::new();
@@ -145,59 +213,8 @@ impl ClusterTls {
                 }
             },
         };
-        let mut roots = RootCertStore::empty();
-        match spec.ca.as_deref() {
-            Some(path) => match read("ca", path, &mut digest).and_then(|b| certs("ca", path, &b)) {
-                Ok(list) => {
-                    for c in list {
-                        if let Err(e) = roots.add(c) {
-                            issues.push(("ca", format!("{path:?}: bad CA certificate: {e}")));
-                        }
-                    }
-                }
-                Err(i) => issues.push(i),
-            },
-            None if spec.verify => {
-                let native = rustls_native_certs::load_native_certs();
-                roots.add_parsable_certificates(native.certs);
-                if roots.is_empty() {
-                    issues.push((
-                        "ca",
-                        "no system root certificates found: set ca to a PEM file".into(),
-                    ));
-                }
-            }
-            None => {}
-        }
-        let client = match (spec.client_cert.as_deref(), spec.client_key.as_deref()) {
-            (None, None) => None,
-            (Some(_), None) => {
-                issues.push(("client_key", "client_cert needs client_key".into()));
-                None
-            }
-            (None, Some(_)) => {
-                issues.push(("client_cert", "client_key needs client_cert".into()));
-                None
-            }
-            (Some(cp), Some(kp)) => {
-                let chain = read("client_cert", cp, &mut digest)
-                    .and_then(|b| certs("client_cert", cp, &b))
-                    .map_err(|i| issues.push(i))
-                    .ok();
-                let key = read("client_key", kp, &mut digest)
-                    .and_then(|b| {
-                        PrivateKeyDer::from_pem_slice(&b).map_err(|e| {
-                            (
-                                "client_key",
-                                format!("{kp:?} holds no usable private key: {e}"),
-                            )
-                        })
-                    })
-                    .map_err(|i| issues.push(i))
-                    .ok();
-                chain.zip(key)
-            }
-        };
+        let roots = roots(spec, &mut digest, &mut issues);
+        let client = client_auth(spec, &mut digest, &mut issues);
         if !issues.is_empty() {
             return Err(issues);
         }

@@ -16,7 +16,7 @@
 //! `--concurrency 256` (handshakes in flight), `--echo-secs 3`, `--echo-rate 1000` (messages/s in total),
 //! `--settle-ms 1000` (wait after a step before reading RSS).
 //!
-//! Hop mode (`bench/ws-hop.sh`, issue 7: "the time to hop all of them after a kill"), selected by
+//! Hop mode (`bench/ws-hop.sh`: the time to hop all of them after a kill), selected by
 //! `--hop-kill PID`: opens the last `--steps` count of idle sockets through a gateway route in
 //! `websocket = "hop"` mode, counts those whose hello came from `--hop-node ID` (default `node-1`,
 //! the node whose process is PID), waits `--settle-ms`, sends SIGKILL to PID (`kill -9`; the clock
@@ -38,7 +38,7 @@
 //! last hop or the deadline, in the order of `pids`. Every socket stays open until the JSON is
 //! printed, and `--hold-ms N` (default 0) more, so a profiler of the gateway can stop first.
 //!
-//! Message-rate mode (`bench/ws-msg.sh`, issue 16), selected by `--msg-secs N`: `--msg-conns 64`
+//! Message-rate mode (`bench/ws-msg.sh`), selected by `--msg-secs N`: `--msg-conns 64`
 //! sockets with `--msg-inflight 4` messages of `--msg-bytes 64` in flight each, closed loop, and
 //! the proxies' CPU per round trip over the window (`msg.rs` documents its JSON).
 //!

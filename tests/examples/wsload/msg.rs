@@ -1,4 +1,4 @@
-//! Message-rate mode (`bench/ws-msg.sh`, `make bench`; issue 16: "CPU µs per WebSocket message"),
+//! Message-rate mode (`bench/ws-msg.sh`, `make bench`: CPU µs per WebSocket message),
 //! selected by `--msg-secs N`: `--msg-conns` sockets (64), each with `--msg-inflight` (4) binary
 //! messages of `--msg-bytes` (64) in flight, closed loop: every echo read sends the next message.
 //! After `--msg-warmup-secs` (1) of warm-up it counts the round trips completed in `N` seconds and

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Issue 18 (fleet test): 3 replicas, 4 nodes, Redis; 1,000 hop-mode WebSockets and 1,000 HTTP ids
+/// Fleet test: 3 replicas, 4 nodes, Redis; 1,000 hop-mode WebSockets and 1,000 HTTP ids
 /// through a rolling restart of every node, kill -9 of a Redis master and a gateway replica restart: zero
 /// failed requests, zero closed sockets, zero lost or reordered messages, one agreed node per id.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.

@@ -1,4 +1,4 @@
-//! The fleet test (issue 18, "A fleet test"): 3 gateway replicas on one Redis Cluster (3 masters,
+//! The fleet test: 3 gateway replicas on one Redis Cluster (3 masters,
 //! 3 replicas), 4 mock nodes,
 //! 1,000 WebSockets in hop mode and 1,000 ids doing idempotent HTTP requests spread over the
 //! replicas; then, one after another, a rolling restart of every node (drain on one replica, kill,

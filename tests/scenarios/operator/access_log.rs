@@ -1,8 +1,8 @@
-//! The access log (issue 17): the fields operators grep for.
+//! The access log: the fields operators grep for.
 
 use super::*;
 
-/// Issue 17 access log: client address, protocol (http/1.1, h2, ws), upstream address and status,
+/// The access log: client address, protocol (http/1.1, h2, ws), upstream address and status,
 /// a reason for the gateway's own answers, and `traceparent` forwarded untouched and logged as
 /// `trace_id`.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.

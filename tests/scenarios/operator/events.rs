@@ -1,4 +1,4 @@
-//! The `/admin/events` stream (SPEC section 11, issue 17): each kind delivered, and a reader that stops
+//! The `/admin/events` stream (SPEC section 11): each kind delivered, and a reader that stops
 //! reading dropped.
 
 use super::*;
@@ -11,7 +11,7 @@ fn set(k: &[&str]) -> BTreeSet<String> {
     k.iter().map(|s| s.to_string()).collect()
 }
 
-/// Issue 17 / SPEC 11: `/admin/events` delivers `drain`, `node`, `hop` and `reload` events as
+/// SPEC 11: `/admin/events` delivers `drain`, `node`, `hop` and `reload` events as
 /// they happen, each with exactly the SPEC's fields.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
@@ -94,7 +94,7 @@ async fn admin_events_deliver_each_kind() {
     assert_eq!(reload["generation"], 2, "the live generation stays");
 }
 
-/// Issue 17 / SPEC 11: a subscriber that stops reading is dropped (never buffered without bound):
+/// SPEC 11: a subscriber that stops reading is dropped (never buffered without bound):
 /// the subscriber count goes to zero while events keep coming, what it gets when it reads again
 /// is bounded and ends the stream, and the gateway's RSS stays bounded.
 #[tokio::test]

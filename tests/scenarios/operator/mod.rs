@@ -1,4 +1,4 @@
-//! The operator surface without a browser (SPEC section 11, issue 17): the `/admin/events` stream
+//! The operator surface without a browser (SPEC section 11): the `/admin/events` stream
 //! and its bound on slow readers, readiness that means ready, the `health_listen` listener.
 
 mod access_log;

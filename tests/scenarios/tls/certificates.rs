@@ -1,9 +1,9 @@
-//! Which certificate a TLS client meets (issue 14): SNI choice, client certificates required by
+//! Which certificate a TLS client meets: SNI choice, client certificates required by
 //! `client_ca`, and `--check-config` on certificate files.
 
 use super::*;
 
-/// Issue 14 "SNI": with two certificates, a rustls client and `openssl s_client -servername` see
+/// SNI: with two certificates, a rustls client and `openssl s_client -servername` see
 /// the exact-name leaf, the one-label wildcard's leaf, and the first (default) leaf for an unknown
 /// name or no SNI at all.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
@@ -87,7 +87,7 @@ async fn tls_sni_picks_exact_then_wildcard_then_the_first_certificate() {
     drop(gw);
 }
 
-/// Issue 14 "mTLS downstream": with `client_ca` set, a client without a certificate, or with one
+/// mTLS downstream: with `client_ca` set, a client without a certificate, or with one
 /// from another CA, fails the handshake; one signed by `client_ca` passes and its subject is in the
 /// access log.
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn tls_client_ca_requires_a_certificate_it_signed() {
     assert!(handshakes(&gw, "error").await >= 2.0);
 }
 
-/// Issue 14 / SPEC section 10: `--check-config` reads the certificate files and names each problem
+/// SPEC section 10: `--check-config` reads the certificate files and names each problem
 /// in the config-error shape: a broken PEM, a key that does not match, an expired leaf.
 #[tokio::test]
 async fn tls_check_config_names_bad_certificate_files() {

@@ -1,4 +1,4 @@
-//! Downstream TLS (SPEC section 10, issue 14): the `[server.tls]` listener with SNI certificate
+//! Downstream TLS (SPEC section 10): the `[server.tls]` listener with SNI certificate
 //! choice, ALPN (HTTP/1.1, HTTP/2, gRPC), `wss://` and RFC 8441 WebSockets that hop, client
 //! certificates, and `--check-config` on certificate files. Certificates are made by the tests
 //! (rcgen). Reload under load is in `tls_reload`.

@@ -1,4 +1,4 @@
-//! Protocols over the TLS listener (issue 14): ALPN for HTTP/1.1 and HTTP/2, gRPC, `wss://` and RFC
+//! Protocols over the TLS listener: ALPN for HTTP/1.1 and HTTP/2, gRPC, `wss://` and RFC
 //! 8441 WebSockets that hop.
 
 use super::*;
@@ -33,7 +33,7 @@ where
     assert_eq!(next_text(ws, Duration::from_secs(3)).await, "after");
 }
 
-/// Issue 14 "ALPN": an h2 client gets HTTP/2 and an http/1.1-only client HTTP/1.1 on the same TLS
+/// ALPN: an h2 client gets HTTP/2 and an http/1.1-only client HTTP/1.1 on the same TLS
 /// port, both with `X-Forwarded-Proto: https`; `curl --http2 --cacert` works.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
 #[tokio::test]
@@ -98,7 +98,7 @@ async fn tls_alpn_gives_h2_and_http11_clients_their_protocol() {
     assert!(handshakes(gw, "ok").await >= 3.0);
 }
 
-/// Issue 14 "gRPC over TLS" (downstream half): unary `Who` and server-streaming `Ticks` over an
+/// gRPC over TLS (downstream half): unary `Who` and server-streaming `Ticks` over an
 /// h2 TLS connection to a `protocol = "h2c"` cluster end with their messages and `grpc-status: 0`.
 #[tokio::test]
 async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
@@ -136,7 +136,7 @@ async fn tls_grpc_unary_and_streaming_reach_an_h2c_cluster() {
     assert_eq!(r.trailer("grpc-status").as_deref(), Some("0"));
 }
 
-/// Issue 14 "ALPN ... a `wss://` socket hops when its node is killed and stays open": a WebSocket
+/// A `wss://` socket hops when its node is killed and stays open: a WebSocket
 /// over TLS (HTTP/1.1) exchanges messages, and when its node dies it is re-dialled to the other
 /// node with the client's socket untouched.
 #[tokio::test]
@@ -153,7 +153,7 @@ async fn tls_wss_socket_hops_when_its_node_is_killed() {
     exchange_and_hop(&mut ws, &mut a, &mut b).await;
 }
 
-/// Issue 14 "RFC 8441": an h2 client opens a WebSocket with an extended CONNECT over TLS (200, no
+/// RFC 8441: an h2 client opens a WebSocket with an extended CONNECT over TLS (200, no
 /// accept key), exchanges messages, and the socket hops to the other node when its node is killed.
 #[tokio::test]
 async fn tls_rfc8441_websocket_over_h2_exchanges_messages_and_hops() {

@@ -1,4 +1,4 @@
-//! WebSocket fleets (issue 7, SPEC section 5): 200 clients on one node, each exchanging a numbered
+//! WebSocket fleets (SPEC section 5): 200 clients on one node, each exchanging a numbered
 //! message every few tens of milliseconds, through a `kill -9` of their node and through a drain.
 //! `hop` mode must keep every client socket open, deliver every message in order, and show the new
 //! node's hello (`hopped_from`, SPEC section 9) before its first echo; `hint` mode must close every
@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Clients per scenario (issue 7).
+/// Clients per scenario.
 const CLIENTS: usize = 200;
 
 /// Handshakes in flight while the fleet connects.

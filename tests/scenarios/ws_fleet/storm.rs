@@ -1,4 +1,4 @@
-//! A hop storm (issue 16): many idle hop-mode sockets on one node, `kill -9` of that node, and
+//! A hop storm: many idle hop-mode sockets on one node, `kill -9` of that node, and
 //! every socket re-dialled to node-2 at once. Each must hop exactly once, none may close, and the
 //! gateway must count and time each hop once; the re-dials are paced per node (at most
 //! `REDIALS_IN_FLIGHT` in flight, in order), which the gateway's unit tests check.

@@ -28,12 +28,9 @@ pub(super) fn merge_health(base: &HealthFile, over: Option<&HealthFile>) -> Heal
     }
 }
 
-/// Resolves one cluster's health settings; `key` is where its overrides live (for error keys).
-///
-/// Longer than 80 lines on purpose: one check per key of `[health]` (SPEC section 3), in the
-/// order the SPEC lists them; nothing is shared between them to factor out.
-pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
-    let kind = match h.kind.as_deref() {
+/// `[health] kind` (at `key`): `http` when absent.
+fn probe_kind(c: &mut Check, key: &str, h: &HealthFile) -> ProbeKind {
+    match h.kind.as_deref() {
         None | Some("http") => ProbeKind::Http,
         Some("tcp") => ProbeKind::Tcp,
         Some("grpc") => ProbeKind::Grpc,
@@ -44,28 +41,12 @@ pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
             );
             ProbeKind::Http
         }
-    };
-    let path = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.into());
-    if !path.starts_with('/') {
-        c.err(format!("{key}.path"), "must start with '/'");
     }
-    let interval = c.duration(
-        &format!("{key}.interval"),
-        h.interval.as_ref(),
-        DEFAULT_HEALTH_INTERVAL,
-    );
-    if interval < Duration::from_millis(10) {
-        c.err(format!("{key}.interval"), "must be at least 10ms");
-    }
-    let timeout = c.duration(
-        &format!("{key}.timeout"),
-        h.timeout.as_ref(),
-        DEFAULT_HEALTH_TIMEOUT,
-    );
-    if timeout.is_zero() {
-        c.err(format!("{key}.timeout"), "must be greater than 0s");
-    }
-    let expect_status = match h.expect_status.as_deref() {
+}
+
+/// `[health] expect_status` (at `key`): `[low, high]` within 100..=599; 200..=299 when absent.
+fn expect_status(c: &mut Check, key: &str, h: &HealthFile) -> std::ops::RangeInclusive<u16> {
+    match h.expect_status.as_deref() {
         None => 200..=299,
         Some([lo, hi]) if (100..=599).contains(lo) && lo <= hi && *hi <= 599 => *lo..=*hi,
         Some(_) => {
@@ -75,40 +56,22 @@ pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
             );
             200..=299
         }
-    };
-    let degrade_after = h.degrade_after.unwrap_or(DEFAULT_DEGRADE_AFTER);
-    let eject_after = h.eject_after.unwrap_or(DEFAULT_EJECT_AFTER);
-    if eject_after == 0 {
-        c.err(format!("{key}.eject_after"), "must be at least 1");
     }
-    if degrade_after == 0 || degrade_after > eject_after {
-        c.err(
-            format!("{key}.degrade_after"),
-            format!("must be between 1 and eject_after ({eject_after})"),
-        );
-    }
-    let degraded_percent = h
-        .degraded_percent
-        .unwrap_or(DEFAULT_DEGRADED_PERCENT as u32);
-    if !(1..=100).contains(&degraded_percent) {
-        c.err(
-            format!("{key}.degraded_percent"),
-            "must be between 1 and 100",
-        );
-    }
-    let max_ejection_percent = h
-        .max_ejection_percent
-        .unwrap_or(u32::from(DEFAULT_MAX_EJECTION_PERCENT));
-    if max_ejection_percent > 100 {
-        c.err(
-            format!("{key}.max_ejection_percent"),
-            "must be between 0 and 100",
-        );
-    }
-    let recover_after = h.recover_after.unwrap_or(DEFAULT_RECOVER_AFTER);
-    if recover_after == 0 {
-        c.err(format!("{key}.recover_after"), "must be at least 1");
-    }
+}
+
+/// Resolves one cluster's health settings; `key` is where its overrides live (for error keys).
+/// One check per key of `[health]` (SPEC section 3), in the order the SPEC lists them.
+pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
+    let kind = probe_kind(c, key, h);
+    let path = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.into());
+    c.require(
+        path.starts_with('/'),
+        format!("{key}.path"),
+        "must start with '/'",
+    );
+    let (interval, timeout) = probe_timing(c, key, h);
+    let expect_status = expect_status(c, key, h);
+    let ladder = ladder(c, key, h);
     let slow_start = c.duration(
         &format!("{key}.slow_start"),
         h.slow_start.as_ref(),
@@ -133,23 +96,104 @@ pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
             pointer: j.pointer.clone(),
             equals: j.equals.clone(),
         }),
-        degrade_after: degrade_after.clamp(1, eject_after.max(1)),
-        degraded_percent: degraded_percent.clamp(1, 100) as u8,
-        eject_after: eject_after.max(1),
-        recover_after: recover_after.max(1),
+        degrade_after: ladder.degrade_after,
+        degraded_percent: ladder.degraded_percent,
+        eject_after: ladder.eject_after,
+        recover_after: ladder.recover_after,
         slow_start: (!slow_start.is_zero()).then_some(slow_start),
         passive_consecutive_errors: NonZeroU32::new(
             h.passive_consecutive_errors
                 .unwrap_or(DEFAULT_PASSIVE_ERRORS),
         ),
+        max_ejection_percent: ladder.max_ejection_percent,
+    }
+}
+
+/// `[health] interval` (at least 10ms) and `timeout` (more than 0s), at `key`.
+fn probe_timing(c: &mut Check, key: &str, h: &HealthFile) -> (Duration, Duration) {
+    let interval = c.duration(
+        &format!("{key}.interval"),
+        h.interval.as_ref(),
+        DEFAULT_HEALTH_INTERVAL,
+    );
+    let at_least_10ms = interval >= Duration::from_millis(10);
+    c.require(
+        at_least_10ms,
+        format!("{key}.interval"),
+        "must be at least 10ms",
+    );
+    let timeout = c.duration(
+        &format!("{key}.timeout"),
+        h.timeout.as_ref(),
+        DEFAULT_HEALTH_TIMEOUT,
+    );
+    c.require(
+        !timeout.is_zero(),
+        format!("{key}.timeout"),
+        "must be greater than 0s",
+    );
+    (interval, timeout)
+}
+
+/// The health ladder's thresholds, each within its range (a reported value out of range is
+/// clamped into it).
+struct Ladder {
+    degrade_after: u32,
+    degraded_percent: u8,
+    eject_after: u32,
+    recover_after: u32,
+    max_ejection_percent: u8,
+}
+
+/// `[health]` `degrade_after`, `eject_after`, `degraded_percent`, `max_ejection_percent` and
+/// `recover_after` (at `key`).
+fn ladder(c: &mut Check, key: &str, h: &HealthFile) -> Ladder {
+    let degrade_after = h.degrade_after.unwrap_or(DEFAULT_DEGRADE_AFTER);
+    let eject_after = h.eject_after.unwrap_or(DEFAULT_EJECT_AFTER);
+    c.require(
+        eject_after != 0,
+        format!("{key}.eject_after"),
+        "must be at least 1",
+    );
+    c.require(
+        degrade_after != 0 && degrade_after <= eject_after,
+        format!("{key}.degrade_after"),
+        format!("must be between 1 and eject_after ({eject_after})"),
+    );
+    let degraded_percent = h
+        .degraded_percent
+        .unwrap_or(DEFAULT_DEGRADED_PERCENT as u32);
+    c.require(
+        (1..=100).contains(&degraded_percent),
+        format!("{key}.degraded_percent"),
+        "must be between 1 and 100",
+    );
+    let max_ejection_percent = h
+        .max_ejection_percent
+        .unwrap_or(u32::from(DEFAULT_MAX_EJECTION_PERCENT));
+    c.require(
+        max_ejection_percent <= 100,
+        format!("{key}.max_ejection_percent"),
+        "must be between 0 and 100",
+    );
+    let recover_after = h.recover_after.unwrap_or(DEFAULT_RECOVER_AFTER);
+    c.require(
+        recover_after != 0,
+        format!("{key}.recover_after"),
+        "must be at least 1",
+    );
+    Ladder {
+        degrade_after: degrade_after.clamp(1, eject_after.max(1)),
+        degraded_percent: degraded_percent.clamp(1, 100) as u8,
+        eject_after: eject_after.max(1),
+        recover_after: recover_after.max(1),
         max_ejection_percent: max_ejection_percent.min(100) as u8,
     }
 }
 
 /// Validates every `[[clusters]]` table (SPEC section 3): unique names, protocol, picker, nodes
-/// (unique ids across clusters, addresses, weights), discovery, TLS and health overrides.
-///
-/// Longer than 80 lines on purpose: one check per key of the table, in file order.
+/// (unique ids across clusters, addresses, weights), discovery, TLS and health overrides, one
+/// check per key of the table in file order.
 pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
     // Validate the global block on its own so its errors carry `health.*` keys.
     let _ = health(c, "health", &f.health);
@@ -209,33 +253,7 @@ pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         } else if discovery.is_none() && cl.nodes.is_empty() {
             c.err(format!("{key}.nodes"), "a cluster needs at least one node");
         }
-        let mut nodes = Vec::new();
-        for (j, n) in cl.nodes.iter().enumerate() {
-            let nkey = format!("{key}.nodes[{j}]");
-            c.required_unique(format!("{nkey}.id"), &n.id, &mut node_ids, || {
-                format!(
-                    "duplicate node id {:?} (node ids are unique across clusters)",
-                    n.id
-                )
-            });
-            match n.addr.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-                _ => c.err(
-                    format!("{nkey}.addr"),
-                    format!("expected HOST:PORT, got {:?}", n.addr),
-                ),
-            }
-            let weight = n.weight.unwrap_or(100);
-            if weight > 10_000 {
-                c.err(format!("{nkey}.weight"), "must be between 0 and 10000");
-            }
-            nodes.push(NodeConfig {
-                id: n.id.clone(),
-                addr: n.addr.clone(),
-                weight,
-                metadata: n.metadata.clone(),
-            });
-        }
+        let nodes = nodes(c, &key, &cl.nodes, &mut node_ids);
         out.push(ClusterConfig {
             name: cl.name.clone(),
             protocol,
@@ -247,6 +265,46 @@ pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
         });
     }
     out
+}
+
+/// A cluster's static `nodes` (at `key`): ids unique across clusters (`node_ids` holds those
+/// seen), `HOST:PORT` addresses, weights from 0 to 10000 (default 100).
+fn nodes(
+    c: &mut Check,
+    key: &str,
+    file: &[super::file::NodeFile],
+    node_ids: &mut HashSet<String>,
+) -> Vec<NodeConfig> {
+    let mut nodes = Vec::new();
+    for (j, n) in file.iter().enumerate() {
+        let nkey = format!("{key}.nodes[{j}]");
+        c.required_unique(format!("{nkey}.id"), &n.id, node_ids, || {
+            format!(
+                "duplicate node id {:?} (node ids are unique across clusters)",
+                n.id
+            )
+        });
+        match n.addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => c.err(
+                format!("{nkey}.addr"),
+                format!("expected HOST:PORT, got {:?}", n.addr),
+            ),
+        }
+        let weight = n.weight.unwrap_or(100);
+        c.require(
+            weight <= 10_000,
+            format!("{nkey}.weight"),
+            "must be between 0 and 10000",
+        );
+        nodes.push(NodeConfig {
+            id: n.id.clone(),
+            addr: n.addr.clone(),
+            weight,
+            metadata: n.metadata.clone(),
+        });
+    }
+    nodes
 }
 
 /// Loads `clusters[i].tls` (key `key`); checks `protocol = "h2"` has it. `None` = cleartext.

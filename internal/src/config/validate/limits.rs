@@ -2,46 +2,28 @@
 
 use super::*;
 
-/// Validates `[limits]` (SPEC section 3): each key with its default when absent.
-///
-/// Longer than 80 lines on purpose: one check per key of the table, in the order the SPEC lists
-/// them.
+/// A `[limits]` count of at least 1; reports a 0 and returns `default` for it and for none.
+fn pos(c: &mut Check, key: &str, v: Option<u64>, default: usize) -> usize {
+    match v {
+        Some(0) => {
+            c.err(key, "must be at least 1");
+            default
+        }
+        Some(n) => n as usize,
+        None => default,
+    }
+}
+
+/// Validates `[limits]` (SPEC section 3): each key with its default when absent, checked in the
+/// order the SPEC lists them.
 pub(super) fn limits(c: &mut Check, f: &FileConfig) -> Limits {
     let l = &f.limits;
-    let pos = |c: &mut Check, key: &str, v: Option<u64>, d: usize| -> usize {
-        match v {
-            Some(0) => {
-                c.err(key, "must be at least 1");
-                d
-            }
-            Some(n) => n as usize,
-            None => d,
-        }
-    };
     let ws_idle = c.duration(
         "limits.websocket_idle_timeout",
         l.websocket_idle_timeout.as_ref(),
         Duration::ZERO,
     );
-    let rate_window = c.duration(
-        "limits.body_rate_window",
-        l.body_rate_window.as_ref(),
-        DEFAULT_BODY_RATE_WINDOW,
-    );
-    if rate_window.is_zero() {
-        c.err("limits.body_rate_window", "must be more than 0s");
-    }
-    let body_min_rate = match l.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE) {
-        0 => None,
-        bytes_per_sec => Some(BodyMinRate {
-            bytes_per_sec,
-            window: if rate_window.is_zero() {
-                DEFAULT_BODY_RATE_WINDOW
-            } else {
-                rate_window
-            },
-        }),
-    };
+    let body_min_rate = body_min_rate(c, l);
     Limits {
         max_request_line: pos(
             c,
@@ -84,38 +66,67 @@ pub(super) fn limits(c: &mut Check, f: &FileConfig) -> Limits {
             DEFAULT_UPSTREAM_IDLE_TIMEOUT,
         ),
         body_min_rate,
-        h2: H2Limits {
-            max_concurrent_streams: u32::try_from(pos(
-                c,
-                "limits.h2_max_concurrent_streams",
-                l.h2_max_concurrent_streams,
-                DEFAULT_H2_MAX_CONCURRENT_STREAMS as usize,
-            ))
-            .unwrap_or(u32::MAX),
-            max_header_list: u32::try_from(size(
-                c,
-                "limits.h2_max_header_list",
-                l.h2_max_header_list.as_ref(),
-                u64::from(DEFAULT_H2_MAX_HEADER_LIST),
-            ))
-            .unwrap_or(u32::MAX),
-            max_resets_per_second: NonZeroU32::new(
-                u32::try_from(pos(
-                    c,
-                    "limits.h2_max_resets_per_second",
-                    l.h2_max_resets_per_second,
-                    DEFAULT_H2_MAX_RESETS_PER_SECOND as usize,
-                ))
-                .unwrap_or(u32::MAX),
-            )
-            .expect("pos() never returns 0"),
-        },
+        h2: h2_limits(c, l),
         websocket_max_message: size(
             c,
             "limits.websocket_max_message",
             l.websocket_max_message.as_ref(),
             DEFAULT_WEBSOCKET_MAX_MESSAGE,
         ),
+    }
+}
+
+/// `limits.body_min_rate` over `limits.body_rate_window`: `None` for a rate of 0 (no minimum); a
+/// window of 0s is reported and the default window used.
+fn body_min_rate(c: &mut Check, l: &super::file::LimitsFile) -> Option<BodyMinRate> {
+    let rate_window = c.duration(
+        "limits.body_rate_window",
+        l.body_rate_window.as_ref(),
+        DEFAULT_BODY_RATE_WINDOW,
+    );
+    if rate_window.is_zero() {
+        c.err("limits.body_rate_window", "must be more than 0s");
+    }
+    match l.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE) {
+        0 => None,
+        bytes_per_sec => Some(BodyMinRate {
+            bytes_per_sec,
+            window: if rate_window.is_zero() {
+                DEFAULT_BODY_RATE_WINDOW
+            } else {
+                rate_window
+            },
+        }),
+    }
+}
+
+/// The `limits.h2_*` keys.
+fn h2_limits(c: &mut Check, l: &super::file::LimitsFile) -> H2Limits {
+    H2Limits {
+        max_concurrent_streams: u32::try_from(pos(
+            c,
+            "limits.h2_max_concurrent_streams",
+            l.h2_max_concurrent_streams,
+            DEFAULT_H2_MAX_CONCURRENT_STREAMS as usize,
+        ))
+        .unwrap_or(u32::MAX),
+        max_header_list: u32::try_from(size(
+            c,
+            "limits.h2_max_header_list",
+            l.h2_max_header_list.as_ref(),
+            u64::from(DEFAULT_H2_MAX_HEADER_LIST),
+        ))
+        .unwrap_or(u32::MAX),
+        max_resets_per_second: NonZeroU32::new(
+            u32::try_from(pos(
+                c,
+                "limits.h2_max_resets_per_second",
+                l.h2_max_resets_per_second,
+                DEFAULT_H2_MAX_RESETS_PER_SECOND as usize,
+            ))
+            .unwrap_or(u32::MAX),
+        )
+        .expect("pos() never returns 0"),
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) async fn connect(
     };
     // Boxed: the handshake's state (rustls' connection, the connector future) is ~6 KB, which
     // every plain connect's future (and every future awaiting one, e.g. a WebSocket re-dial)
-    // would otherwise carry and copy when it is moved (issue 16: one 6 KB copy per hop).
+    // would otherwise carry and copy when it is moved (one 6 KB copy per hop).
     Box::pin(handshake(tcp, addr, id, tls, alpn, deadline, timeout)).await
 }
 

@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::http::RespBody;
+use crate::respond::RespBody;
 use crate::tls::MockStream;
 
 /// What one HTTP connection has been doing, for the idle keep-alive close.
@@ -26,13 +26,13 @@ pub(crate) struct ConnTracker {
     bytes_read: AtomicU64,
     idle: Mutex<IdleState>,
     /// Signalled when the last in-flight response finishes.
-    pub(super) became_idle: Notify,
+    pub(crate) became_idle: Notify,
     /// Set for h2 and upgraded connections, which are never idle-closed.
-    pub(super) exempt: AtomicBool,
+    pub(crate) exempt: AtomicBool,
     /// Non-control requests (streams) seen, for `/control/goaway`.
     streams: AtomicU64,
     /// Signalled when the connection should send a graceful GOAWAY.
-    pub(super) goaway: Notify,
+    pub(crate) goaway: Notify,
     /// Signalled when the connection should be dropped at once, streams and all (the gRPC
     /// `x-mock-grpc-break-after` knob: a node that breaks its streams after their headers).
     pub(crate) kill: Notify,
@@ -50,7 +50,7 @@ struct IdleState {
 }
 
 impl ConnTracker {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             bytes_read: AtomicU64::new(0),
             idle: Mutex::new(IdleState {
@@ -104,7 +104,7 @@ impl ConnTracker {
     }
 
     /// Returns when the connection became idle, or `None` while it is busy.
-    pub(super) fn idle_since(&self) -> Option<Instant> {
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
         let idle = self.lock();
         let quiet = self.bytes_read.load(Ordering::SeqCst) == idle.read_mark;
         (idle.in_flight == 0 && quiet).then_some(idle.since)
@@ -169,9 +169,9 @@ impl Body for Tracked {
 }
 
 /// A connection that counts the bytes read from it.
-pub(super) struct CountingIo {
-    pub(super) inner: MockStream,
-    pub(super) tracker: Arc<ConnTracker>,
+pub(crate) struct CountingIo {
+    pub(crate) inner: MockStream,
+    pub(crate) tracker: Arc<ConnTracker>,
 }
 
 impl AsyncRead for CountingIo {
@@ -232,5 +232,13 @@ impl Drop for CountingIo {
                 eprintln!("mock-backend: SO_LINGER 0 failed: {err}");
             }
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever when there is none.
+pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
