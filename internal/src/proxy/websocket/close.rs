@@ -41,7 +41,8 @@ impl Relay {
                 .p
                 .hopper
                 .hop(&conn, &old.id, next, Follow::No, reason, Instant::now())
-                .await;
+                .await
+                .logged();
             if counted {
                 clock.push(seen);
             }

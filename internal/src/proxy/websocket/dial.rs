@@ -104,7 +104,7 @@ pub(super) async fn first(
                 HopReason::ConnectError,
                 now,
             );
-            if hop.await.1 {
+            if hop.await.logged().1 {
                 clock.push(seen);
             }
             log.hops += 1;

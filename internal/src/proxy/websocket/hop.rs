@@ -23,7 +23,7 @@ use super::outcome::Agreed;
 use super::redial::{redial_node, Handshake};
 use super::relay::{Flow, NodeSide, OwedHop, Relay};
 use super::Stream;
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
@@ -133,9 +133,9 @@ impl Relay {
         let line = match &self.s.ctx.conn_id {
             Some(conn) => {
                 let hopper = &self.s.p.hopper;
-                hopper
-                    .hop_logged_later(conn, &old.id, &node.id, reason)
-                    .await
+                let now = Instant::now();
+                let hop = hopper.hop(conn, &old.id, node.clone(), Follow::No, reason, now);
+                hop.await.line
             }
             None => None,
         };
