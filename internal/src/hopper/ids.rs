@@ -31,8 +31,9 @@ pub enum IdError {
     Forged,
 }
 
-/// A conn id that passed the SPEC section 5 rules once ([`ConnIds::parse`]) or was issued by the
-/// gateway ([`ConnIds::issue`]): 1-128 bytes of visible ASCII, so it is always a valid header
+/// A conn id that passed the SPEC section 5 rules once ([`ConnIds::parse`]; the syntax rules
+/// alone for an id an operator names or a store reports, [`ConnId::checked`]) or was issued by
+/// the gateway ([`ConnIds::issue`]): 1-128 bytes of visible ASCII, so it is always a valid header
 /// value. Cheap to clone (shared); reads as `&str`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConnId(Arc<str>);

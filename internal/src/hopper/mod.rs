@@ -273,24 +273,24 @@ impl HopLine {
     /// Logs the hop once the new node served the connection, `latency` after the failure was
     /// seen: the latency (failure seen to served again) goes in as a structured field.
     pub fn served(self, latency: std::time::Duration) {
-        let HopLine {
-            conn,
-            from,
-            to,
-            reason,
-        } = self;
-        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms = latency.as_millis() as u64, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        self.later(Some(latency.as_millis() as u64), None);
     }
 
     /// Logs the hop of a connection that ended before the new node served it.
     pub fn unserved(self) {
+        self.later(None, Some(false));
+    }
+
+    /// The line of a hop logged after the fact, with `latency_ms` or `served` (a field that is
+    /// `None` is left out of the line).
+    fn later(self, latency_ms: Option<u64>, served: Option<bool>) {
         let HopLine {
             conn,
             from,
             to,
             reason,
         } = self;
-        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), served = false, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms, served, "Hopping triggered for conn {} from {} to {}", conn, from, to);
     }
 }
 
