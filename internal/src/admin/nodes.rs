@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::status::{node_fields, with_fields};
 use super::{error, full, json_resp, Admin, AdminBody, DEFAULT_DRAIN_PERIOD};
+use crate::hopper::ConnId;
 use crate::metrics::{NodeLabels, NodeStateLabels};
 use crate::registry::weight;
 use crate::registry::NodeState;
@@ -83,8 +84,12 @@ impl Admin {
 
     /// `GET /admin/conns/{id}` (the binding, 404 without one) or `DELETE` (204, 404 without one).
     pub(super) async fn conn(&self, method: &Method, id: &str) -> Response<AdminBody> {
+        // An id outside the syntax rules was never bound.
+        let Ok(conn) = ConnId::checked(id.as_bytes()) else {
+            return error(StatusCode::NOT_FOUND, &format!("no binding for conn {id}"));
+        };
         if method == Method::GET {
-            return match self.hopper.store().lookup(id).await {
+            return match self.hopper.store().lookup(&conn).await {
                 Some(b) => json_resp(
                     StatusCode::OK,
                     &json!({"conn_id": id, "node": &*b.node, "ttl_ms": b.ttl.as_millis() as u64}),
@@ -92,7 +97,7 @@ impl Admin {
                 None => error(StatusCode::NOT_FOUND, &format!("no binding for conn {id}")),
             };
         }
-        if self.hopper.store().remove(id).await {
+        if self.hopper.store().remove(&conn).await {
             let mut r = Response::new(full(Bytes::new()));
             *r.status_mut() = StatusCode::NO_CONTENT;
             r

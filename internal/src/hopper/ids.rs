@@ -31,13 +31,34 @@ pub enum IdError {
     Forged,
 }
 
-/// A conn id that passed the SPEC section 5 rules once ([`ConnIds::parse`]) or was issued by the
-/// gateway ([`ConnIds::issue`]): 1-128 bytes of visible ASCII, so it is always a valid header
+/// A conn id that passed the SPEC section 5 rules once ([`ConnIds::parse`]; the syntax rules
+/// alone for an id an operator names or a store reports, [`ConnId::checked`]) or was issued by
+/// the gateway ([`ConnIds::issue`]): 1-128 bytes of visible ASCII, so it is always a valid header
 /// value. Cheap to clone (shared); reads as `&str`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConnId(Arc<str>);
 
 impl ConnId {
+    /// Checks `raw` against the syntax rules of SPEC section 5 (1-128 bytes of visible ASCII)
+    /// without the signed-mode tag check: for an id an operator names (the admin API), which may
+    /// have been signed under a key since retired, and for ids read back from a shared store.
+    ///
+    /// # Errors
+    /// [`IdError`] naming the first rule broken.
+    pub fn checked(raw: &[u8]) -> Result<ConnId, IdError> {
+        if raw.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if raw.len() > MAX_ID_LEN {
+            return Err(IdError::TooLong);
+        }
+        if !raw.iter().all(|b| (0x21..=0x7e).contains(b)) {
+            return Err(IdError::BadChars);
+        }
+        let id = std::str::from_utf8(raw).map_err(|_| IdError::BadChars)?;
+        Ok(ConnId(Arc::from(id)))
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -91,20 +112,11 @@ impl ConnIds {
     /// # Errors
     /// [`IdError`] naming the first rule broken.
     pub fn parse(&self, raw: &[u8]) -> Result<ConnId, IdError> {
-        if raw.is_empty() {
-            return Err(IdError::Empty);
-        }
-        if raw.len() > MAX_ID_LEN {
-            return Err(IdError::TooLong);
-        }
-        if !raw.iter().all(|b| (0x21..=0x7e).contains(b)) {
-            return Err(IdError::BadChars);
-        }
-        let id = std::str::from_utf8(raw).map_err(|_| IdError::BadChars)?;
-        if self.mode == IdMode::Signed && !self.verify(id) {
+        let id = ConnId::checked(raw)?;
+        if self.mode == IdMode::Signed && !self.verify(&id) {
             return Err(IdError::Forged);
         }
-        Ok(ConnId(Arc::from(id)))
+        Ok(id)
     }
 
     /// A new id: a UUID v4, signed in `signed` mode.
@@ -133,6 +145,12 @@ impl ConnIds {
             mac.verify_slice(&given).is_ok()
         })
     }
+}
+
+/// A conn id from a test's literal (which follows the syntax rules).
+#[cfg(test)]
+pub(crate) fn test_id(s: &str) -> ConnId {
+    ConnId::checked(s.as_bytes()).expect("a test's conn id follows the syntax rules")
 }
 
 fn tag(key: &[u8], body: &str) -> Vec<u8> {

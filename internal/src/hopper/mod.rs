@@ -90,7 +90,7 @@ impl Hopper {
     /// usable; else select, bind or hop, and count and log the hop.
     pub async fn place(
         &self,
-        conn: Option<&str>,
+        conn: Option<&ConnId>,
         table: &RouteTable,
         cluster: &Cluster,
         c: &Criteria<'_>,
@@ -154,7 +154,8 @@ impl Hopper {
         let reason = unusable_reason(bound_node, c, now).unwrap_or(HopReason::Rebalance);
         let (node, counted) = self
             .hop(conn, &old, chosen, Follow::Winner(cluster, c), reason, now)
-            .await;
+            .await
+            .logged();
         let seen = bound_node
             .and_then(|n| n.runtime.unusable_since())
             .filter(|t| *t <= now)
@@ -167,22 +168,25 @@ impl Hopper {
         }
     }
 
-    /// The one hop API: rebinds `conn` from `old` to `to` (compare-and-set), logs and counts the
-    /// hop, and returns the node the id ends up on and whether this call counted the hop (the
-    /// caller then owes one `hopping_latency_seconds` observation). With [`Follow::Winner`] a
-    /// racing request or replica that moved the id first wins and this call follows it there when
-    /// that node is usable under the criteria (CASE-17: the binding moves once); with
-    /// [`Follow::No`] the caller is already on `to` (a re-dialled WebSocket) and stays.
+    /// The one hop API: rebinds `conn` from `old` to `to` (compare-and-set) and counts and
+    /// publishes the hop. Returns the node the id ends up on and, when this call counted the hop,
+    /// its log line, which the caller owes: [`Hopped::logged`] writes it at once; a re-dialled
+    /// WebSocket writes it with [`HopLine::served`] once `to` served it again, so the one INFO
+    /// line per hop carries the latency. A counted hop also owes one `hopping_latency_seconds`
+    /// observation. With [`Follow::Winner`] a racing request or replica that moved the id first
+    /// wins and this call follows it there when that node is usable under the criteria (CASE-17:
+    /// the binding moves once); with [`Follow::No`] the caller is already on `to` (a re-dialled
+    /// WebSocket) and stays.
     pub async fn hop(
         &self,
-        conn: &str,
+        conn: &ConnId,
         old: &str,
         to: Arc<Node>,
         follow: Follow<'_>,
         reason: HopReason,
         now: Instant,
-    ) -> (Arc<Node>, bool) {
-        let (winner, swapped) = self.store.hop_cas(conn, old, &to.id).await;
+    ) -> Hopped {
+        let (winner, swapped) = self.store.hop(conn, old, &to.id).await;
         let node = match follow {
             Follow::Winner(cluster, c) => match cluster.node(&winner) {
                 Some(n) if winner != to.id && unusable_reason(Some(n), c, now).is_none() => {
@@ -194,90 +198,99 @@ impl Hopper {
         };
         // Only the request whose compare-and-set changed the binding counts and logs the hop; the
         // others of a racing burst follow it (CASE-17: the binding moves once).
-        let counted = swapped && winner == node.id;
-        if counted {
-            self.counted(conn, old, &node.id, reason);
+        if !(swapped && winner == node.id) {
+            return Hopped { node, line: None };
         }
-        (node, counted)
-    }
-
-    /// [`Hopper::hop`] with [`Follow::No`] for a caller already connected to `to` (a re-dialled
-    /// WebSocket) that writes the hop's log line itself once it knows when `to` served it again
-    /// ([`HopLine::served`]): one INFO line per hop, with the latency in it. Returns the line of a
-    /// hop this call counted (counted and published now, as every hop), `None` otherwise.
-    pub async fn hop_logged_later(
-        &self,
-        conn: &str,
-        old: &str,
-        to: &Arc<str>,
-        reason: HopReason,
-    ) -> Option<HopLine> {
-        let (winner, swapped) = self.store.hop_cas(conn, old, to).await;
-        if !(swapped && winner == *to) {
-            return None;
-        }
-        self.count(conn, old, to, reason);
-        Some(HopLine {
-            conn: conn.to_string(),
-            from: Arc::from(old),
-            to: to.clone(),
-            reason,
-        })
-    }
-
-    /// Counts, logs and publishes (SPEC section 11 `hop` event) one hop.
-    fn counted(&self, conn: &str, old: &str, to: &Arc<str>, reason: HopReason) {
-        self.count(conn, old, to, reason);
-        tracing::info!(conn_id = conn, from = old, to = %to, reason = reason.label(), "Hopping triggered for conn {} from {} to {}", conn, old, to);
-    }
-
-    /// Counts and publishes one hop (its log line is the caller's).
-    fn count(&self, conn: &str, old: &str, to: &Arc<str>, reason: HopReason) {
         self.metrics.hop(reason);
         self.metrics.events.publish(Event::Hop {
             conn: conn.to_string(),
             from: Arc::from(old),
-            to: to.clone(),
+            to: node.id.clone(),
             reason,
             at_ms: unix_ms(),
         });
+        let line = HopLine {
+            conn: conn.clone(),
+            from: Arc::from(old),
+            to: node.id.clone(),
+            reason,
+        };
+        Hopped {
+            node,
+            line: Some(line),
+        }
     }
 }
 
-/// The log line of a counted hop, owed by the caller of [`Hopper::hop_logged_later`]: SPEC
-/// section 2's `Hopping triggered for conn <id> from <old> to <new>` at INFO, with the hop's
-/// latency (failure seen to served again) as a structured field. Dropping it unlogged loses a
-/// hop's line: call [`HopLine::served`] or [`HopLine::unserved`].
+/// What [`Hopper::hop`] did: the node the conn id ends up on, and the log line of a hop this call
+/// counted.
+#[derive(Debug)]
+#[must_use = "every counted hop is logged"]
+pub struct Hopped {
+    /// The node the id is bound to now: the hop's target, or where a racing move took it.
+    pub node: Arc<Node>,
+    /// The line of a hop this call counted (and published); `None` when a racing move won.
+    pub line: Option<HopLine>,
+}
+
+impl Hopped {
+    /// Logs a counted hop's line at once; returns the node and whether this call counted the hop
+    /// (the caller then owes one `hopping_latency_seconds` observation).
+    pub fn logged(self) -> (Arc<Node>, bool) {
+        let counted = self.line.is_some();
+        if let Some(line) = self.line {
+            line.now();
+        }
+        (self.node, counted)
+    }
+}
+
+/// The log line of a counted hop, owed by the caller of [`Hopper::hop`]: SPEC section 2's
+/// `Hopping triggered for conn <id> from <old> to <new>` at INFO. Dropping it unlogged loses a
+/// hop's line: call [`HopLine::now`], [`HopLine::served`] or [`HopLine::unserved`].
 #[derive(Debug)]
 #[must_use = "every counted hop is logged"]
 pub struct HopLine {
-    conn: String,
+    conn: ConnId,
     from: Arc<str>,
     to: Arc<str>,
     reason: HopReason,
 }
 
 impl HopLine {
-    /// Logs the hop once the new node served the connection, `latency` after the failure was seen.
-    pub fn served(self, latency: std::time::Duration) {
+    /// Logs the hop now, for a caller that answers on the new node right away.
+    pub fn now(self) {
         let HopLine {
             conn,
             from,
             to,
             reason,
         } = self;
-        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms = latency.as_millis() as u64, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        let (conn, from) = (conn.as_str(), &*from);
+        tracing::info!(conn_id = conn, from = from, to = %to, reason = reason.label(), "Hopping triggered for conn {} from {} to {}", conn, from, to);
+    }
+
+    /// Logs the hop once the new node served the connection, `latency` after the failure was
+    /// seen: the latency (failure seen to served again) goes in as a structured field.
+    pub fn served(self, latency: std::time::Duration) {
+        self.later(Some(latency.as_millis() as u64), None);
     }
 
     /// Logs the hop of a connection that ended before the new node served it.
     pub fn unserved(self) {
+        self.later(None, Some(false));
+    }
+
+    /// The line of a hop logged after the fact, with `latency_ms` or `served` (a field that is
+    /// `None` is left out of the line).
+    fn later(self, latency_ms: Option<u64>, served: Option<bool>) {
         let HopLine {
             conn,
             from,
             to,
             reason,
         } = self;
-        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), served = false, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms, served, "Hopping triggered for conn {} from {} to {}", conn, from, to);
     }
 }
 

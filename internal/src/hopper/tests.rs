@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::load_str;
 use crate::config::test_fixtures::two_versions;
+use crate::hopper::ids::test_id as id;
 use crate::registry::Registry;
 
 fn setup() -> (Hopper, Arc<RouteTable>, Arc<Metrics>) {
@@ -41,7 +42,7 @@ async fn bound_id_follows_the_requested_version() {
     let now = Instant::now();
     let place = |v: Option<&'static str>| {
         let (h, t, c) = (&hopper, &table, &cluster);
-        async move { h.place(Some("conn-1"), t, c, &crit(v), now).await }
+        async move { h.place(Some(&id("conn-1")), t, c, &crit(v), now).await }
     };
     // First request binds to the v1 node.
     let p = place(Some("v1")).await;
@@ -60,7 +61,10 @@ async fn bound_id_follows_the_requested_version() {
         Some(("a", HopReason::Version))
     );
     assert_eq!(version_hops(&metrics), 1);
-    assert_eq!(hopper.store().get("conn-1").await.as_deref(), Some("b"));
+    assert_eq!(
+        hopper.store().get(&id("conn-1")).await.as_deref(),
+        Some("b")
+    );
     // Further v2 and unversioned requests stay.
     for v in [Some("v2"), None, Some("v2")] {
         let p = place(v).await;
@@ -87,7 +91,13 @@ async fn bound_id_hops_off_an_ejected_node() {
     let cluster = table.clusters.get("c").expect("cluster").clone();
     let now = Instant::now();
     let p = hopper
-        .place(Some("conn-2"), &table, &cluster, &crit(Some("v2")), now)
+        .place(
+            Some(&id("conn-2")),
+            &table,
+            &cluster,
+            &crit(Some("v2")),
+            now,
+        )
         .await;
     let b = p.node.expect("placed");
     assert_eq!(&*b.id, "b");
@@ -95,7 +105,7 @@ async fn bound_id_hops_off_an_ejected_node() {
     let ejected_at = b.runtime.unusable_since().expect("ejected: unusable");
     let later = Instant::now();
     let p = hopper
-        .place(Some("conn-2"), &table, &cluster, &crit(None), later)
+        .place(Some(&id("conn-2")), &table, &cluster, &crit(None), later)
         .await;
     // The hop's latency runs from the ejection, not from the request that noticed it.
     assert_eq!(p.hop_seen, Some(ejected_at));
@@ -119,26 +129,30 @@ async fn racing_hops_of_one_id_move_it_once_and_count_once() {
     let cluster = table.clusters.get("c").expect("cluster").clone();
     let now = Instant::now();
     let b = cluster.node("b").expect("node b").clone();
-    assert_eq!(&*hopper.store().bind("conn-r", &Arc::from("a")).await, "a");
+    assert_eq!(
+        &*hopper.store().bind(&id("conn-r"), &Arc::from("a")).await,
+        "a"
+    );
     // Two requests saw "a" fail and both move the id (to the same node, as a burst would).
     for i in 0..2 {
         let (n, counted) = hopper
             .hop(
-                "conn-r",
+                &id("conn-r"),
                 "a",
                 b.clone(),
                 Follow::Winner(&cluster, &crit(None)),
                 HopReason::ConnectError,
                 now,
             )
-            .await;
+            .await
+            .logged();
         assert_eq!(&*n.id, "b");
         assert_eq!(counted, i == 0, "only the first call counts the hop");
     }
     assert!(
         !hopper
             .hop(
-                "conn-r",
+                &id("conn-r"),
                 "a",
                 b.clone(),
                 Follow::No,
@@ -146,6 +160,7 @@ async fn racing_hops_of_one_id_move_it_once_and_count_once() {
                 Instant::now()
             )
             .await
+            .logged()
             .1
     );
     let count = metrics
@@ -155,7 +170,10 @@ async fn racing_hops_of_one_id_move_it_once_and_count_once() {
         })
         .get();
     assert_eq!(count, 1, "one change of the binding, one hop");
-    assert_eq!(hopper.store().get("conn-r").await.as_deref(), Some("b"));
+    assert_eq!(
+        hopper.store().get(&id("conn-r")).await.as_deref(),
+        Some("b")
+    );
 }
 
 #[tokio::test]
@@ -166,5 +184,5 @@ async fn requests_without_conn_id_are_not_bound() {
         .place(None, &table, &cluster, &crit(Some("v2")), Instant::now())
         .await;
     assert_eq!(p.node.as_ref().map(|n| &*n.id), Some("b"));
-    assert!(hopper.store().get("conn-x").await.is_none());
+    assert!(hopper.store().get(&id("conn-x")).await.is_none());
 }

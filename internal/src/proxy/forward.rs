@@ -389,7 +389,8 @@ async fn moved(
             reason,
             now,
         )
-        .await;
+        .await
+        .logged();
     if counted {
         clock.push(seen.unwrap_or(now));
     }

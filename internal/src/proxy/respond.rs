@@ -69,13 +69,33 @@ pub fn render(err: &ProxyError, dialect: Dialect) -> Answer {
 /// message over the limit, 1002 for a broken frame, 1011 when the node went away, 1001 ("going
 /// away") for shutdown, idle and drain; 1011 with the message for any other failure.
 fn ws_close(err: &ProxyError) -> (u16, String) {
-    match err {
-        ProxyError::MessageTooBig { .. } => (1009, err.to_string()),
-        ProxyError::FrameProtocol(what) => (1002, (*what).to_string()),
-        ProxyError::ShuttingDown => (1001, "gateway shutting down".to_string()),
-        ProxyError::Idle | ProxyError::DrainDeadline => (1001, err.to_string()),
-        _ => (1011, err.to_string()),
-    }
+    let (code, reason) = match err {
+        ProxyError::MessageTooBig { .. } => (CloseCode::MESSAGE_TOO_BIG, err.to_string()),
+        ProxyError::FrameProtocol(what) => (CloseCode::PROTOCOL_ERROR, (*what).to_string()),
+        ProxyError::ShuttingDown => (CloseCode::GOING_AWAY, "gateway shutting down".to_string()),
+        ProxyError::Idle | ProxyError::DrainDeadline => (CloseCode::GOING_AWAY, err.to_string()),
+        _ => (CloseCode::INTERNAL_ERROR, err.to_string()),
+    };
+    (code.0, reason)
+}
+
+/// A WebSocket close code (RFC 6455 section 7.4.1). The codes the gateway sends or reads are named
+/// here, the one place they are written as numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseCode(pub u16);
+
+impl CloseCode {
+    /// 1001: the endpoint is going away (gateway shutdown, idle timeout, drain; from a node, the
+    /// node leaving).
+    pub const GOING_AWAY: CloseCode = CloseCode(1001);
+    /// 1002: the peer broke the protocol.
+    pub const PROTOCOL_ERROR: CloseCode = CloseCode(1002);
+    /// 1009: a message too big to process (`limits.websocket_max_message`).
+    pub const MESSAGE_TOO_BIG: CloseCode = CloseCode(1009);
+    /// 1011: an unexpected condition (the node went away in `close` mode, any other failure).
+    pub const INTERNAL_ERROR: CloseCode = CloseCode(1011);
+    /// 1012: service restart; the gateway's reconnect hint goes with it (SPEC section 5).
+    pub const SERVICE_RESTART: CloseCode = CloseCode(1012);
 }
 
 /// A JSON error body in the SPEC shape.

@@ -29,7 +29,7 @@ pub(crate) async fn select(
     let placement = p
         .hopper
         .place(
-            ctx.conn_id.as_deref(),
+            ctx.conn_id.as_ref(),
             &ctx.table,
             &ctx.route.cluster,
             &ctx.criteria(&[]),

@@ -9,6 +9,7 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use super::Binding;
+use crate::hopper::ConnId;
 
 #[derive(Debug)]
 struct Entry {
@@ -20,7 +21,7 @@ struct Entry {
 #[derive(Debug)]
 pub struct MemoryStore {
     /// Grows with the bindings held: a table preallocated for `max_entries` has its pages touched
-    /// at random by the first inserts, costing kilobytes of RSS per binding (issue 7).
+    /// at random by the first inserts, costing kilobytes of RSS per binding.
     map: Mutex<LruCache<Box<str>, Entry>>,
     /// Entries per node (expired ones included until touched), kept in step with `map` under its
     /// lock, for the status page's bindings column.
@@ -79,16 +80,16 @@ impl MemoryStore {
     }
 
     /// See [`super::AffinityStore::get`].
-    pub fn get(&self, conn: &str) -> Option<Arc<str>> {
+    pub fn get(&self, conn: &ConnId) -> Option<Arc<str>> {
         let now = Instant::now();
         let mut map = self.lock();
-        match map.get_mut(conn) {
+        match map.get_mut(conn.as_str()) {
             Some(e) if e.expires > now => {
                 e.expires = now + self.ttl;
                 Some(e.node.clone())
             }
             Some(_) => {
-                self.pop(&mut map, conn);
+                self.pop(&mut map, conn.as_str());
                 None
             }
             None => None,
@@ -96,10 +97,10 @@ impl MemoryStore {
     }
 
     /// See [`super::AffinityStore::bind`].
-    pub fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+    pub fn bind(&self, conn: &ConnId, node: &Arc<str>) -> Arc<str> {
         let now = Instant::now();
         let mut map = self.lock();
-        if let Some(e) = map.get_mut(conn) {
+        if let Some(e) = map.get_mut(conn.as_str()) {
             if e.expires > now {
                 e.expires = now + self.ttl;
                 return e.node.clone();
@@ -107,7 +108,7 @@ impl MemoryStore {
         }
         self.insert(
             &mut map,
-            conn,
+            conn.as_str(),
             Entry {
                 node: node.clone(),
                 expires: now + self.ttl,
@@ -117,15 +118,10 @@ impl MemoryStore {
     }
 
     /// See [`super::AffinityStore::hop`].
-    pub fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
-        self.hop_cas(conn, from, to).0
-    }
-
-    /// See [`super::AffinityStore::hop_cas`].
-    pub fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
+    pub fn hop(&self, conn: &ConnId, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
         let now = Instant::now();
         let mut map = self.lock();
-        if let Some(e) = map.get_mut(conn) {
+        if let Some(e) = map.get_mut(conn.as_str()) {
             if e.expires > now && &*e.node != from {
                 e.expires = now + self.ttl;
                 return (e.node.clone(), false);
@@ -133,7 +129,7 @@ impl MemoryStore {
         }
         self.insert(
             &mut map,
-            conn,
+            conn.as_str(),
             Entry {
                 node: to.clone(),
                 expires: now + self.ttl,
@@ -143,12 +139,12 @@ impl MemoryStore {
     }
 
     /// Writes `conn -> node` unconditionally (cache fill from a shared store).
-    pub fn put(&self, conn: &str, node: &Arc<str>) {
+    pub fn put(&self, conn: &ConnId, node: &Arc<str>) {
         let expires = Instant::now() + self.ttl;
         let mut map = self.lock();
         self.insert(
             &mut map,
-            conn,
+            conn.as_str(),
             Entry {
                 node: node.clone(),
                 expires,
@@ -157,20 +153,23 @@ impl MemoryStore {
     }
 
     /// See [`super::AffinityStore::remove`].
-    pub fn remove(&self, conn: &str) -> bool {
+    pub fn remove(&self, conn: &ConnId) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
-        self.pop(&mut map, conn).is_some_and(|e| e.expires > now)
+        self.pop(&mut map, conn.as_str())
+            .is_some_and(|e| e.expires > now)
     }
 
     /// See [`super::AffinityStore::lookup`].
-    pub fn lookup(&self, conn: &str) -> Option<Binding> {
+    pub fn lookup(&self, conn: &ConnId) -> Option<Binding> {
         let now = Instant::now();
         let map = self.lock();
-        map.peek(conn).filter(|e| e.expires > now).map(|e| Binding {
-            node: e.node.clone(),
-            ttl: e.expires - now,
-        })
+        map.peek(conn.as_str())
+            .filter(|e| e.expires > now)
+            .map(|e| Binding {
+                node: e.node.clone(),
+                ttl: e.expires - now,
+            })
     }
 
     /// Drops every entry (a replica that missed invalidations).
@@ -203,22 +202,23 @@ fn forget(counts: &mut HashMap<Arc<str>, usize>, node: &Arc<str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hopper::ids::test_id as id;
 
     #[test]
     fn lru_bound_holds_under_a_flood_of_ids() {
         let s = MemoryStore::new(1000, Duration::from_secs(60));
         let n: Arc<str> = Arc::from("a");
         for i in 0..100_000 {
-            s.bind(&format!("id-{i}"), &n);
+            s.bind(&id(&format!("id-{i}")), &n);
         }
         assert_eq!(s.len(), 1000);
         assert_eq!(s.per_node().get("a"), Some(&1000));
         let b: Arc<str> = Arc::from("b");
-        s.hop("id-99999", "a", &b);
-        s.remove("id-99998");
+        s.hop(&id("id-99999"), "a", &b);
+        s.remove(&id("id-99998"));
         assert_eq!(s.per_node().get("a"), Some(&998));
         assert_eq!(s.per_node().get("b"), Some(&1));
-        assert!(s.lookup("id-0").is_none());
-        assert!(s.lookup("id-99999").is_some());
+        assert!(s.lookup(&id("id-0")).is_none());
+        assert!(s.lookup(&id("id-99999")).is_some());
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::redis::{RedisSettings, RedisStore};
+use crate::hopper::ConnId;
 
 /// One binding as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +34,7 @@ pub enum AffinityStore {
 
 impl AffinityStore {
     /// The node bound to `conn`, refreshing its sliding TTL; `None` if unbound or expired.
-    pub async fn get(&self, conn: &str) -> Option<Arc<str>> {
+    pub async fn get(&self, conn: &ConnId) -> Option<Arc<str>> {
         match self {
             AffinityStore::Memory(m) => m.get(conn),
             AffinityStore::Redis(r) => r.get(conn).await,
@@ -42,7 +43,7 @@ impl AffinityStore {
 
     /// Binds `conn` to `node` unless it is already bound; returns the node it is bound to afterwards
     /// (the existing one if another request or replica won the race).
-    pub async fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+    pub async fn bind(&self, conn: &ConnId, node: &Arc<str>) -> Arc<str> {
         match self {
             AffinityStore::Memory(m) => m.bind(conn, node),
             AffinityStore::Redis(r) => r.bind(conn, node).await,
@@ -50,26 +51,19 @@ impl AffinityStore {
     }
 
     /// Compare-and-set hop: rebinds `conn` from `from` to `to` only if it still holds `from` (or
-    /// nothing). Returns the node it is bound to afterwards: `to`, or whatever a racing hop chose.
-    pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
+    /// nothing). Returns the node it is bound to afterwards (`to`, or whatever a racing hop chose)
+    /// and whether this call made the change (`true`) or found the id already moved by a racing
+    /// hop (`false`): only the hop that changed the binding is counted and logged, so a burst of
+    /// requests racing on one id counts one hop (CASE-17).
+    pub async fn hop(&self, conn: &ConnId, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
         match self {
             AffinityStore::Memory(m) => m.hop(conn, from, to),
             AffinityStore::Redis(r) => r.hop(conn, from, to).await,
         }
     }
 
-    /// As [`AffinityStore::hop`], also saying whether this call made the change (`true`) or found
-    /// the id already moved by a racing hop (`false`): only the hop that changed the binding is
-    /// counted and logged, so a burst of requests racing on one id counts one hop (CASE-17).
-    pub async fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
-        match self {
-            AffinityStore::Memory(m) => m.hop_cas(conn, from, to),
-            AffinityStore::Redis(r) => r.hop_cas(conn, from, to).await,
-        }
-    }
-
     /// Deletes the binding; true if there was one.
-    pub async fn remove(&self, conn: &str) -> bool {
+    pub async fn remove(&self, conn: &ConnId) -> bool {
         match self {
             AffinityStore::Memory(m) => m.remove(conn),
             AffinityStore::Redis(r) => r.remove(conn).await,
@@ -77,7 +71,7 @@ impl AffinityStore {
     }
 
     /// The binding with its remaining TTL, without refreshing it (admin view).
-    pub async fn lookup(&self, conn: &str) -> Option<Binding> {
+    pub async fn lookup(&self, conn: &ConnId) -> Option<Binding> {
         match self {
             AffinityStore::Memory(m) => m.lookup(conn),
             AffinityStore::Redis(r) => r.lookup(conn).await,

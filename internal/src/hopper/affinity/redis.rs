@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Binding, MemoryStore};
+use crate::hopper::ConnId;
 use crate::metrics::Metrics;
 
 pub(crate) use self::events::{DrainRecord, EventMessage, FleetEvent};
@@ -194,7 +195,7 @@ impl RedisStore {
 
     /// See [`super::AffinityStore::get`]. A cached binding costs no Redis call (a TTL refresh is
     /// queued when less than half of it is left); a miss is one bounded `EVAL`.
-    pub async fn get(&self, conn: &str) -> Option<Arc<str>> {
+    pub async fn get(&self, conn: &ConnId) -> Option<Arc<str>> {
         let s = &*self.shared;
         if let Some(b) = s.cache.lookup(conn) {
             let refresh = b.ttl < s.ttl / 2;
@@ -203,7 +204,11 @@ impl RedisStore {
                     s.cache.put(conn, &b.node);
                 }
                 s.remember(conn, Pending::Bind(b.node.clone()));
-            } else if refresh && s.refresh_tx.try_send((conn.into(), b.node.clone())).is_ok() {
+            } else if refresh
+                && s.refresh_tx
+                    .try_send((conn.clone(), b.node.clone()))
+                    .is_ok()
+            {
                 // Slide locally now so later uses do not queue the same refresh again.
                 s.cache.put(conn, &b.node);
             }
@@ -224,7 +229,7 @@ impl RedisStore {
 
     /// See [`super::AffinityStore::bind`]. Atomic in Redis (an existing binding wins and slides);
     /// while Redis is down the binding is made locally and written back later.
-    pub async fn bind(&self, conn: &str, node: &Arc<str>) -> Arc<str> {
+    pub async fn bind(&self, conn: &ConnId, node: &Arc<str>) -> Arc<str> {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let epoch = s.epoch(conn);
@@ -247,14 +252,9 @@ impl RedisStore {
     }
 
     /// See [`super::AffinityStore::hop`]. A compare-and-set script in Redis; a hop that changed the
-    /// key is published on `<prefix>hops`. While Redis is down the hop is made locally.
-    pub async fn hop(&self, conn: &str, from: &str, to: &Arc<str>) -> Arc<str> {
-        self.hop_cas(conn, from, to).await.0
-    }
-
-    /// See [`super::AffinityStore::hop_cas`]: `true` when the script changed the key (or, while
-    /// Redis is down, the local hop did).
-    pub async fn hop_cas(&self, conn: &str, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
+    /// key is published on `<prefix>hops`. While Redis is down the hop is made locally. `true`
+    /// when the script changed the key (or, while Redis is down, the local hop did).
+    pub async fn hop(&self, conn: &ConnId, from: &str, to: &Arc<str>) -> (Arc<str>, bool) {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let epoch = s.epoch(conn);
@@ -285,7 +285,7 @@ impl RedisStore {
                 return (won, changed == 1);
             }
         }
-        let (won, swapped) = s.cache.hop_cas(conn, from, to);
+        let (won, swapped) = s.cache.hop(conn, from, to);
         s.remember(
             conn,
             Pending::Hop {
@@ -297,7 +297,7 @@ impl RedisStore {
     }
 
     /// See [`super::AffinityStore::remove`]. Deletes the key and publishes `{"conn","from","to":null}`.
-    pub async fn remove(&self, conn: &str) -> bool {
+    pub async fn remove(&self, conn: &ConnId) -> bool {
         let s = &*self.shared;
         let local = s.cache.remove(conn);
         s.bump(conn);
@@ -325,7 +325,7 @@ impl RedisStore {
     }
 
     /// See [`super::AffinityStore::lookup`]: `GET` + `PTTL` in Redis, the local cache while it is down.
-    pub async fn lookup(&self, conn: &str) -> Option<Binding> {
+    pub async fn lookup(&self, conn: &ConnId) -> Option<Binding> {
         let s = &*self.shared;
         if let Some(mut c) = s.conn() {
             let key = s.key(conn);

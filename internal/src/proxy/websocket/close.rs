@@ -5,7 +5,7 @@
 //! ([`frame::check_close`]), is never relayed: the peer that sent it is answered 1002 and the
 //! socket ends as for any protocol error of that peer. Spawns nothing.
 
-use crate::proxy::respond::{render, Dialect, ProxyError};
+use crate::proxy::respond::{render, CloseCode, Dialect, ProxyError};
 use tokio::time::Instant;
 
 use super::dial::pick_other;
@@ -23,7 +23,7 @@ impl Relay {
     /// Moves the binding off `old` (so a reconnect with the same id lands on a healthy node) and
     /// closes the client with 1012 and a reconnect hint (SPEC section 5). A counted hop records
     /// one `hopping_latency_seconds` observation, from `seen` (when the failure was seen) to the
-    /// hint going out: the gateway's answer to the failure (issue 13).
+    /// hint going out: the gateway's answer to the failure.
     pub(super) async fn hint(&mut self, old: &Node, reason: HopReason, seen: Instant) -> Flow {
         // A handle of its own: `self` is borrowed mutably below while the clock lives (a hop is rare).
         let metrics = self.s.p.metrics.clone();
@@ -41,7 +41,8 @@ impl Relay {
                 .p
                 .hopper
                 .hop(&conn, &old.id, next, Follow::No, reason, Instant::now())
-                .await;
+                .await
+                .logged();
             if counted {
                 clock.push(seen);
             }
@@ -49,10 +50,10 @@ impl Relay {
         }
         let retry_ms = rand::random_range(HINT_RETRY_MS);
         let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
-        self.close_node(1001, "going away").await;
+        self.close_node(CloseCode::GOING_AWAY, "going away").await;
         // Observed as the hint goes out, before the client can see it (and read the metric).
         drop(clock);
-        let sent = self.send_close(1012, &hint).await;
+        let sent = self.send_close(CloseCode::SERVICE_RESTART, &hint).await;
         if sent {
             self.await_client_reply().await;
         }
@@ -63,12 +64,11 @@ impl Relay {
     pub(super) async fn send_client(&mut self, frame: &Frame) -> Result<(), FrameError> {
         let n = self.down.write(frame).await?;
         self.traffic.bytes_out += n as u64;
-        self.down_close_sent |= frame.kind() == Kind::Close;
         Ok(())
     }
 
     /// Sends the node a Close (if its side is alive and none was sent) and drops the side.
-    pub(super) async fn close_node(&mut self, code: u16, reason: &str) {
+    pub(super) async fn close_node(&mut self, code: CloseCode, reason: &str) {
         if let Some(mut side) = self.up.take() {
             if !side.close_sent && !side.io.peer_gone() {
                 let _ = tokio::time::timeout(
@@ -86,7 +86,7 @@ impl Relay {
     pub(super) async fn node_broke_protocol(&mut self, what: &'static str) -> Flow {
         if let Some(side) = self.up.as_mut() {
             if !side.close_sent && !side.io.peer_gone() {
-                let close = frame::close(1002, what);
+                let close = frame::close(CloseCode::PROTOCOL_ERROR, what);
                 let sent = tokio::time::timeout(CLOSE_REPLY_WAIT, side.io.write(&close)).await;
                 side.close_sent = matches!(sent, Ok(Ok(_)));
             }
@@ -97,7 +97,7 @@ impl Relay {
     /// The client broke RFC 6455 (`what`): Close 1002 to the node and to the client (section
     /// 7.4.1), then a bounded wait for the client's reply.
     pub(super) async fn client_broke_protocol(&mut self, what: &'static str) -> Flow {
-        self.close_node(1002, what).await;
+        self.close_node(CloseCode::PROTOCOL_ERROR, what).await;
         self.end(ProxyError::FrameProtocol(what)).await
     }
 
@@ -106,22 +106,23 @@ impl Relay {
     /// for the client's reply before TCP closes.
     pub(super) async fn end(&mut self, err: ProxyError) -> Flow {
         let (code, reason) = render(&err, Dialect::WebSocket).ws_close;
-        self.close_client(code, &reason).await
+        self.close_client(CloseCode(code), &reason).await
     }
 
     /// Ends the socket from the gateway's side: Close to the node, Close `code` to the client, and a
     /// bounded wait for the client's reply before TCP closes.
-    pub(super) async fn close_client(&mut self, code: u16, reason: &str) -> Flow {
-        self.close_node(1001, "going away").await;
+    pub(super) async fn close_client(&mut self, code: CloseCode, reason: &str) -> Flow {
+        self.close_node(CloseCode::GOING_AWAY, "going away").await;
         if self.send_close(code, reason).await {
             self.await_client_reply().await;
         }
         Flow::End
     }
 
-    /// Sends the client Close `code` unless one went already; true if it was sent now.
-    async fn send_close(&mut self, code: u16, reason: &str) -> bool {
-        !self.down_close_sent && self.send_client(&frame::close(code, reason)).await.is_ok()
+    /// Sends the client Close `code` unless one went already (the node's, relayed: any other
+    /// Close to the client ends the socket); true if it was sent now.
+    async fn send_close(&mut self, code: CloseCode, reason: &str) -> bool {
+        !self.phase.node_closed() && self.send_client(&frame::close(code, reason)).await.is_ok()
     }
 
     /// Waits (at most [`CLOSE_REPLY_WAIT`]) for the client's Close reply, counting what it sends.

@@ -54,7 +54,7 @@ pub(super) async fn first(
     let deadline = ctx.deadline();
     let mut tried: Vec<NodeId> = Vec::new();
     // One hopping_latency_seconds observation per counted connect_error hop, from the first
-    // failed dial to the node's answer (or to giving up), as in forward.rs (issue 13).
+    // failed dial to the node's answer (or to giving up), as in forward.rs.
     let mut clock = HopClock::new(&p.metrics, None);
     let mut failure_seen: Option<Instant> = None;
     loop {
@@ -104,7 +104,7 @@ pub(super) async fn first(
                 HopReason::ConnectError,
                 now,
             );
-            if hop.await.1 {
+            if hop.await.logged().1 {
                 clock.push(seen);
             }
             log.hops += 1;

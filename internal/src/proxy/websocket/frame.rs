@@ -10,6 +10,8 @@
 
 use bytes::Bytes;
 
+use crate::proxy::respond::CloseCode;
+
 /// Which side a frame comes from or goes to; decides masking (RFC 6455 section 5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Peer {
@@ -289,13 +291,13 @@ fn apply_mask(payload: &mut [u8], key: [u8; 4]) {
 
 /// A Close frame with `code` and `reason` (reason cut to fit the 125-byte control frame limit),
 /// unmasked: [`Frame::for_peer`] masks it on its way to a node.
-pub(super) fn close(code: u16, reason: &str) -> Frame {
+pub(super) fn close(code: CloseCode, reason: &str) -> Frame {
     let mut cut = reason.len().min(123);
     while !reason.is_char_boundary(cut) {
         cut -= 1;
     }
     let mut payload = Vec::with_capacity(2 + cut);
-    payload.extend_from_slice(&code.to_be_bytes());
+    payload.extend_from_slice(&code.0.to_be_bytes());
     payload.extend_from_slice(&reason.as_bytes()[..cut]);
     let wire = encode(0x88, &payload, None);
     let head = Head::parse(&wire, Peer::Node)

@@ -92,7 +92,7 @@ fn a_node_frame_goes_to_the_client_as_is_and_masked_to_a_node() {
 
 #[test]
 fn close_frames_carry_code_and_cut_reason() {
-    let f = close(1012, &"é".repeat(100));
+    let f = close(CloseCode::SERVICE_RESTART, &"é".repeat(100));
     assert_eq!(f.close_code(), Some(1012));
     assert_eq!(f.kind(), Kind::Close);
     assert!(f.payload_len() <= 125);

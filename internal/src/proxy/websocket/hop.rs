@@ -5,10 +5,11 @@
 //! header, plus `X-Hopped-From: <old node>`) to another selectable node, rebinds the conn id through
 //! the hopper (counted at once), delivers the client frames held meanwhile in order, and records
 //! `hopping_latency_seconds` and writes the hop's one INFO line (with `latency_ms`) when the new
-//! node's first frame is relayed (or the socket ends first; once per counted hop, issues 13, 16). A client message cut by
-//! the hop is replayed whole: its fragments that reached the old node go to the new one first. Held frames are bounded
-//! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
-//! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
+//! node's first frame is relayed (or the socket ends first; once per counted hop). A client
+//! message cut by the hop is replayed whole: its fragments that reached the old node go to the
+//! new one first. Held frames are bounded (1024 frames, 1 MiB); past the bound, or with no node
+//! accepting within [`HOP_DEADLINE`], the client gets 1012 with the reconnect hint. Spawns
+//! nothing: the re-dial runs inside the relay task.
 
 use crate::proxy::respond::ProxyError;
 use std::sync::Arc;
@@ -19,11 +20,12 @@ use tokio::time::Instant;
 use super::deflate::{Plan, Translate};
 use super::dial::{pick_other, DialError, Negotiated};
 use super::frame::{FrameError, Kind, Peer};
+use super::message::OwedHop;
 use super::outcome::Agreed;
 use super::redial::{redial_node, Handshake};
-use super::relay::{Flow, NodeSide, OwedHop, Relay};
+use super::relay::{Flow, NodeSide, Relay};
 use super::Stream;
-use crate::hopper::HopReason;
+use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::Proxy;
 use crate::registry::{Node, NodeId};
@@ -39,9 +41,10 @@ impl Relay {
         // A hop never splits a message (SPEC section 5, CASE-28): the fragments of the client's
         // unfinished message that the old node got go to the new node again, before the rest.
         let replayed = self
+            .carry
             .partial
             .take()
-            .is_some_and(|frames| self.held.prepend(frames));
+            .is_some_and(|frames| self.carry.held.prepend(frames));
         if !replayed {
             tracing::warn!(from = %old.id, "the client's unfinished message is too large to replay on another node; sending a reconnect hint");
             return self.hint(&old, reason, failure_seen).await;
@@ -74,6 +77,21 @@ impl Relay {
             }
         };
         self.attach(old, node, io, reason, failure_seen).await
+    }
+
+    /// Settles a counted hop's debts once the new node served the socket (`served`) or the socket
+    /// ended first: its one `hopping_latency_seconds` observation and its one log line.
+    pub(super) fn settle_hop(&mut self, served: bool) {
+        let Some(owed) = self.carry.owed.take() else {
+            return;
+        };
+        let latency = owed.seen.elapsed();
+        self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
+        if served {
+            owed.line.served(latency);
+        } else {
+            owed.line.unserved();
+        }
     }
 
     /// A client frame read while no node is attached: counted and held for the new node, or the
@@ -109,7 +127,7 @@ impl Relay {
             // It answered a ping of the old node.
             Kind::Pong => {}
             Kind::Start { .. } | Kind::Continue { .. } | Kind::Ping => {
-                if !self.held.push(f) {
+                if !self.carry.held.push(f) {
                     tracing::warn!(from = %old.id, "too many client messages held during a hop; sending a reconnect hint");
                     return Some(self.hint(old, reason, failure_seen).await);
                 }
@@ -133,9 +151,9 @@ impl Relay {
         let line = match &self.s.ctx.conn_id {
             Some(conn) => {
                 let hopper = &self.s.p.hopper;
-                hopper
-                    .hop_logged_later(conn, &old.id, &node.id, reason)
-                    .await
+                let now = Instant::now();
+                let hop = hopper.hop(conn, &old.id, node.clone(), Follow::No, reason, now);
+                hop.await.line
             }
             None => None,
         };
@@ -148,7 +166,7 @@ impl Relay {
         let mut side = NodeSide::new(node, io, inflight, translate);
         let limit = self.max_message();
         side.io.set_max_message(limit);
-        let held = self.held.take();
+        let held = self.carry.held.take();
         let count = held.len();
         for f in held {
             let out = match side.translated(&f, Peer::Node, limit) {
@@ -168,12 +186,12 @@ impl Relay {
             if side.io.write(&out).await.is_err() {
                 break;
             }
-            self.partial.sent(&f);
+            self.carry.partial.sent(&f);
         }
         tracing::debug!(from = %old.id, to = %side.node.id, reason = reason.label(), held = count, "websocket re-dialled");
         self.up = Some(side);
-        // Only a counted hop owes a latency observation (issue 13) and a log line.
-        self.owed_hop = line.map(|line| {
+        // Only a counted hop owes a latency observation and a log line.
+        self.carry.owed = line.map(|line| {
             Box::new(OwedHop {
                 seen: failure_seen,
                 line,
@@ -219,7 +237,7 @@ async fn redial(
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
-        // Paced: at most REDIALS_IN_FLIGHT re-dials per node, in order (issue 16: hop storms).
+        // Paced: at most REDIALS_IN_FLIGHT re-dials per node, in order (hop storms).
         let Ok(slot) = tokio::time::timeout_at(deadline, node.runtime.redial_slot()).await else {
             return None;
         };

@@ -33,7 +33,7 @@ pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const PEEK_READS: usize = 4;
 /// Bytes one read takes off the socket when the buffer has no room prepared for a large frame.
 /// They land in a scratch array on the stack (never kept across an await); only what cannot be
-/// relayed at once is copied into the buffer (issue 7: memory per idle WebSocket).
+/// relayed at once is copied into the buffer (memory per idle WebSocket).
 pub(super) const READ_CHUNK: usize = 8 * 1024;
 
 /// What [`Track::scan`] found at the front of a batch.

@@ -4,6 +4,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::super::frame::{Frame, FrameError, Kind, Peer};
 use super::*;
+use crate::proxy::respond::CloseCode;
 
 /// A masked client frame: first byte `b0`, payload `p`, key `k` (RFC 6455 section 5.3).
 pub(crate) fn masked(b0: u8, p: &[u8], k: [u8; 4]) -> Vec<u8> {
@@ -163,7 +164,7 @@ async fn frames_written_to_a_node_keep_the_clients_mask_and_the_gateways_get_one
         .expect("whole");
     let f = Frame::new(head, bytes::Bytes::from(client.clone()));
     assert_eq!(io.write(&f).await.expect("write"), client.len());
-    let close = super::super::frame::close(1001, "going away");
+    let close = super::super::frame::close(CloseCode::GOING_AWAY, "going away");
     let n = io.write(&close).await.expect("write");
     drop(io);
     let mut got = Vec::new();

@@ -5,11 +5,16 @@
 //! `limits.websocket_max_message`. [`Partial`] keeps the frames of the client's unfinished message
 //! that already went to the current node (as they were on the wire, shared `Bytes`), bounded; a hop
 //! replays them to the new node before the rest, so the new node receives the message whole.
-//! Control frames between fragments are neither counted nor kept. Pure; spawns nothing.
+//! Control frames between fragments are neither counted nor kept. [`Held`] keeps the client
+//! frames that arrive while no node takes them, and [`Carry`] groups what a socket carries from
+//! one node to the next (with a counted hop's debts, [`OwedHop`]). Pure; spawns nothing.
 
 use std::collections::VecDeque;
 
+use tokio::time::Instant;
+
 use super::frame::{Frame, Kind};
+use crate::hopper::HopLine;
 
 /// Bytes of an unfinished client message kept for replay on a hop; past it the message cannot
 /// move and a hop mid-message becomes a reconnect hint (the same bound as frames held during a
@@ -156,6 +161,30 @@ impl Held {
         self.bytes = 0;
         std::mem::take(&mut self.frames)
     }
+}
+
+/// What a counted hop owes until the new node serves the socket (its first frame).
+#[derive(Debug)]
+pub(super) struct OwedHop {
+    /// When the old node's failure was seen (hopping_latency_seconds runs from there).
+    pub(super) seen: Instant,
+    /// The hop's log line, written with the latency once served.
+    pub(super) line: HopLine,
+}
+
+/// What the socket carries from one node to the next: the client frames held while no node
+/// takes them, the client's unfinished message as the current node received it, and the debts
+/// of a counted hop.
+#[derive(Debug, Default)]
+pub(super) struct Carry {
+    /// Client frames that arrived after the node side was seen gone, for the next node.
+    pub(super) held: Held,
+    /// The client's unfinished message as the current node received it, for a hop.
+    pub(super) partial: Partial,
+    /// Set by a counted hop until the new node's first frame is relayed: its latency observation
+    /// (hopping_latency_seconds) and its one log line are owed until then. Boxed: an idle socket
+    /// pays 8 bytes for it.
+    pub(super) owed: Option<Box<OwedHop>>,
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod message;
 mod node;
 mod outcome;
 mod pass;
+mod phase;
 mod pump;
 mod redial;
 mod relay;
@@ -99,18 +100,9 @@ pub(crate) async fn proxy(
         // RFC 8441 section 5: a 2xx accepts an extended CONNECT.
         parts.status = StatusCode::OK;
     }
-    let mut negotiated = Negotiated::of(&parts.headers);
-    if ctx.route.config.websocket == crate::config::WsMode::Hop {
-        // The client's messages must not depend on history a later node has not seen.
-        let answer = parts.headers.get(header::SEC_WEBSOCKET_EXTENSIONS);
-        if let Some(imposed) = answer.and_then(|a| negotiated.impose_for_hop(a)) {
-            parts
-                .headers
-                .insert(header::SEC_WEBSOCKET_EXTENSIONS, imposed);
-        }
-    }
+    let negotiated = negotiate(&ctx, &mut parts.headers);
     // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
-    // (issue 7: memory per idle WebSocket).
+    // (memory per idle WebSocket).
     let hs = Handshake::replay(
         &hs.method,
         hs.path_and_query.as_str(),
@@ -141,6 +133,20 @@ pub(crate) async fn proxy(
     ))
 }
 
+/// What the first node agreed to in its answer `headers`; on a `hop` route the answer the client
+/// gets imposes the context reset a later node needs.
+fn negotiate(ctx: &RequestCtx, headers: &mut HeaderMap) -> Negotiated {
+    let mut negotiated = Negotiated::of(headers);
+    if ctx.route.config.websocket == crate::config::WsMode::Hop {
+        // The client's messages must not depend on history a later node has not seen.
+        let answer = headers.get(header::SEC_WEBSOCKET_EXTENSIONS);
+        if let Some(imposed) = answer.and_then(|a| negotiated.impose_for_hop(a)) {
+            headers.insert(header::SEC_WEBSOCKET_EXTENSIONS, imposed);
+        }
+    }
+    negotiated
+}
+
 /// The task of one socket: waits for the client's side of the upgrade, then relays ([`relay`])
 /// between it and the node's `side` for the `session`, holding the `websocket` connection `gauge`
 /// until the socket ends.
@@ -148,7 +154,7 @@ pub(crate) async fn proxy(
 /// Session and side come boxed and the wait is boxed: what a task captures stays in its cell for
 /// its whole life, and the cell is sized for the largest state, so the relay's resting state (a
 /// pointer to the relay block and the wait for the next event) is what an idle socket keeps
-/// (issue 16: memory per idle WebSocket).
+/// (memory per idle WebSocket).
 async fn socket_task(
     gauge: crate::metrics::ConnectionGauge,
     downstream: ClientUpgrade,
@@ -200,18 +206,18 @@ mod size_tests {
         std::mem::size_of::<R>()
     }
 
-    /// What every idle socket keeps in its task cell and relay block (issue 16: memory per idle
+    /// What every idle socket keeps in its task cell and relay block (memory per idle
     /// WebSocket): 968 and 1,256 bytes before the handlers were boxed and the log context made
     /// compact; 720 and 1,112 with rustc 1.95; 704 and 1,104 since the resting wait replaced
     /// `select!` and the limits are read from the settings; 1,112 with the node side's pointer to
-    /// its deflate translator (`None` unless a hop needs one). Bounds, so a compiler's layout
-    /// changes do not fail it.
+    /// its deflate translator (`None` unless a hop needs one); 1,104 since the close and drain
+    /// state is one enum. Bounds, so a compiler's layout changes do not fail it.
     #[test]
     fn an_idle_sockets_task_and_relay_block_stay_small() {
         let task = returned(socket_task as fn(_, _, _, _) -> _);
         assert!(task <= 704, "task cell {task} bytes");
         let relay = std::mem::size_of::<relay::Relay>();
-        assert!(relay <= 1112, "relay block {relay} bytes");
+        assert!(relay <= 1104, "relay block {relay} bytes");
         assert!(std::mem::size_of::<socket_log::SocketLog>() <= 144);
     }
 }

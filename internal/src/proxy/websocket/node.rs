@@ -3,25 +3,25 @@
 //! (SPEC section 5). Part of [`super::relay::Relay`].
 
 use crate::proxy::respond::ProxyError;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::frame::{self, Kind, Peer};
 use crate::config::WsMode;
 use crate::hopper::HopReason;
+use crate::proxy::respond::CloseCode;
 
 use super::relay::{Flow, NodeSide, Relay, CLOSE_REPLY_WAIT};
 
 impl Relay {
     /// The node side failed or closed TCP without a Close frame.
     pub(super) async fn node_lost(&mut self, detail: &str) -> Flow {
-        if let Some(close) = self.client_close.clone() {
+        if let Some(close) = self.phase.client_close().cloned() {
             // Closing anyway: complete the client's handshake with its own code.
             let _ = self.send_client(&close).await;
             return Flow::End;
         }
-        if self.node_closed {
+        if self.phase.node_closed() {
             // The node sent Close and then closed TCP: only the client's reply is missing.
             self.up = None;
             return Flow::Continue;
@@ -32,9 +32,9 @@ impl Relay {
                 &format!("websocket: {detail}"),
                 Instant::now(),
             );
-            if self.mode == WsMode::Hop {
+            if self.mode() == WsMode::Hop {
                 // The hop's own line says it (reason node_lost); one line per socket of a storm
-                // is enough (issue 16).
+                // is enough.
                 tracing::debug!(node = %side.node.id, detail, "websocket node connection lost");
             } else {
                 tracing::info!(node = %side.node.id, detail, "websocket node connection lost");
@@ -48,32 +48,22 @@ impl Relay {
             return Flow::Continue;
         };
         let signal = *side.signal.borrow_and_update();
-        if self.client_close.is_some() || self.node_closed {
+        if self.phase.is_closing() {
             return Flow::Continue;
         }
         if signal.usable {
-            self.drain_act_at = None;
-            self.drain_deadline = None;
+            self.phase.undrain();
             return Flow::Continue;
         }
+        let mode = self.mode();
         match signal.drain_deadline {
             Some(deadline) => {
-                self.drain_deadline = Some(deadline);
-                if self.mode != WsMode::Close && self.drain_act_at.is_none() {
-                    // Spread hops and hints over the drain period so healthy nodes are not hit all at once.
-                    let now = Instant::now();
-                    let left = deadline.saturating_duration_since(now).as_millis() as u64;
-                    let wait = if left == 0 {
-                        0
-                    } else {
-                        rand::random_range(0..left)
-                    };
-                    self.drain_act_at = Some(now + Duration::from_millis(wait));
-                }
+                // Spread hops and hints over the drain period so healthy nodes are not hit all at once.
+                self.phase.drains(deadline, mode != WsMode::Close);
                 Flow::Continue
             }
             // Ejected while the socket still works: `close` keeps serving it.
-            None if self.mode == WsMode::Close => Flow::Continue,
+            None if mode == WsMode::Close => Flow::Continue,
             None => Box::pin(self.node_gone(HopReason::Ejected, true)).await,
         }
     }
@@ -85,12 +75,13 @@ impl Relay {
     /// (the client's next peer is another node). Client frames wait in the client socket meanwhile.
     /// A node already gone (its FIN or reset arrived: e.g. killed, and ejected by the errors of its
     /// other sockets before this one read its end) gets no Close; the frames it sent before going
-    /// are still relayed (issue 16: a hop storm then costs no write to a dead socket).
+    /// are still relayed (a hop storm then costs no write to a dead socket).
     pub(super) async fn retire(&mut self, side: &mut NodeSide) {
         if !side.io.peer_gone() {
             let sent = tokio::time::timeout(
                 CLOSE_REPLY_WAIT,
-                side.io.write(&frame::close(1001, "going away")),
+                side.io
+                    .write(&frame::close(CloseCode::GOING_AWAY, "going away")),
             )
             .await;
             if !matches!(sent, Ok(Ok(_))) {
@@ -120,16 +111,16 @@ impl Relay {
     pub(super) async fn node_gone(&mut self, reason: HopReason, alive: bool) -> Flow {
         // The failure is seen now; retiring a live side below takes up to CLOSE_REPLY_WAIT.
         let seen = Instant::now();
-        self.drain_act_at = None;
-        self.drain_deadline = None;
+        self.phase.undrain();
         let Some(mut side) = self.up.take() else {
             return self.end(ProxyError::NodeGone).await;
         };
         if alive && !side.close_sent {
-            if self.mode == WsMode::Close {
+            if self.mode() == WsMode::Close {
                 let _ = tokio::time::timeout(
                     CLOSE_REPLY_WAIT,
-                    side.io.write(&frame::close(1001, "going away")),
+                    side.io
+                        .write(&frame::close(CloseCode::GOING_AWAY, "going away")),
                 )
                 .await;
             } else {
@@ -139,7 +130,7 @@ impl Relay {
         let old = side.node.clone();
         let node_in_message = side.io.in_message();
         drop(side);
-        match self.mode {
+        match self.mode() {
             WsMode::Close => self.end(ProxyError::NodeGone).await,
             WsMode::Hint => self.hint(&old, reason, seen).await,
             // The state of an extension other than permessage-deflate, or a message the node

@@ -4,10 +4,9 @@
 //! came; a Close is relayed and its reply awaited (CASE-05). Also the ends of the pump's batches
 //! that did not go at once. Part of [`super::relay::Relay`].
 
-use crate::proxy::respond::{render, Dialect, ProxyError};
+use crate::proxy::respond::{render, CloseCode, Dialect, ProxyError};
 
 use bytes::Buf;
-use tokio::time::Instant;
 
 use super::frame::{FrameError, Kind, Peer};
 use super::io::unsent;
@@ -15,7 +14,7 @@ use super::pump::{self, Read};
 use crate::config::WsMode;
 use crate::hopper::HopReason;
 
-use super::relay::{Flow, Relay, CLOSE_GRACE};
+use super::relay::{Flow, Relay};
 
 impl Relay {
     /// Writes the rest of a batch to the node that its socket did not take at once.
@@ -48,7 +47,7 @@ impl Relay {
     pub(super) async fn node_write_failed(&mut self, detail: &str) -> Flow {
         if let Some((sent, end)) = self.down.owed.take() {
             for f in unsent(&self.down.buf, sent, end, Peer::Client) {
-                if f.kind() != Kind::Pong && !self.held.push(f) {
+                if f.kind() != Kind::Pong && !self.carry.held.push(f) {
                     tracing::debug!("held frame bound reached while the node side failed");
                 }
             }
@@ -61,12 +60,7 @@ impl Relay {
     /// The client sent a message over `websocket_max_message`: Close 1009 to it (RFC 6455
     /// section 7.4.1), 1001 to the node, one WARN line naming route and node.
     pub(super) async fn client_too_big(&mut self, size: u64) -> Flow {
-        let node = self
-            .up
-            .as_ref()
-            .map(|l| l.node.id.to_string())
-            .unwrap_or_default();
-        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message(), "client websocket message over limits.websocket_max_message; closing 1009");
+        self.warn_too_big("client", size);
         self.end(ProxyError::MessageTooBig {
             limit: self.max_message(),
         })
@@ -76,12 +70,7 @@ impl Relay {
     /// The node sent a message over `websocket_max_message`: Close 1009 to the node, 1001 to the
     /// client.
     pub(super) async fn node_too_big(&mut self, size: u64) -> Flow {
-        let node = self
-            .up
-            .as_ref()
-            .map(|l| l.node.id.to_string())
-            .unwrap_or_default();
-        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message(), "node websocket message over limits.websocket_max_message; closing 1009");
+        self.warn_too_big("node", size);
         let (code, reason) = render(
             &ProxyError::MessageTooBig {
                 limit: self.max_message(),
@@ -89,9 +78,23 @@ impl Relay {
             Dialect::WebSocket,
         )
         .ws_close;
-        self.close_node(code, &reason).await;
-        self.close_client(1001, "node sent a message over the size limit")
-            .await
+        self.close_node(CloseCode(code), &reason).await;
+        self.close_client(
+            CloseCode::GOING_AWAY,
+            "node sent a message over the size limit",
+        )
+        .await
+    }
+
+    /// The one WARN line for a message of `size` bytes over `websocket_max_message` that `from`
+    /// ("client" or "node") sent, naming route and node.
+    fn warn_too_big(&self, from: &str, size: u64) {
+        let node = self
+            .up
+            .as_ref()
+            .map(|l| l.node.id.to_string())
+            .unwrap_or_default();
+        tracing::warn!(route = %self.s.ctx.route.id, node, size, limit = self.max_message(), "{from} websocket message over limits.websocket_max_message; closing 1009");
     }
 
     pub(super) async fn on_client(&mut self, r: Read) -> Flow {
@@ -111,7 +114,7 @@ impl Relay {
         self.touch();
         let k = frame.kind();
         if k == Kind::Close {
-            if self.node_closed {
+            if self.phase.node_closed() {
                 // The client's reply to the node's Close: pass it on, the session is over.
                 if let Some(side) = self.up.as_mut() {
                     if side.io.write(&frame).await.is_ok() {
@@ -120,8 +123,7 @@ impl Relay {
                 }
                 return Flow::End;
             }
-            self.client_close = Some(frame.clone());
-            self.closing_until = Some(Instant::now() + CLOSE_GRACE);
+            self.phase.client_closes(frame.clone());
         }
         let limit = self.max_message();
         let Some(side) = self.up.as_mut() else {
@@ -129,7 +131,7 @@ impl Relay {
         };
         if side.io.peer_gone() {
             // The node is already gone: keep the frame for the next node instead of losing it.
-            if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+            if k != Kind::Close && k != Kind::Pong && !self.carry.held.push(frame) {
                 tracing::debug!("held frame bound reached while the node side is closing");
             }
             return Flow::Continue;
@@ -145,12 +147,12 @@ impl Relay {
         match side.io.write(&out).await {
             Ok(_) => {
                 side.close_sent |= k == Kind::Close;
-                self.partial.sent(&frame);
+                self.carry.partial.sent(&frame);
                 Flow::Continue
             }
             Err(e) => {
                 // A write that failed did not reach a live node: keep the frame for the next node.
-                if k != Kind::Close && k != Kind::Pong && !self.held.push(frame) {
+                if k != Kind::Close && k != Kind::Pong && !self.carry.held.push(frame) {
                     tracing::debug!("held frame bound reached while the node side failed");
                 }
                 Box::pin(self.node_lost(&e.to_string())).await
@@ -172,19 +174,15 @@ impl Relay {
             }
             Err(e) => return Box::pin(self.node_lost(&e.to_string())).await,
         };
-        if let Some(owed) = self.owed_hop.take() {
-            // Served again: the hop's latency and its one INFO line (issue 16: one line per hop).
-            let latency = owed.seen.elapsed();
-            self.s.p.metrics.hop_latency.observe(latency.as_secs_f64());
-            owed.line.served(latency);
-        }
+        // Served again: the hop's latency and its one INFO line (one line per hop).
+        self.settle_hop(true);
         self.touch();
         let k = frame.kind();
         match k {
             Kind::Close
-                if self.client_close.is_none()
-                    && self.mode != WsMode::Close
-                    && matches!(frame.close_code(), Some(1001 | 1012)) =>
+                if self.phase.client_close().is_none()
+                    && self.mode() != WsMode::Close
+                    && going_away(frame.close_code()) =>
             {
                 // The node is going away (shutdown, drain, restart): move the socket, do not end it.
                 if let Some(side) = self.up.as_mut() {
@@ -194,10 +192,7 @@ impl Relay {
                 }
                 return Box::pin(self.node_gone(HopReason::GoingAway, false)).await;
             }
-            Kind::Close if self.client_close.is_none() => {
-                self.node_closed = true;
-                self.closing_until = Some(Instant::now() + CLOSE_GRACE);
-            }
+            Kind::Close if self.phase.client_close().is_none() => self.phase.node_closes(),
             Kind::Start { .. } | Kind::Continue { .. } | Kind::Close | Kind::Ping | Kind::Pong => {}
         }
         let limit = self.max_message();
@@ -216,10 +211,16 @@ impl Relay {
         if self.send_client(&out).await.is_err() {
             return Flow::End;
         }
-        if k == Kind::Close && self.client_close.is_some() {
+        if k == Kind::Close && self.phase.client_close().is_some() {
             // The node answered the client's Close: the closing handshake is complete.
             return Flow::End;
         }
         Flow::Continue
     }
+}
+
+/// True for a node's Close that says it is going away (1001, or 1012 for a restart): `hop` and
+/// `hint` move the socket instead of ending it.
+fn going_away(code: Option<u16>) -> bool {
+    code.is_some_and(|c| c == CloseCode::GOING_AWAY.0 || c == CloseCode::SERVICE_RESTART.0)
 }

@@ -3,8 +3,8 @@
 //! connection with `X-Hopped-From` (one write), reads the node's answer head with `httparse`, checks
 //! it as an RFC 6455 client must (section 4.1: `101`, the accept key, the subprotocol and
 //! extensions the first node agreed to), and keeps the bytes read past the head for the relay
-//! ([`Stream::Node`]). No task, channel or per-header allocation per hop (issue 16: a hop
-//! storm re-dials thousands of sockets at once). Spawns nothing.
+//! ([`Stream::Node`]). No task, channel or per-header allocation per hop (a hop storm
+//! re-dials thousands of sockets at once). Spawns nothing.
 
 use std::io;
 

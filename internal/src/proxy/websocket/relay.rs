@@ -24,22 +24,22 @@ use tokio::time::{sleep_until, Instant};
 use tracing::Instrument;
 
 use super::dial::{Handshake, Negotiated};
-use super::frame::{Frame, Peer};
+use super::frame::Peer;
 use super::io::FrameIo;
-use super::message::{Held, Partial};
+use super::message::Carry;
+use super::phase::Phase;
 use super::pump::{self, Pumped, Traffic};
 use super::socket_log::{socket_span, SocketLog};
 use super::wait::{Resting, Woken};
 use super::Stream;
 use crate::config::WsMode;
 use crate::drain;
-use crate::hopper::{HopLine, HopReason};
+use crate::hopper::HopReason;
 use crate::proxy::context::RequestCtx;
+use crate::proxy::respond::CloseCode;
 use crate::proxy::Proxy;
 use crate::registry::NodeSignal;
 
-/// After one side sent Close, how long the other side gets to answer before TCP is closed.
-pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// After the gateway itself sent Close, how long it waits for the client's reply.
 pub(super) const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 
@@ -58,15 +58,6 @@ pub(super) struct Session {
     pub(super) log: SocketLog,
 }
 
-/// What a counted hop owes until the new node serves the socket (its first frame).
-#[derive(Debug)]
-pub(super) struct OwedHop {
-    /// When the old node's failure was seen (hopping_latency_seconds runs from there).
-    pub(super) seen: Instant,
-    /// The hop's log line, written with the latency once served.
-    pub(super) line: HopLine,
-}
-
 /// Whether the task goes on.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -78,14 +69,8 @@ pub(super) use super::pump::Read;
 pub(super) use super::side::NodeSide;
 
 enum Event {
-    Client(Read),
-    Node(Read),
-    /// A batch to the node did not go at once: finish it.
-    NodeBusy,
-    /// A batch to the client did not go at once: finish it.
-    ClientBusy,
-    NodeWriteFailed(std::io::Error),
-    ClientWriteFailed(std::io::Error),
+    /// A frame or end from either side, or a batch the pump could not finish ([`Pumped`]).
+    Sides(Pumped),
     Signal,
     Shutdown,
     Idle,
@@ -117,32 +102,20 @@ impl From<Timer> for Event {
 /// The running relay.
 pub(super) struct Relay {
     pub(super) s: Session,
-    pub(super) mode: WsMode,
+    /// The client side.
     pub(super) down: FrameIo<Stream>,
+    /// The node side; `None` between losing one node and attaching the next.
     pub(super) up: Option<NodeSide>,
     pub(super) shutdown: drain::Watch,
     /// Bytes each way and when the last frame passed.
     pub(super) traffic: Traffic,
-    /// Client frames that arrived after the node side was seen gone, for the next node.
-    pub(super) held: Held,
-    /// The client's Close, relayed to the node; its reply is awaited.
-    pub(super) client_close: Option<Frame>,
-    /// The node's Close was relayed to the client; the client's reply is awaited.
-    pub(super) node_closed: bool,
-    pub(super) down_close_sent: bool,
-    pub(super) closing_until: Option<Instant>,
-    /// The client's unfinished message as the current node received it, for a hop.
-    pub(super) partial: Partial,
-    pub(super) drain_act_at: Option<Instant>,
-    pub(super) drain_deadline: Option<Instant>,
-    /// Set by a counted hop until the new node's first frame is relayed: its latency observation
-    /// (hopping_latency_seconds) and its one log line are owed until then. Boxed: an idle socket
-    /// pays 8 bytes for it.
-    pub(super) owed_hop: Option<Box<OwedHop>>,
+    pub(super) carry: Carry,
+    /// The close and drain state.
+    pub(super) phase: Phase,
     /// The socket's span (conn id, cluster), entered while an event is handled; not while the
     /// pump waits and relays (entering and leaving it on every poll cost ~200 instructions per
-    /// message, issue 16). Made at the first event handled ([`Relay::span`]): a socket that
-    /// stays idle keeps none (a span costs ~0.35 KiB of subscriber state, issue 16).
+    /// message). Made at the first event handled ([`Relay::span`]): a socket that stays idle
+    /// keeps none (a span costs ~0.35 KiB of subscriber state).
     span: Option<tracing::Span>,
 }
 
@@ -151,9 +124,10 @@ impl Session {
     /// ends, then writes the access-log line (status 101, byte counts).
     ///
     /// The relay state lives in one heap block built here (the span too, entered only while an
-    /// event is handled), and the future holds only that block and the current step: an idle socket keeps its task cell small (about 0.9 KiB
-    /// instead of 5.4 KiB, issue 16: memory per idle WebSocket). `self` is boxed by the caller so
-    /// the spawned task does not carry the session by value before the upgrades complete.
+    /// event is handled), and the future holds only that block and the current step: an idle
+    /// socket keeps its task cell small (about 0.9 KiB instead of 5.4 KiB of memory per idle
+    /// WebSocket). `self` is boxed by the caller so the spawned task does not carry the session
+    /// by value before the upgrades complete.
     pub(super) fn relay(
         self: Box<Self>,
         down: Stream,
@@ -174,7 +148,6 @@ impl Session {
         let shutdown = self.p.shutdown.clone();
         let mut r = Box::new(Relay {
             s: *self,
-            mode,
             down,
             up: Some(side),
             shutdown,
@@ -183,15 +156,8 @@ impl Session {
                 bytes_out: 0,
                 last: Instant::now(),
             },
-            held: Held::default(),
-            client_close: None,
-            node_closed: false,
-            down_close_sent: false,
-            closing_until: None,
-            partial: Partial::default(),
-            drain_act_at: None,
-            drain_deadline: None,
-            owed_hop: None,
+            carry: Carry::default(),
+            phase: Phase::Open,
             span: None,
         });
         if extension_warning {
@@ -213,17 +179,10 @@ impl Relay {
     /// After the last event: the hop latency still owed, Close to the node, FIN to the client,
     /// the access-log line.
     async fn end_socket(mut self: Box<Self>) {
-        if let Some(owed) = self.owed_hop.take() {
-            // The socket ended before the new node's first frame: the hop still owes its
-            // one latency observation (issue 13) and its log line.
-            self.s
-                .p
-                .metrics
-                .hop_latency
-                .observe(owed.seen.elapsed().as_secs_f64());
-            owed.line.unserved();
-        }
-        Box::pin(self.close_node(1001, "going away")).await;
+        // The socket ended before the new node's first frame: the hop still owes its one latency
+        // observation and its log line.
+        self.settle_hop(false);
+        Box::pin(self.close_node(CloseCode::GOING_AWAY, "going away")).await;
         self.down.shutdown().await;
         let t = self.traffic;
         let log = self.s.log.line(&self.s.ctx);
@@ -252,7 +211,7 @@ async fn changed_opt(rx: Option<&mut watch::Receiver<NodeSignal>>) {
 
 impl Relay {
     /// Waits for one event and handles it; the handling is boxed so the task's resting state,
-    /// kept for every idle socket, is the wait alone (issue 7: memory per idle WebSocket).
+    /// kept for every idle socket, is the wait alone (memory per idle WebSocket).
     pub(super) async fn step(&mut self) -> Flow {
         // The wait runs outside the span (see `Relay::span`); the event is handled inside.
         let event = self.next_event().await;
@@ -263,8 +222,8 @@ impl Relay {
         }
         let span = self.span();
         // Boxed: the handlers' states (closing, hop, frame by frame) are far larger than the wait
-        // above, and the task cell would be sized for them for the socket's whole life (issue
-        // 16: memory per idle WebSocket); a busy socket's frames pass in the wait, not here.
+        // above, and the task cell would be sized for them for the socket's whole life (memory
+        // per idle WebSocket); a busy socket's frames pass in the wait, not here.
         Box::pin(self.handle(event).instrument(span)).await
     }
 
@@ -276,12 +235,14 @@ impl Relay {
 
     async fn handle(&mut self, event: Event) -> Flow {
         match event {
-            Event::Client(r) => self.on_client(r).await,
-            Event::Node(r) => self.on_node(r).await,
-            Event::NodeBusy => self.finish_to_node().await,
-            Event::ClientBusy => self.finish_to_client().await,
-            Event::NodeWriteFailed(e) => Box::pin(self.node_write_failed(&e.to_string())).await,
-            Event::ClientWriteFailed(e) => {
+            Event::Sides(Pumped::Client(r)) => self.on_client(r).await,
+            Event::Sides(Pumped::Node(r)) => self.on_node(r).await,
+            Event::Sides(Pumped::NodeBusy) => self.finish_to_node().await,
+            Event::Sides(Pumped::ClientBusy) => self.finish_to_client().await,
+            Event::Sides(Pumped::NodeWriteFailed(e)) => {
+                Box::pin(self.node_write_failed(&e.to_string())).await
+            }
+            Event::Sides(Pumped::ClientWriteFailed(e)) => {
                 tracing::debug!(error = %e, "client left without a close handshake");
                 Flow::End
             }
@@ -299,9 +260,8 @@ impl Relay {
     /// [`super::pass`] observes).
     fn busy_path(&self) -> bool {
         self.up.as_ref().is_some_and(|s| s.translate.is_none())
-            && self.client_close.is_none()
-            && !self.node_closed
-            && self.owed_hop.is_none()
+            && !self.phase.is_closing()
+            && self.carry.owed.is_none()
     }
 
     /// Waits for the next event: a frame or end from either side (the pump relays the busy path
@@ -322,12 +282,12 @@ impl Relay {
         let traffic = &mut self.traffic;
         let sides = async move {
             match up_io {
-                Some(up) if busy => std::future::poll_fn(|cx| pump::poll(cx, down, up, traffic))
-                    .await
-                    .into(),
+                Some(up) if busy => {
+                    std::future::poll_fn(|cx| pump::poll(cx, down, up, traffic)).await
+                }
                 up_io => tokio::select! {
-                    r = down.read() => Event::Client(r),
-                    r = read_opt(up_io) => Event::Node(r),
+                    r = down.read() => Pumped::Client(r),
+                    r = read_opt(up_io) => Pumped::Node(r),
                 },
             }
         };
@@ -340,7 +300,7 @@ impl Relay {
             timer.map(|(at, _)| sleep_until(at)),
         );
         match woken.await {
-            Woken::Sides(e) => e,
+            Woken::Sides(e) => Event::Sides(e),
             Woken::Signal => Event::Signal,
             Woken::Shutdown => Event::Shutdown,
             Woken::Timer => timer.map_or(Event::Grace, |(_, t)| t.into()),
@@ -349,12 +309,13 @@ impl Relay {
 
     /// The earliest of the four timers (close grace, drain deadline, drain jitter, idle) and the
     /// event it fires. One `Sleep` in the resting wait instead of four keeps an idle socket's
-    /// task cell small (issue 16); on a tie the first in that order wins.
+    /// task cell small; on a tie the first in that order wins.
     fn next_timer(&self) -> Option<(Instant, Timer)> {
+        let [grace, deadline, act_at] = self.phase.timers();
         [
-            (self.closing_until, Timer::Grace),
-            (self.drain_deadline, Timer::DrainDeadline),
-            (self.drain_act_at, Timer::DrainAct),
+            (grace, Timer::Grace),
+            (deadline, Timer::DrainDeadline),
+            (act_at, Timer::DrainAct),
             (self.idle().map(|d| self.traffic.last + d), Timer::Idle),
         ]
         .into_iter()
@@ -374,6 +335,11 @@ impl Relay {
             .is_some_and(|d| self.traffic.last.elapsed() >= d)
     }
 
+    /// The route's `websocket` mode (read from the route, not kept per socket).
+    pub(super) fn mode(&self) -> WsMode {
+        self.s.ctx.route.config.websocket
+    }
+
     /// `limits.websocket_idle_timeout` (read from the settings, not kept per socket).
     fn idle(&self) -> Option<Duration> {
         self.s.p.settings.limits.websocket_idle_timeout
@@ -383,18 +349,5 @@ impl Relay {
     /// settings, not kept per socket).
     pub(super) fn max_message(&self) -> u64 {
         self.s.p.settings.limits.websocket_max_message
-    }
-}
-
-impl From<Pumped> for Event {
-    fn from(p: Pumped) -> Event {
-        match p {
-            Pumped::Client(r) => Event::Client(r),
-            Pumped::Node(r) => Event::Node(r),
-            Pumped::NodeBusy => Event::NodeBusy,
-            Pumped::ClientBusy => Event::ClientBusy,
-            Pumped::NodeWriteFailed(e) => Event::NodeWriteFailed(e),
-            Pumped::ClientWriteFailed(e) => Event::ClientWriteFailed(e),
-        }
     }
 }

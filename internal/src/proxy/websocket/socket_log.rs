@@ -1,6 +1,6 @@
 //! The access-log fields a relayed socket keeps for its one line at the end (SPEC section 8):
 //! only what its request context ([`RequestCtx`]: route, table, conn id) does not hold already,
-//! in compact form, since the socket may stay idle for days (issue 16: memory per idle
+//! in compact form, since the socket may stay idle for days (memory per idle
 //! WebSocket); and the socket's span ([`socket_span`]). Spawns nothing.
 
 use std::net::SocketAddr;

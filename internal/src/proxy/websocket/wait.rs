@@ -7,7 +7,7 @@
 //! when a cheap look says they may be ready: a second receiver of the node's signal (one atomic
 //! load), the shutdown value, the timer's elapsed flag. Polling a watch's armed `changed()` takes
 //! its waiter list's lock; the two watch polls, their wait loops and `select!`'s random start were
-//! ~350 of ~3,000 user-space instructions per relayed round trip (issue 16: CPU per WebSocket
+//! ~350 of ~3,000 user-space instructions per relayed round trip (CPU per WebSocket
 //! message). They are looked at before the sides, so a side that is always ready cannot hide
 //! them. Skipping a poll loses no wake-up: the waker each registered is the task's own, which
 //! never changes. Spawns nothing.

@@ -13,6 +13,7 @@ use super::conn::{check_master, Conn};
 use super::shared::{same_or_new, Pending, Shared, BIND_SCRIPT, DEL_SCRIPT, HOP_SCRIPT, NO_ARGS};
 use super::target::RedisTarget;
 use super::{PROBE_INTERVAL, WRITEBACK_BATCH, WRITEBACK_CONCURRENCY};
+use crate::hopper::ConnId;
 
 /// Every [`PROBE_INTERVAL`] (or when woken) while Redis is down, changes are pending or a resync
 /// is due: reconnects, probes, writes back, drops the cache on resync, and marks Redis up.
@@ -110,7 +111,7 @@ async fn flush(s: &Shared, conn: &Conn) -> Option<usize> {
     let mut written = 0;
     // A budget, so a set refilled as fast as it drains cannot keep this round going.
     for _ in 0..=(s.pending_cap / WRITEBACK_BATCH) {
-        let batch: Vec<(Box<str>, Pending)> = {
+        let batch: Vec<(ConnId, Pending)> = {
             let mut p = s.pending.lock().expect("pending mutex is never poisoned");
             std::iter::from_fn(|| p.pop_lru())
                 .take(WRITEBACK_BATCH)
@@ -119,7 +120,7 @@ async fn flush(s: &Shared, conn: &Conn) -> Option<usize> {
         if batch.is_empty() {
             break;
         }
-        let results: Vec<(Box<str>, Pending, bool)> = stream::iter(batch)
+        let results: Vec<(ConnId, Pending, bool)> = stream::iter(batch)
             .map(|(id, change)| async move {
                 let ok = write_back(s, conn.clone(), &id, &change).await;
                 (id, change, ok)
@@ -149,7 +150,7 @@ async fn flush(s: &Shared, conn: &Conn) -> Option<usize> {
 }
 
 /// Writes one local change to Redis and adopts what Redis ends up holding. False on a failed call.
-async fn write_back(s: &Shared, mut c: Conn, id: &str, change: &Pending) -> bool {
+async fn write_back(s: &Shared, mut c: Conn, id: &ConnId, change: &Pending) -> bool {
     let key = s.key(id);
     let epoch = s.epoch(id);
     match change {

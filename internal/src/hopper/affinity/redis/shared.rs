@@ -21,6 +21,7 @@ use super::conn::Conn;
 use super::target::RedisTarget;
 use super::{EPOCH_SLOTS, JOURNAL_AGE, JOURNAL_CAP, LOG_INTERVAL};
 use crate::hopper::affinity::MemoryStore;
+use crate::hopper::ConnId;
 use crate::metrics::Metrics;
 
 /// `GET` + slide: the bound node or nil. `KEYS[1]` = key, `ARGV[1]` = ttl ms.
@@ -96,14 +97,14 @@ impl ErrorLog {
 }
 
 /// Acknowledged writes with the time Redis took them, oldest first.
-pub(super) type Journal = VecDeque<(Instant, Box<str>, Pending)>;
+pub(super) type Journal = VecDeque<(Instant, ConnId, Pending)>;
 
 /// State shared by the store handle and its tasks.
 pub(super) struct Shared {
     pub(super) target: RedisTarget,
     pub(super) conn: ArcSwapOption<Conn>,
     pub(super) cache: MemoryStore,
-    pub(super) pending: Mutex<LruCache<Box<str>, Pending>>,
+    pub(super) pending: Mutex<LruCache<ConnId, Pending>>,
     pub(super) pending_cap: usize,
     /// Redis is believed unreachable: answer locally until the maintainer clears it.
     pub(super) down: AtomicBool,
@@ -111,7 +112,7 @@ pub(super) struct Shared {
     pub(super) resync: AtomicBool,
     pub(super) epochs: [AtomicU64; EPOCH_SLOTS],
     pub(super) wake: Notify,
-    pub(super) refresh_tx: mpsc::Sender<(Box<str>, Arc<str>)>,
+    pub(super) refresh_tx: mpsc::Sender<(ConnId, Arc<str>)>,
     pub(super) prefix: String,
     pub(super) channel: String,
     pub(super) ttl: Duration,
@@ -177,7 +178,7 @@ impl Shared {
     }
 
     /// Caches what Redis answered unless an invalidation for this id raced the call.
-    pub(super) fn fill(&self, conn: &str, epoch: u64, node: &Arc<str>) {
+    pub(super) fn fill(&self, conn: &ConnId, epoch: u64, node: &Arc<str>) {
         if self.epoch(conn) == epoch {
             self.cache.put(conn, node);
         } else {
@@ -202,7 +203,7 @@ impl Shared {
 
     /// Moves every journaled write into the write-back set (see [`Shared::journal`]).
     fn replay_journal(&self) {
-        let recent: Vec<(Box<str>, Pending)> = {
+        let recent: Vec<(ConnId, Pending)> = {
             let mut j = self
                 .journal
                 .lock()
@@ -230,7 +231,7 @@ impl Shared {
     }
 
     /// Records a write Redis acknowledged, for replay after a failover (bounded by count and age).
-    pub(super) fn journal(&self, conn: &str, change: Pending) {
+    pub(super) fn journal(&self, conn: &ConnId, change: Pending) {
         let now = Instant::now();
         let mut j = self
             .journal
@@ -242,7 +243,7 @@ impl Shared {
         {
             j.pop_front();
         }
-        j.push_back((now, conn.into(), change));
+        j.push_back((now, conn.clone(), change));
     }
 
     /// Runs one Redis call bounded by the timeout; `None` (counted, logged, Redis marked down) on failure.
@@ -308,7 +309,7 @@ impl Shared {
     }
 
     /// Remembers a local change for write-back (bounded: past the cap the oldest is forgotten).
-    pub(super) fn remember(&self, conn: &str, change: Pending) {
+    pub(super) fn remember(&self, conn: &ConnId, change: Pending) {
         let mut p = self
             .pending
             .lock()
@@ -328,7 +329,7 @@ impl Shared {
         } else {
             None
         };
-        p.put(conn.into(), merged);
+        p.put(conn.clone(), merged);
         drop(p);
         if dropped.is_some() {
             self.metrics.store_error("writeback");
@@ -350,11 +351,16 @@ impl Shared {
             tracing::debug!(payload = %String::from_utf8_lossy(payload), "ignoring a malformed hop message");
             return;
         };
-        self.bump(&msg.conn);
-        match self.cache.lookup(&msg.conn) {
+        // Every replica publishes ids it accepted, so a valid message always holds a valid id.
+        let Ok(conn) = ConnId::checked(msg.conn.as_bytes()) else {
+            tracing::debug!(conn = %msg.conn, "ignoring a hop message with an invalid conn id");
+            return;
+        };
+        self.bump(&conn);
+        match self.cache.lookup(&conn) {
             Some(b) if Some(&*b.node) == msg.to.as_deref() => {}
             Some(_) => {
-                self.cache.remove(&msg.conn);
+                self.cache.remove(&conn);
             }
             None => {}
         }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::shared::{same_or_new, Pending, Shared, BIND_SCRIPT};
 use super::target::RedisTarget;
+use crate::hopper::ConnId;
 
 /// First and longest wait between subscription attempts.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
@@ -132,7 +133,7 @@ async fn open_subscription(s: &Shared) -> Option<::redis::aio::PubSub> {
 /// recreates a key that expired in Redis meanwhile and reports a node another replica set.
 pub(super) async fn refresh(
     s: Arc<Shared>,
-    mut queue: mpsc::Receiver<(Box<str>, Arc<str>)>,
+    mut queue: mpsc::Receiver<(ConnId, Arc<str>)>,
     cancel: CancellationToken,
 ) {
     loop {

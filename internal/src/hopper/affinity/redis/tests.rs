@@ -9,6 +9,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use super::*;
+use crate::hopper::ids::test_id as id;
 
 /// A `redis-server` child on a free port (no persistence), killed on drop.
 pub(crate) struct TestRedis {
@@ -178,14 +179,17 @@ async fn cached_binding_costs_no_redis_call() {
     let r = TestRedis::start().await;
     let store = r.store(Duration::from_secs(60)).await;
     let mut c = r.client().await;
-    assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
+    assert_eq!(
+        store.bind(&id("c-1"), &node("node-a")).await,
+        node("node-a")
+    );
     assert_eq!(
         redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
         Some("node-a")
     );
     let before = eval_calls(&mut c).await;
     for _ in 0..100 {
-        assert_eq!(store.get("c-1").await, Some(node("node-a")));
+        assert_eq!(store.get(&id("c-1")).await, Some(node("node-a")));
     }
     assert_eq!(
         eval_calls(&mut c).await,
@@ -201,7 +205,7 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
     let ttl = Duration::from_millis(1500);
     let store = r.store(ttl).await;
     let mut c = r.client().await;
-    store.bind("c-1", &node("node-a")).await;
+    store.bind(&id("c-1"), &node("node-a")).await;
     let start = Instant::now();
     let mut last = pttl(&mut c, "hopgw:conn:c-1").await;
     let mut refreshed_at = None;
@@ -211,7 +215,7 @@ async fn ttl_is_refreshed_once_less_than_half_is_left() {
             "no refresh seen; last PTTL {last}"
         );
         assert_eq!(
-            store.get("c-1").await,
+            store.get(&id("c-1")).await,
             Some(node("node-a")),
             "used binding is kept"
         );
@@ -256,28 +260,29 @@ async fn hops_invalidate_other_replicas_and_races_agree() {
         },
     )
     .await;
-    a.bind("c-1", &node("node-a")).await;
+    a.bind(&id("c-1"), &node("node-a")).await;
     assert_eq!(
-        b.get("c-1").await,
+        b.get(&id("c-1")).await,
         Some(node("node-a")),
         "b reads a's binding"
     );
     assert_eq!(
-        a.hop("c-1", "node-a", &node("node-b")).await,
+        a.hop(&id("c-1"), "node-a", &node("node-b")).await.0,
         node("node-b")
     );
     let (a, b) = (&a, &b);
     wait_until(
         Duration::from_secs(2),
         "b's cache to be invalidated",
-        || async move { b.get("c-1").await == Some(node("node-b")) },
+        || async move { b.get(&id("c-1")).await == Some(node("node-b")) },
     )
     .await;
 
     // Both replicas see node-b and lose it at once: one new node wins for both.
-    assert_eq!(a.get("c-1").await, Some(node("node-b")));
+    assert_eq!(a.get(&id("c-1")).await, Some(node("node-b")));
     let (nc, nd) = (node("node-c"), node("node-d"));
-    let (x, y) = tokio::join!(a.hop("c-1", "node-b", &nc), b.hop("c-1", "node-b", &nd));
+    let c1 = id("c-1");
+    let ((x, _), (y, _)) = tokio::join!(a.hop(&c1, "node-b", &nc), b.hop(&c1, "node-b", &nd));
     assert_eq!(x, y, "racing hops agree");
     assert_eq!(
         redis_get(&mut c, "hopgw:conn:c-1").await.as_deref(),
@@ -288,16 +293,17 @@ async fn hops_invalidate_other_replicas_and_races_agree() {
         Duration::from_secs(2),
         "both replicas to route to the winner",
         || async move {
-            a.get("c-1").await.as_ref() == Some(x) && b.get("c-1").await.as_ref() == Some(x)
+            a.get(&id("c-1")).await.as_ref() == Some(x)
+                && b.get(&id("c-1")).await.as_ref() == Some(x)
         },
     )
     .await;
 
-    assert!(b.remove("c-1").await);
+    assert!(b.remove(&id("c-1")).await);
     wait_until(
         Duration::from_secs(2),
         "a's cache to drop the removed binding",
-        || async move { a.get("c-1").await.is_none() },
+        || async move { a.get(&id("c-1")).await.is_none() },
     )
     .await;
     a.shutdown().await;

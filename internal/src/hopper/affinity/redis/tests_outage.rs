@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::tests::{node, pttl, redis_get, store_errors, wait_until, TestRedis};
 use super::*;
+use crate::hopper::ids::test_id as id;
 
 /// Waits up to 5 s for `store` to be up again (not believed down); panics naming `what` then.
 async fn wait_up(store: &RedisStore, what: &str) {
@@ -26,7 +27,10 @@ async fn redis_outage_serves_locally_and_writes_back() {
     let store = RedisStore::connect(r.settings(Duration::from_secs(60)), metrics.clone())
         .await
         .expect("store");
-    assert_eq!(store.bind("old", &node("node-a")).await, node("node-a"));
+    assert_eq!(
+        store.bind(&id("old"), &node("node-a")).await,
+        node("node-a")
+    );
     r.kill().await;
     let store = &store;
     wait_until(
@@ -38,18 +42,18 @@ async fn redis_outage_serves_locally_and_writes_back() {
     assert!(store_errors(&metrics) >= 1.0, "errors counted");
     let started = Instant::now();
     assert_eq!(
-        store.get("old").await,
+        store.get(&id("old")).await,
         Some(node("node-a")),
         "bound id keeps its node"
     );
-    assert_eq!(store.get("new").await, None);
+    assert_eq!(store.get(&id("new")).await, None);
     assert_eq!(
-        store.bind("new", &node("node-b")).await,
+        store.bind(&id("new"), &node("node-b")).await,
         node("node-b"),
         "fresh bindings stay local"
     );
     assert_eq!(
-        store.hop("old", "node-a", &node("node-c")).await,
+        store.hop(&id("old"), "node-a", &node("node-c")).await.0,
         node("node-c")
     );
     assert!(
@@ -76,7 +80,7 @@ async fn redis_outage_serves_locally_and_writes_back() {
         pttl(&mut c, "hopgw:conn:new").await > 50_000,
         "written back with the TTL"
     );
-    assert_eq!(store.get("new").await, Some(node("node-b")));
+    assert_eq!(store.get(&id("new")).await, Some(node("node-b")));
     store.shutdown().await;
 }
 
@@ -87,10 +91,16 @@ async fn write_back_does_not_overwrite_a_newer_binding() {
     let mut c = r.client().await;
     // Believed down (as after a timeout): the bind and the hop stay local and are remembered.
     store.shared.down.store(true, Ordering::Release);
-    assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
-    assert_eq!(store.bind("c-2", &node("node-a")).await, node("node-a"));
     assert_eq!(
-        store.hop("c-2", "node-a", &node("node-b")).await,
+        store.bind(&id("c-1"), &node("node-a")).await,
+        node("node-a")
+    );
+    assert_eq!(
+        store.bind(&id("c-2"), &node("node-a")).await,
+        node("node-a")
+    );
+    assert_eq!(
+        store.hop(&id("c-2"), "node-a", &node("node-b")).await.0,
         node("node-b")
     );
     // Meanwhile another replica bound c-1 in Redis.
@@ -111,7 +121,7 @@ async fn write_back_does_not_overwrite_a_newer_binding() {
         "the newer binding is kept"
     );
     assert_eq!(
-        store.get("c-1").await,
+        store.get(&id("c-1")).await,
         Some(node("node-z")),
         "and adopted locally"
     );
@@ -132,7 +142,10 @@ async fn unreachable_redis_at_start_is_not_fatal() {
         .await
         .expect("starts without Redis");
     assert!(store.is_down());
-    assert_eq!(store.bind("c-1", &node("node-a")).await, node("node-a"));
+    assert_eq!(
+        store.bind(&id("c-1"), &node("node-a")).await,
+        node("node-a")
+    );
     r.restart().await;
     let c = r.client().await;
     wait_until(
