@@ -10,7 +10,7 @@
 //! (1024 frames, 1 MiB); past the bound, or with no node accepting within [`HOP_DEADLINE`], the
 //! client gets 1012 with the reconnect hint. Spawns nothing: the re-dial runs inside the relay task.
 
-use crate::proxy::respond::ProxyError;
+use crate::proxy::error::ProxyError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use super::relay::{Flow, NodeSide, OwedHop, Relay};
 use super::Stream;
 use crate::hopper::HopReason;
 use crate::proxy::context::RequestCtx;
-use crate::proxy::Proxy;
+use crate::proxy::types::Proxy;
 use crate::registry::{Node, NodeId};
 
 impl Relay {
