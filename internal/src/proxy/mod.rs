@@ -208,7 +208,8 @@ impl Proxy {
     /// relayed until either side closes; `on_upgrade` is the gateway's own HTTP/1.1 driver's
     /// hand-on of the client's socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade.
     /// An `async` block for the reason [`Proxy::serve`] gives.
-    // The upgrade needs every piece the phases settled; a struct for one call site would only rename them.
+    // The upgrade needs every piece the phases settled; a struct for one call site would only
+    // rename them.
     #[allow(clippy::manual_async_fn, clippy::too_many_arguments)]
     fn websocket<'a>(
         self: &'a Arc<Self>,
@@ -245,9 +246,10 @@ impl Proxy {
         }
     }
 
-    /// The gateway's own answer to a request head from `dc` that [`downstream::http1::request`] refused
-    /// (`err` is the refusal's error: 400, 414 or 431), logged and counted like every failure,
-    /// with what `seen` of its request line (method, path and protocol, `-` where not known).
+    /// The gateway's own answer to a request head from `dc` that [`downstream::http1::request`]
+    /// refused (`err` is the refusal's error: 400, 414 or 431), logged and counted like every
+    /// failure, with what `seen` of its request line (method, path and protocol, `-` where not
+    /// known).
     pub(crate) fn refused(
         &self,
         err: ProxyError,

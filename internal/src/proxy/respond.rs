@@ -2,9 +2,9 @@
 //! answer to a failure ([`render`]).
 //!
 //! The one place where a failure becomes an answer (STYLE section 4): [`render`] maps a
-//! [`ProxyError`] and the protocol at hand ([`Dialect`]) to one [`GatewayAnswer`] carrying the HTTP status,
-//! the gRPC code, the WebSocket close code and reason, whether the client connection must close,
-//! and the response to send — a JSON body in the SPEC section 4 shape
+//! [`ProxyError`] and the protocol at hand ([`Dialect`]) to one [`GatewayAnswer`] carrying the HTTP
+//! status, the gRPC code, the WebSocket close code and reason, whether the client connection must
+//! close, and the response to send — a JSON body in the SPEC section 4 shape
 //! (`{"code":-1,"message":"..."}`), or for gRPC a Trailers-Only answer (HTTP 200, `grpc-status`,
 //! `grpc-message`). The gateway never answers with an empty 502.
 //!
@@ -42,8 +42,8 @@ pub enum Dialect {
 }
 
 impl Kind {
-    /// The protocol its failures are answered in ([`render`]); here, beside [`Dialect`], so the context does not
-    /// import the phase that answers.
+    /// The protocol its failures are answered in ([`render`]); here, beside [`Dialect`], so the
+    /// context does not import the phase that answers.
     pub(crate) fn dialect(self) -> Dialect {
         match self {
             Kind::Http => Dialect::Http,

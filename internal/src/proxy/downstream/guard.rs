@@ -2,9 +2,9 @@
 //! (SPEC section 4 limits; CASES 13, 16). A refused head gets a JSON 4xx and, where the framing is
 //! ambiguous, the connection is closed so no smuggled bytes are ever read as a request.
 //!
-//! On HTTP/1.x, [`crate::proxy::http1_codec::head`] has already judged the head as [`super::http1`] parsed it
-//! (malformed or conflicting `Content-Length`, transfer codings, obs-fold, colon-less lines,
-//! control characters, the request-line and header-block limits).
+//! On HTTP/1.x, [`crate::proxy::http1_codec::head`] has already judged the head as [`super::http1`]
+//! parsed it (malformed or conflicting `Content-Length`, transfer codings, obs-fold, colon-less
+//! lines, control characters, the request-line and header-block limits).
 //! This module checks the parsed request, for every protocol: the request-target form (RFC 9112
 //! section 3.2), any `Transfer-Encoding` other than exactly `chunked`, more than one `Host` line,
 //! the request-target limit (414), and the header block size and count limits (431), all with

@@ -3,7 +3,8 @@
 //! was ~2,200 of the ~28,000 instructions of a proxied request, its hop-by-hop strip and its drop
 //! ~1,300 more).
 //!
-//! Rules, applied while the head is parsed ([`crate::proxy::upstream::http1::head::parse_response`]), so the client
+//! Rules, applied while the head is parsed
+//! ([`crate::proxy::upstream::http1::head::parse_response`]), so the client
 //! gets exactly the fields the `HeaderMap` path gave it:
 //! - RFC 9110 section 7.6.1: hop-by-hop fields ([`crate::proxy::headers`]'s list, `Connection`
 //!   first) and every field a `Connection` line nominates are not passed on; nor is `TE`, a
@@ -21,9 +22,9 @@
 //! gRPC answer, a `101`).
 //!
 //! The fields travel beside the response, in an [`NodeAnswer`], from the node's connection to the
-//! client's writer ([`crate::proxy::downstream::http1::conn`]): carried in the response's `Extensions` they cost an
-//! `AnyMap` (three allocations, two hash lookups and its drop: ~900 of ~26,400 instructions per
-//! proxied request).
+//! client's writer ([`crate::proxy::downstream::http1::conn`]): carried in the response's
+//! `Extensions` they cost an `AnyMap` (three allocations, two hash lookups and its drop: ~900 of
+//! ~26,400 instructions per proxied request).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};

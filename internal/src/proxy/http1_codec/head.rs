@@ -2,15 +2,15 @@
 //! every answer the gateway makes carries the JSON body, including those for heads that fail to
 //! parse).
 //!
-//! The gateway's own HTTP/1.x server ([`crate::proxy::downstream::http1`]) parses each head with httparse and judges
-//! it here: [`field`] and [`target`] on the fields httparse read, and, for a head httparse refuses
-//! or one still incomplete, [`request_line`] and [`field_line`] on the raw lines, for the exact
-//! refusal (control characters or DEL in a field value, obs-fold, a line without a colon, a
-//! malformed or conflicting `Content-Length`, an unknown transfer coding, a target past its
-//! limits). A refused head is answered by the proxy (a JSON 400/414/431, the connection closed,
-//! nothing forwarded). The rules are hyper's own (the request line goes through httparse exactly
-//! as hyper parses it) plus those RFC 9112 adds for a server in front of others: one
-//! `Transfer-Encoding`, exactly `chunked` (section 6.1); not together with `Content-Length`
+//! The gateway's own HTTP/1.x server ([`crate::proxy::downstream::http1`]) parses each head with
+//! httparse and judges it here: [`field`] and [`target`] on the fields httparse read, and, for a
+//! head httparse refuses or one still incomplete, [`request_line`] and [`field_line`] on the raw
+//! lines, for the exact refusal (control characters or DEL in a field value, obs-fold, a line
+//! without a colon, a malformed or conflicting `Content-Length`, an unknown transfer coding, a
+//! target past its limits). A refused head is answered by the proxy (a JSON 400/414/431, the
+//! connection closed, nothing forwarded). The rules are hyper's own (the request line goes through
+//! httparse exactly as hyper parses it) plus those RFC 9112 adds for a server in front of others:
+//! one `Transfer-Encoding`, exactly `chunked` (section 6.1); not together with `Content-Length`
 //! (section 6.3); no conflicting `Content-Length` values (section 6.3); no obs-fold (section 5.2).
 //! One set of rules: the parser and the raw-line judge call the same functions.
 //! Pure functions; spawns nothing.
@@ -298,7 +298,8 @@ pub fn field(
     Ok(())
 }
 
-/// The SPEC section 4 default limits, for unit tests here and in [`crate::proxy::downstream::http1`].
+/// The SPEC section 4 default limits, for unit tests here and in
+/// [`crate::proxy::downstream::http1`].
 #[cfg(test)]
 pub(crate) const TEST_LIMITS: HeadLimits = HeadLimits {
     max_request_line: 16384,

@@ -146,8 +146,8 @@ impl NodeClient {
         }
     }
 
-    /// [`NodeClient::send`] to an HTTP/1.1 node: a pooled connection, or a new one when none is idle
-    /// or the pooled one was stale before anything went out.
+    /// [`NodeClient::send`] to an HTTP/1.1 node: a pooled connection, or a new one when none is
+    /// idle or the pooled one was stale before anything went out.
     async fn send_h1(
         &self,
         node: &Node,

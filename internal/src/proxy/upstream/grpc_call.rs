@@ -35,8 +35,8 @@ pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 /// The time budget of a request with headers `request` on a route whose cap is `cap`
 /// (`grpc_max_timeout`, `None` = no cap): for a gRPC call (`grpc`: the request's kind is
 /// `Kind::Grpc`, decided once per request from its `content-type` by
-/// [`crate::proxy::context::kind_of`]), the shorter of its `grpc-timeout` and the cap; `None` for any
-/// other request, or a call with neither (then the route `timeout` bounds the response head).
+/// [`crate::proxy::context::kind_of`]), the shorter of its `grpc-timeout` and the cap; `None` for
+/// any other request, or a call with neither (then the route `timeout` bounds the response head).
 pub(crate) fn budget(grpc: bool, request: &HeaderMap, cap: Option<Duration>) -> Option<Duration> {
     if !grpc {
         return None;

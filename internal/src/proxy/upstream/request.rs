@@ -16,9 +16,9 @@ use crate::registry::Node;
 use crate::tls::client as tls;
 
 /// One attempt's request head for a node, borrowed from the request's attempts: the fields are
-/// made once per request ([`crate::proxy::node_headers::node_headers`]) and every attempt sends them again
-/// without a copy (an HTTP/1.1 node's head is encoded straight from them; an h2 node's request
-/// takes a copy, [`self::h2_request`]).
+/// made once per request ([`crate::proxy::node_headers::node_headers`]) and every attempt sends
+/// them again without a copy (an HTTP/1.1 node's head is encoded straight from them; an h2 node's
+/// request takes a copy, [`h2_request`]).
 #[derive(Debug, Clone, Copy)]
 pub struct NodeRequest<'a> {
     /// The request method.
@@ -31,7 +31,7 @@ pub struct NodeRequest<'a> {
     /// head gets them as lines after the map's fields, an h2 node's request adds them to its copy.
     pub(crate) forwarded: Option<&'a ForwardedFields>,
     /// The request's host as the route phase settled it (the client's `Host`, else its
-    /// `:authority`): an h2 node's `:authority` ([`self::h2_request`]) and, with
+    /// `:authority`): an h2 node's `:authority` ([`h2_request`]) and, with
     /// `forwarded`, the `X-Forwarded-Host` value; an HTTP/1.1 node reads `Host` from `headers`.
     pub(crate) host: Option<&'a HeaderValue>,
     /// For `Expect: 100-continue` to an HTTP/1.1 node: the gate the node's `100` opens (CASE-15).
@@ -42,8 +42,8 @@ pub struct NodeRequest<'a> {
 }
 
 /// The `X-Forwarded-*` fields of a request whose client sent no forwarding field (SPEC section 4;
-/// [`crate::proxy::headers::Seen`]): with none to keep or drop, the gateway's own three are the whole
-/// rewrite, so for an HTTP/1.1 node they are written as head lines after the map's fields
+/// [`crate::proxy::headers::Seen`]): with none to keep or drop, the gateway's own three are the
+/// whole rewrite, so for an HTTP/1.1 node they are written as head lines after the map's fields
 /// ([`super::http1::request_head::encode_request`]) instead of being hashed into the map.
 /// `X-Forwarded-Host` is the request's host ([`NodeRequest::host`]), kept once.
 #[derive(Debug, Clone)]
@@ -85,7 +85,8 @@ pub(crate) struct NodeRequestParts {
 /// `body`, with an absolute URI whose authority is the request's host ([`NodeRequest::host`];
 /// RFC 9113 section 8.3.1; the node's address when there is no valid one), and no `Host` field
 /// (an HTTP/1.1 client's `Host`, or one an HTTP/2 client sent, is removed from the copy; the host
-/// the route phase settled for an HTTP/2 client is never added as one, [`crate::proxy::node_headers::node_headers`]).
+/// the route phase settled for an HTTP/2 client is never added as one,
+/// [`crate::proxy::node_headers::node_headers`]).
 pub(crate) fn h2_request(
     head: NodeRequest<'_>,
     node: &Node,

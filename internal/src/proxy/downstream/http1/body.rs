@@ -1,6 +1,7 @@
 //! The downstream connection's socket as its driver and its current request's body share it, and
 //! that body ([`ConnBody`]): the request body read straight off the connection as the forwarder
-//! polls it, `Content-Length` bytes or chunked ([`crate::proxy::http1_codec::chunked`]), in whatever task polls it.
+//! polls it, `Content-Length` bytes or chunked ([`crate::proxy::http1_codec::chunked`]), in
+//! whatever task polls it.
 //!
 //! `Expect: 100-continue` (RFC 9110 section 10.1.1): the interim `100 Continue` is written when
 //! the body is first polled, as hyper's server did, so [`crate::proxy::expect::ContinueGate`] keeps

@@ -1,7 +1,7 @@
 //! The request half of the codec: a request head parsed with httparse into [`http::request::Parts`]
 //! with its body framing (RFC 9112 sections 2, 3, 5 and 6), judged by the rules of
-//! [`crate::proxy::http1_codec::head`] (one set of rules: the same functions judge the parsed fields here and
-//! the raw lines of a head httparse refuses).
+//! [`crate::proxy::http1_codec::head`] (one set of rules: the same functions judge the parsed
+//! fields here and the raw lines of a head httparse refuses).
 //!
 //! Rule by rule:
 //! - RFC 9112 section 2.2: empty lines before the request-line are ignored (httparse skips them).

@@ -11,8 +11,9 @@
 //! 9113 section 5.2: at most one chunk is buffered beyond the node's window).
 //!
 //! A client body that fails while the request waits for its answer head fails the attempt with
-//! [`BodyFailed`], whose cause is the body's error (so [`crate::proxy::error::ProxyError::client_fault`] can
-//! blame the client); the stream is reset with INTERNAL_ERROR.
+//! [`BodyFailed`], whose cause is the body's error (so
+//! [`crate::proxy::error::ProxyError::client_fault`] can blame the client); the stream is reset
+//! with INTERNAL_ERROR.
 //!
 //! The node's answer head and trailers are held to `limits.h2_max_header_list` here, by their
 //! RFC 9113 section 6.5.2 size, rather than by the `h2` crate alone: `h2` drops the fields of a
@@ -76,8 +77,9 @@ fn check_header_list(
 }
 
 /// How sending one request on a connection failed.
-// The request goes back inline, as in [`crate::proxy::upstream::request::SendError`]: the answer head it
-// competes with in the `Result` is as large, and boxing it would cost an allocation per refusal.
+// The request goes back inline, as in [`crate::proxy::upstream::request::SendError`]: the answer
+// head it competes with in the `Result` is as large, and boxing it would cost an allocation per
+// refusal.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum StreamError {
     /// The connection takes no new stream (GOAWAY received, or closed): nothing was sent and the
@@ -104,7 +106,8 @@ pub(crate) async fn send(
     }
     let (parts, body) = req.into_parts();
     // The connection-specific fields the `h2` crate refuses (RFC 9113 section 8.2.2) are gone
-    // already: the node's fields are made without hop-by-hop ones ([`crate::proxy::node_headers::node_headers`]).
+    // already: the node's fields are made without hop-by-hop ones
+    // ([`crate::proxy::node_headers::node_headers`]).
     let mut head = Request::from_parts(parts, ());
     // As hyper's client did: a known length is declared (RFC 9110 section 8.6).
     if let Some(len) = body.size_hint().exact() {

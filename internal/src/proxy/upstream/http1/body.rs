@@ -1,7 +1,7 @@
 //! A node's answer body read straight off its HTTP/1.1 connection ([`NodeBody`]), in whatever task
 //! polls it (the downstream connection's own, for an HTTP/1.1 client): `Content-Length` bytes,
-//! chunked ([`crate::proxy::http1_codec::chunked::Decoder`], trailers passed on), or up to the node's close (RFC 9112
-//! section 6.3).
+//! chunked ([`crate::proxy::http1_codec::chunked::Decoder`], trailers passed on), or up to the
+//! node's close (RFC 9112 section 6.3).
 //!
 //! While the answer streams, the rest of the request body keeps flowing to the node (a node may
 //! answer before it read the whole body, and some echo as they read). When the answer ends

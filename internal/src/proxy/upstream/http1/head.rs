@@ -72,9 +72,9 @@ impl ResponseHead {
     /// The head as `http` parts, and the fields kept as bytes. With `raw` (the client speaks
     /// HTTP/1.x, whose writer reads [`NodeFields`]), an answer that is not a `101`, gRPC or of a
     /// custom reason keeps its fields as bytes (returned beside the parts, for an
-    /// [`crate::proxy::http1_codec::fields::NodeAnswer`]) and leaves the map empty for what the gateway adds;
-    /// otherwise the map holds them (a `101` every field, else those passed on) and the second
-    /// value is `None`.
+    /// [`crate::proxy::http1_codec::fields::NodeAnswer`]) and leaves the map empty for what the
+    /// gateway adds; otherwise the map holds them (a `101` every field, else those passed on) and
+    /// the second value is `None`.
     ///
     /// # Errors
     /// [`HeadError::Malformed`] for a field `http` refuses (see [`NodeFields::into_map`]).

@@ -1,8 +1,8 @@
 //! The request body on its way to an HTTP/1.1 node ([`Pump`]): frames polled from the body and
 //! written as the connection takes them, `Content-Length` bytes as they come or chunked
-//! ([`crate::proxy::http1_codec::chunked`]: a chunk per data frame, trailers with the last chunk; RFC 9112 section
-//! 7.1), driven by whoever polls the exchange — [`super::conn::send`] until the answer's head,
-//! then [`super::body::NodeBody`] while the answer streams.
+//! ([`crate::proxy::http1_codec::chunked`]: a chunk per data frame, trailers with the last chunk;
+//! RFC 9112 section 7.1), driven by whoever polls the exchange — [`super::conn::send`] until the
+//! answer's head, then [`super::body::NodeBody`] while the answer streams.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
