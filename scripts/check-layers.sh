@@ -22,6 +22,13 @@
 # counting as `a`) is an edge, and a cycle of edges fails with its modules and the imports that make
 # it. Not followed: names brought in by a glob (`use super::*`) -- write the path out instead. The
 # crate root is left to the layer map.
+# Third rule, the sides of `proxy/` (README "Contributing"): `proxy/downstream/` is the client side
+# (client -> gateway), `proxy/upstream/` the node side (gateway -> node). A file under one side
+# never imports the other side, and the HTTP/1.1 code both sides share (`proxy/http1_codec/`)
+# imports neither: what both sides need sits in a top-level file of `proxy/` (or in
+# `http1_codec/`), which both may import. The phases (the top-level files) and `proxy/websocket/`
+# (which relays between a client and a node) may import both sides. Resolved like the second rule
+# (shipped code; `*_tests.rs` files and inline test modules are not checked).
 # Exit status 1 with one line per import against the map or cycle; 0 when both hold.
 set -euo pipefail
 cd "$(dirname "$0")/../internal/src"
@@ -221,10 +228,22 @@ END {
 }
 
 '
-cycles=0
-find . -name '*.rs' | sed 's|^\./||' |
+edges=$(find . -name '*.rs' | sed 's|^\./||' |
   grep -Ev '(^|/)(tests|tests_[a-z_]+|[a-z_]+_tests)\.rs$' | sort |
-  xargs awk "$edges_awk" | awk -F '\t' '$1 != ""' | sort -u | awk "$cycles_awk" || cycles=1
+  xargs awk "$edges_awk" | awk -F '\t' '$1 != ""' | sort -u)
+cycles=0
+printf '%s\n' "$edges" | awk "$cycles_awk" || cycles=1
+
+# The sides of proxy/: an edge inside `proxy` from one side to the other, or from the shared codec
+# to either side.
+sides=0
+printf '%s\n' "$edges" | awk -F '\t' '
+  $1 == "proxy" && (($2 == "downstream" && $3 == "upstream") || ($2 == "upstream" && $3 == "downstream") ||
+    ($2 == "http1_codec" && ($3 == "downstream" || $3 == "upstream"))) {
+    print "check-layers: " $4 ": proxy::" $2 " imports proxy::" $3 ": the sides of proxy/ never import each other (shared code goes in a top-level file of proxy/ or in http1_codec/)"
+    bad = 1
+  }
+  END { exit bad }' || sides=1
 
 if [ "$bad" -ne 0 ]; then
   echo "check-layers: imports run against the layer map (see the top of scripts/check-layers.sh)" >&2
@@ -233,8 +252,11 @@ if [ "$cycles" -ne 0 ]; then
   echo "check-layers: files of one module import each other in a cycle: move the shared item down" >&2
   echo "  to the file both use, or into a new leaf file (see the top of scripts/check-layers.sh)" >&2
 fi
-[ "$bad" -eq 0 ] && [ "$cycles" -eq 0 ] || exit 1
-echo "check-layers: every import points down the layer map; no import cycle inside a module"
+if [ "$sides" -ne 0 ]; then
+  echo "check-layers: proxy/downstream/ and proxy/upstream/ import each other (see the top of scripts/check-layers.sh)" >&2
+fi
+[ "$bad" -eq 0 ] && [ "$cycles" -eq 0 ] && [ "$sides" -eq 0 ] || exit 1
+echo "check-layers: every import points down the layer map; no import cycle inside a module; proxy/downstream and proxy/upstream do not import each other"
 
 # Third rule, for the mock backend (`mock-backend/src`): no file-level import cycle among the files
 # of one directory, its crate root's included (the same edges and cycle search as above; the roots

@@ -1,9 +1,9 @@
-//! The chunked decoder (`proxy::http1::chunked`) on arbitrary bytes never panics, never reads past
+//! The chunked decoder (`proxy::http1_codec::chunked`) on arbitrary bytes never panics, never reads past
 //! the end of the body (what is left is the input's suffix) and does not depend on how the bytes
 //! are split into reads; and whatever the encoder makes of chunks (split from the input at 0xff
 //! bytes) decodes back to the same bytes with nothing left over.
 #![no_main]
-use internal::proxy::http1::chunked::{decode_all, encode};
+use internal::proxy::http1_codec::chunked::{decode_all, encode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

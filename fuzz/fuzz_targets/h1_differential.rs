@@ -1,10 +1,10 @@
-//! Differential: the gateway's request-head verdict (`proxy::http1::request::parse`) against
+//! Differential: the gateway's request-head verdict (`proxy::downstream::http1::request::parse`) against
 //! hyper's HTTP/1.1 server on the same bytes (over `tokio::io::duplex`, a service that answers
 //! 200, the client's write side closed after the bytes, hyper's `half_close` on so it answers a
 //! head followed by the end of the stream).
 //!
 //! - Whatever hyper refuses (a 4xx, or no answer to a complete head), the gateway refuses too.
-//! - What hyper accepts the gateway accepts, except where a documented rule of `proxy::head` is
+//! - What hyper accepts the gateway accepts, except where a documented rule of `proxy::http1_codec::head` is
 //!   stricter (RFC 9112 sections 6.1 and 6.3, SPEC section 4 limits): each exception is listed in
 //!   [`stricter`], and a refusal for any other reason fails the target.
 #![no_main]
@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use internal::proxy::head::{HeadLimits, Refusal};
-use internal::proxy::http1::request;
+use internal::proxy::http1_codec::head::{HeadLimits, Refusal};
+use internal::proxy::downstream::http1::request;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -1,10 +1,10 @@
-//! The gateway's HTTP/1.x request-head parser (`proxy::http1::request`) never panics; its verdict
+//! The gateway's HTTP/1.x request-head parser (`proxy::downstream::http1::request`) never panics; its verdict
 //! does not depend on how the bytes are split into reads; a head it accepts is one httparse
 //! (hyper's parser) accepts too, with at most one body framing, and its raw bytes are the input's.
 #![no_main]
 use bytes::BytesMut;
-use internal::proxy::head::HeadLimits;
-use internal::proxy::http1::request::{self, Framing};
+use internal::proxy::http1_codec::head::HeadLimits;
+use internal::proxy::downstream::http1::request::{self, Framing};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: HeadLimits = HeadLimits {

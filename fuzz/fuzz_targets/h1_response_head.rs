@@ -1,4 +1,4 @@
-//! The upstream client's response-head parser (`proxy::http1::node_head::parse_response`) never
+//! The upstream client's response-head parser (`proxy::upstream::http1::head::parse_response`) never
 //! panics; its verdict does not depend on how the node's bytes are split into reads; an accepted
 //! head consumes exactly the bytes httparse says the head has, and its framing follows RFC 9112
 //! section 6.3 (an answer to HEAD, a 1xx, a 204 or a 304 ends at its head; a connection whose
@@ -6,7 +6,7 @@
 #![no_main]
 use bytes::BytesMut;
 use http::Method;
-use internal::proxy::http1::node_head::{self, BodyFraming};
+use internal::proxy::upstream::http1::head::{self, BodyFraming};
 use libfuzzer_sys::fuzz_target;
 
 /// The first head's verdict for `data` fed in pieces of `step` bytes, as text, and the bytes left.
@@ -14,7 +14,7 @@ fn first(data: &[u8], step: usize, method: &Method) -> (String, usize) {
     let mut buf = BytesMut::new();
     let mut pieces = data.chunks(step);
     loop {
-        match node_head::parse_response(&mut buf, method) {
+        match head::parse_response(&mut buf, method) {
             Ok(Some(h)) => {
                 let rest: usize = pieces.map(<[u8]>::len).sum();
                 let verdict = format!(
@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(whole, split, "verdict depends on the read split (step {step})");
     assert_eq!(left, left_split);
     if !whole.starts_with("refused") && whole != "incomplete" {
-        let mut slots = [httparse::EMPTY_HEADER; node_head::MAX_FIELDS];
+        let mut slots = [httparse::EMPTY_HEADER; head::MAX_FIELDS];
         let mut r = httparse::Response::new(&mut slots);
         match r.parse(data) {
             Ok(httparse::Status::Complete(n)) => assert_eq!(data.len() - n, left),

@@ -1,7 +1,7 @@
 //! HTTP/2 frame accounting never panics, finds the same frames however the bytes are split, and
 //! a meter fed any frame sequence only ever answers Ok or an Abuse.
 #![no_main]
-use internal::proxy::h2_frames::{Frame, FrameScanner, Meter};
+use internal::proxy::downstream::h2::frames::{Frame, FrameScanner, Meter};
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -1,4 +1,4 @@
-//! Request heads parsed as hyper does (httparse) and then checked by `proxy::guard` never panic,
+//! Request heads parsed as hyper does (httparse) and then checked by `proxy::downstream::guard` never panic,
 //! and no head with both Content-Length and Transfer-Encoding passes. The route-matching path
 //! forms (`routing::path::normalize` and `node_reading`) never panic and always start with `/`.
 #![no_main]
@@ -23,6 +23,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = b.body(()) else { return };
     let limits = Config::go_defaults().limits;
     let both = request.headers().contains_key("content-length") && request.headers().contains_key("transfer-encoding");
-    let verdict = internal::proxy::guard::check_head(&request, &limits);
+    let verdict = internal::proxy::downstream::guard::check_head(&request, &limits);
     assert!(!(both && verdict.is_ok()), "CL+TE passed the guard");
 });

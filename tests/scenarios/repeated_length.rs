@@ -2,7 +2,7 @@
 //! recipient may replace it with one instance of the value; RFC 9112 section 6.3 rule 5 lets the
 //! next recipient refuse the list): the gateway frames the message by that value and passes it on
 //! once, on one line, in both directions. Different values stay refused (`framing.rs`, and the
-//! node-side unit tests of `proxy/http1/node_head.rs`).
+//! node-side unit tests of `proxy/upstream/http1/head.rs`).
 
 use std::time::Duration;
 

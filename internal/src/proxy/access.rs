@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 use http::{HeaderMap, Method, Request, Version};
 use tokio::time::Instant;
 
-use super::{grpc, Proxy};
+use super::types::Proxy;
+use super::upstream::grpc;
 use crate::routing::RouteTable;
 
 /// Access-log fields gathered along the way (SPEC section 8).
@@ -40,7 +41,7 @@ pub struct LogCtx {
     pub protocol: &'static str,
     /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
     pub trace_id: Option<String>,
-    /// Set when the gateway made the answer itself: [`super::ProxyError::reason`].
+    /// Set when the gateway made the answer itself: [`super::error::ProxyError::reason`].
     pub reason: Option<&'static str>,
     /// The verified client certificate's subject (mTLS, SPEC section 10).
     pub client_subject: Option<Arc<str>>,

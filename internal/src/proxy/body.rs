@@ -1,4 +1,5 @@
-//! Body wrappers on the request path.
+//! The body type on both sides of the proxy ([`ProxyBody`], its error [`BoxError`]) and the body
+//! wrappers on the request path.
 //!
 //! - [`RequestBody`]: streams the client's body upstream while keeping a copy of up to
 //!   [`REPLAY_LIMIT`] bytes, so a request can be replayed on another node while no more than that
@@ -17,11 +18,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::deadline::Deadline;
-use super::{BoxError, ProxyBody};
+
+/// Boxed error for bodies (the cause of a failed body frame; read with `downcast_ref`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type on both sides of the proxy: streamed [`Bytes`] frames (data and trailers),
+/// never buffered whole.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// What a body's `poll_frame` returns here: the next data or trailers frame, an error (the cause
 /// boxed), or the end (`Ready(None)`).

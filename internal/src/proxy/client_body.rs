@@ -5,7 +5,7 @@
 //!   is grace. Time the node spends not reading (back-pressure) never counts, so a fast client to a
 //!   slow node is never cut, while a client trickling one byte every few seconds (which the idle
 //!   timeout alone would let hold a connection and a node for hours) is.
-//! - [`super::ProxyError::client_fault`]: a failed upstream attempt whose cause is the client's body (stalled, too
+//! - [`super::error::ProxyError::client_fault`]: a failed upstream attempt whose cause is the client's body (stalled, too
 //!   slow, over `max_body`, or the client went away) is the client's fault: 408/413/400 and the
 //!   connection closes; the node gets no passive-health penalty and the request is not retried.
 //!
@@ -20,14 +20,12 @@ use bytes::Bytes;
 use http_body::{Body, SizeHint};
 use tokio::time::Instant;
 
-use super::body::FramePoll;
-use super::BoxError;
+use super::body::{BoxError, FramePoll};
 use http_body_util::{BodyExt, Empty};
 
-use super::body::{BodyTap, RequestBody};
+use super::body::{BodyTap, ProxyBody, RequestBody};
 use super::deadline::Deadline;
 use super::expect::{self, ContinueGate};
-use super::ProxyBody;
 use crate::config::{BodyMinRate, Limits};
 
 /// Why the client's body was given up on.

@@ -1,4 +1,4 @@
-//! The request context: what the phases of [`super::Proxy::handle`] learn about one request,
+//! The request context: what the phases of [`super::types::Proxy::handle`] learn about one request,
 //! created once after the route phase and passed through the rest (identify → select → forward →
 //! respond → log). Model: pingora-proxy's per-request `Session` + `CTX`.
 
@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::head::Present;
-use super::respond::Dialect;
+use super::http1_codec::head::Present;
 use crate::hopper::ConnId;
 use crate::registry::NodeId;
 use crate::routing::{Route, RouteTable};
-use crate::selection::{version::Wanted, Criteria};
+use crate::selection::version::{self, Wanted};
+use crate::selection::Criteria;
 
 /// What a request is; the phases that must differ (identify, forward) branch on it, no other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,17 +24,6 @@ pub(crate) enum Kind {
     WebSocket,
 }
 
-impl Kind {
-    /// The protocol its failures are answered in ([`super::respond::render`]).
-    pub(crate) fn dialect(self) -> Dialect {
-        match self {
-            Kind::Http => Dialect::Http,
-            Kind::Grpc => Dialect::Grpc,
-            Kind::WebSocket => Dialect::WebSocket,
-        }
-    }
-}
-
 /// What `req` is: a WebSocket (an HTTP/1.1 `Upgrade: websocket` or an RFC 8441 extended
 /// CONNECT), else gRPC by its `content-type`, else plain HTTP. Fields `present` says are absent
 /// are not looked up.
@@ -45,11 +34,22 @@ pub(crate) fn kind_of<B>(req: &http::Request<B>, present: Present) -> Kind {
             && super::headers::is_websocket_upgrade(req.headers()))
     {
         Kind::WebSocket
-    } else if present.content_type && super::grpc::is_grpc(req.headers()) {
+    } else if present.content_type && super::upstream::grpc::is_grpc(req.headers()) {
         Kind::Grpc
     } else {
         Kind::Http
     }
+}
+
+/// The canary version `req` asks for on `route` (SPEC section 7); the default when the route has
+/// no canary.
+pub(crate) fn wanted<B>(route: &Route, req: &http::Request<B>) -> Wanted {
+    route
+        .config
+        .canary
+        .as_ref()
+        .map(|c| version::wanted(c, req.headers(), req.uri().query()))
+        .unwrap_or_default()
 }
 
 /// One request's context after its route matched (see the module docs). Cheap to clone (a
@@ -110,6 +110,6 @@ impl RequestCtx {
 
     /// When the route's timeout runs out for a node's response head (SPEC section 4).
     pub(crate) fn deadline(&self) -> Instant {
-        super::grpc_call::head_deadline(self.start, self.route.config.timeout, None)
+        super::upstream::grpc_call::head_deadline(self.start, self.route.config.timeout, None)
     }
 }

@@ -1,6 +1,6 @@
 //! A request's deadline timer (its route timeout; the client body's idle and minimum-rate
 //! timers, once the body makes the gateway wait), taken from its worker's pool of timers that are
-//! still armed (issue 16: no timer registered and cancelled per request).
+//! still armed (no timer registered and cancelled per request).
 //!
 //! A tokio [`Sleep`] registers its entry in the runtime's timer wheel on its first poll (the
 //! driver's lock and a wheel insert) and removes it when dropped (the lock again): about 800

@@ -7,9 +7,8 @@
 //! Model: hyper's `src/error.rs` (kept cause, predicates) with linkerd2-proxy's
 //! `errors/respond.rs` (one rendering per protocol).
 
-use super::body::BodyError;
+use super::body::{BodyError, BoxError};
 use super::client_body::ClientBodyError;
-use super::BoxError;
 use crate::config::Fallback;
 use crate::hopper::IdError;
 
@@ -227,19 +226,30 @@ impl ProxyError {
                 }));
             }
             if let Some(ClientBodyError::Broken(why)) = cause.downcast_ref::<ClientBodyError>() {
-                // The gateway's own HTTP/1.x server reading the client's body (proxy::http1).
+                // The gateway's own HTTP/1.x server reading the client's body (proxy::downstream::http1).
                 return Some(ProxyError::ClientBody(ClientBodyError::Broken(why.clone())));
             }
             if let Some(h) = cause.downcast_ref::<hyper::Error>() {
                 // hyper's server reading the client's body (the downstream side).
-                return Some(ProxyError::ClientBody(ClientBodyError::Broken(
-                    super::send_error::describe(h),
-                )));
+                return Some(ProxyError::ClientBody(ClientBodyError::Broken(describe(h))));
             }
             src = cause.source();
         }
         None
     }
+}
+
+/// An upstream error (h2's, or the HTTP/1.1 client's
+/// [`super::upstream::http1::io::NodeError`]) with its cause chain, for a precise 502 message.
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
 }
 
 #[cfg(test)]

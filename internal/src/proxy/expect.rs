@@ -6,7 +6,7 @@
 //! [`ContinueGate`] holds the upstream request body (and so the client's) back until one of:
 //!
 //! - the node sends its own `100 Continue` (seen by the upstream client,
-//!   [`super::http1::node_conn`]): the body flows, and the client gets exactly one `100` (the
+//!   [`super::upstream::http1::conn`]): the body flows, and the client gets exactly one `100` (the
 //!   downstream server's, when the body is first polled);
 //! - [`CONTINUE_WAIT`] passes without an answer (a node that ignores `Expect`): the body flows;
 //! - the node's final answer arrives first (an early 401/413): the client's body is dropped unread,
@@ -25,11 +25,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::{header, HeaderMap};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Sleep;
 
-use super::{BoxError, ProxyBody};
+use super::body::{BoxError, FramePoll, ProxyBody};
 
 /// How long the gateway waits for a node's `100 Continue` before sending the body anyway: curl's
 /// own wait, so a node that ignores `Expect` costs a client no more than talking to it directly.
@@ -134,10 +134,7 @@ impl Body for Held {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         match self.ready(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {

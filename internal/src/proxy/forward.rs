@@ -10,18 +10,17 @@ use std::sync::Arc;
 use http::{Method, Request};
 use tokio::time::Instant;
 
-use super::body::{BodyTap, Replay};
+use super::access::LogCtx;
+use super::body::{BodyTap, BoxError, ProxyBody, Replay};
 use super::client_body::request_body;
 use super::context::{Kind, RequestCtx};
+use super::error::ProxyError;
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
-use super::http1::node_fields::Answer;
-use super::node_request::NodeRequest;
-use super::outbound::Outbound;
-use super::respond::ProxyError;
+use super::http1_codec::fields::NodeAnswer;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
-use super::upstream::SendError;
-use super::{BoxError, LogCtx, Proxy, ProxyBody};
+use super::types::Proxy;
+use super::upstream::request::{NodeRequest, NodeRequestParts, SendError};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
 use crate::metrics::RetryLabels;
@@ -57,9 +56,9 @@ pub(crate) fn forward<'a>(
     ctx: RequestCtx,
     node: Arc<Node>,
     req: Request<ProxyBody>,
-    out: Outbound,
+    out: NodeRequestParts,
     log: &'a mut LogCtx,
-) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + 'a {
+) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
     async move {
         let method = req.method().clone();
         // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
@@ -77,14 +76,18 @@ pub(crate) fn forward<'a>(
         // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
         // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
         // instead, head and stream alike, and each attempt tells the node what is left of it.
-        let budget = super::grpc_call::budget(
+        let budget = super::upstream::grpc_call::budget(
             ctx.kind == Kind::Grpc,
             &out.headers,
             ctx.route.config.grpc_max_timeout,
         );
         let mut a = Attempts {
             clock: HopClock::new(&p.metrics, ctx.hop_seen),
-            deadline: super::grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
+            deadline: super::upstream::grpc_call::head_deadline(
+                ctx.start,
+                ctx.route.config.timeout,
+                budget,
+            ),
             p,
             ctx,
             node,
@@ -115,7 +118,7 @@ struct Attempts<'a> {
     node: Arc<Node>,
     method: Method,
     /// What every attempt sends the node (its fields get the gRPC call's remaining time).
-    out: Outbound,
+    out: NodeRequestParts,
     gate: Option<ContinueGate>,
     /// The client's body as sent so far; `None` once a response took it.
     tap: Option<BodyTap>,
@@ -143,7 +146,7 @@ impl Attempts<'_> {
         &mut self,
         body: ProxyBody,
         log: &mut LogCtx,
-    ) -> Result<Result<Answer<ProxyBody>, Failed>, ProxyError> {
+    ) -> Result<Result<NodeAnswer<ProxyBody>, Failed>, ProxyError> {
         // Borrowed field by field below (no reference count per attempt).
         let node = &self.node;
         log.node = Some(node.id.clone());
@@ -152,8 +155,8 @@ impl Attempts<'_> {
         if self.budget.is_some() {
             let left = self.deadline.saturating_duration_since(Instant::now());
             self.out.headers.insert(
-                super::grpc::GRPC_TIMEOUT,
-                super::grpc_call::encode_timeout(left),
+                super::upstream::grpc::GRPC_TIMEOUT,
+                super::upstream::grpc_call::encode_timeout(left),
             );
         }
         let head = NodeRequest {
@@ -201,7 +204,7 @@ impl Attempts<'_> {
             .metrics
             .request_duration
             .observe(self.ctx.start.elapsed().as_secs_f64());
-        Ok(Ok(super::response::respond(
+        Ok(Ok(super::respond::respond(
             self.p,
             &self.ctx,
             node,

@@ -127,7 +127,7 @@ fn is_forwarding(name: &[u8]) -> bool {
 pub(crate) struct Seen {
     /// A forwarding field ([`set_forwarded`]'s names) was present before the strip: only then
     /// does the node's map need [`set_forwarded`]; without one, the gateway's own three fields
-    /// are all there is ([`super::node_request::ForwardedFields`]).
+    /// are all there is ([`super::upstream::request::ForwardedFields`]).
     pub(crate) forwarding: bool,
 }
 
@@ -176,7 +176,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) -> Seen {
         let mut named: Vec<HeaderName> = Vec::new();
         for v in headers.get_all(header::CONNECTION) {
             for t in v.as_bytes().split(|b| *b == b',') {
-                let t = super::head::trim(t);
+                let t = trim(t);
                 if t.is_empty()
                     || t.eq_ignore_ascii_case(b"keep-alive")
                     || t.eq_ignore_ascii_case(b"close")
@@ -318,6 +318,19 @@ pub(crate) fn is_extended_connect<B>(req: &http::Request<B>) -> bool {
             .extensions()
             .get::<hyper::ext::Protocol>()
             .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// `v` without leading and trailing SP/HTAB (optional whitespace, RFC 9110 section 5.6.3).
+pub(crate) fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| *b != b' ' && *b != b'\t')
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| *b != b' ' && *b != b'\t')
+        .map_or(start, |e| e + 1);
+    &v[start..end.max(start)]
 }
 
 #[cfg(test)]

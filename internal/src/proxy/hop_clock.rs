@@ -30,7 +30,7 @@ impl<'a> HopClock<'a> {
 
     /// Records what is owed now (the client is served again); owes nothing after. Reads the
     /// clock only when something is owed (most requests never hop: two clock reads of ~8 per
-    /// proxied request, issue 16).
+    /// proxied request).
     pub(crate) fn settle(&mut self) {
         if self.seen.is_empty() {
             return;

@@ -4,8 +4,8 @@
 use http::HeaderMap;
 
 use super::context::Kind;
-use super::respond::ProxyError;
-use super::{DownstreamConn, Proxy};
+use super::error::ProxyError;
+use super::types::{DownstreamConn, Proxy};
 use crate::hopper::ConnId;
 
 /// A request's conn id and where it came from.

@@ -1,173 +1,69 @@
 //! The proxy handler: the per-request entry point of the data plane (the Go original's
 //! `internal/handler/proxy.go`), as named phases over one [`context::RequestCtx`] — the same for
-//! HTTP/1.1, HTTP/2, gRPC and WebSocket, which differ only inside the phases that must differ:
+//! HTTP/1.1, HTTP/2, gRPC and WebSocket, which differ only inside the phases that must differ.
+//! This file is the driver only; the phases are the files beside it:
 //!
 //! | phase | file | what it settles |
 //! |---|---|---|
-//! | guard | [`guard`], [`head`] ([`http1`]) | the head is well-formed and within limits (SPEC section 4) |
+//! | guard | [`downstream::guard`], [`http1_codec::head`] ([`downstream::http1`]) | the head is well-formed and within limits (SPEC section 4) |
 //! | 1. match route | [`route`] | route, host, the node's request target |
 //! | 2. identify | [`identify`] | the conn id (client's, validated; or issued) |
 //! | 3. select node | [`select`] | the bound node, or a new one (a hop), or `on_all_down` |
-//! | 4. forward | [`outbound`], [`forward`] ([`retry`]), [`websocket`] | attempts until a node answers |
-//! | 5. respond | [`response`]; failures: [`respond`](mod@respond) | the client's answer |
+//! | 4. forward | [`node_headers`], [`forward`] ([`retry`]), [`websocket`] | attempts until a node answers |
+//! | 5. respond | [`respond`](mod@respond): [`respond::respond`]; failures: [`respond::render`] | the client's answer |
 //! | 6. log | [`access`] | metrics and the access log line |
+//!
+//! By side: [`downstream`] is the client side (HTTP/1.1 server codec, h2 limits, head guards),
+//! [`upstream`] the node side (the client to nodes, HTTP/1.1 client codec, h2, gRPC); neither
+//! imports the other. What both use sits at the top: [`types`] (the shared types), [`body`],
+//! [`headers`], [`http1_codec`] (what both HTTP/1.1 halves share), [`error`], [`expect`],
+//! [`client_body`], [`deadline`], [`hop_clock`]. The phases and [`websocket`] use both sides.
 //!
 //! Every failure is a [`ProxyError`] and becomes an answer in [`respond::render`] and nowhere
 //! else. Streams both ways; bodies are never buffered whole.
 
 pub(crate) mod access;
-pub(crate) mod body;
+pub mod body;
 pub(crate) mod client_body;
 pub(crate) mod context;
 pub mod deadline;
+pub mod downstream;
 pub mod error;
 pub(crate) mod expect;
 pub(crate) mod forward;
-pub(crate) mod grpc;
-pub(crate) mod grpc_call;
-pub mod guard;
-pub(crate) mod h2;
-pub mod h2_frames;
-pub mod h2_penalty;
-pub(crate) mod h2_stream;
-pub mod h2_watch;
-pub mod head;
 pub(crate) mod headers;
 pub(crate) mod hop_clock;
-pub mod http1;
+pub mod http1_codec;
 pub(crate) mod identify;
-pub mod node_request;
-pub(crate) mod outbound;
+pub(crate) mod node_headers;
 pub mod respond;
-pub(crate) mod response;
 pub(crate) mod retry;
 pub(crate) mod route;
 pub(crate) mod select;
-pub(crate) mod send_error;
+pub mod types;
 pub mod upstream;
 pub(crate) mod websocket;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Request, Response};
-use http_body_util::combinators::UnsyncBoxBody;
-use tokio::sync::watch;
+use http::uri::PathAndQuery;
+use http::{header, HeaderMap, HeaderValue, Request, Response};
 use tokio::time::Instant;
 
-use crate::config::{Limits, Protocol};
-use crate::drain;
-use crate::hopper::{ConnIds, Hopper};
-use crate::metrics::Metrics;
-use crate::registry::NodeRuntime;
-use crate::routing::reload::Routing;
-use crate::selection::version;
+use crate::config::Protocol;
+use crate::registry::Node;
 
+// The API the server uses, by the names it always had.
 pub use access::LogCtx;
-use context::{Kind, RequestCtx};
+pub use body::ProxyBody;
 pub use error::ProxyError;
-use head::Present;
-use http1::node_fields::Answer;
+pub use types::{DownstreamConn, Proxy, ProxySettings};
+
+use context::{Kind, RequestCtx};
+use downstream::{guard, Handover};
+use http1_codec::fields::NodeAnswer;
 use respond::render;
-
-/// Boxed error for bodies (the cause of a failed body frame; read with `downcast_ref`).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body type on both sides of the proxy: streamed [`Bytes`] frames (data and trailers),
-/// never buffered whole.
-pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
-
-/// Per-downstream-connection state shared by its requests.
-#[derive(Debug)]
-pub struct DownstreamConn {
-    /// The client's address (the TCP peer).
-    pub peer: SocketAddr,
-    /// The client as `X-Forwarded-For` names it, formatted once.
-    pub forwarded_peer: headers::Peer,
-    /// For h2 connections without an affinity header: the connection's own conn id (SPEC section 5).
-    pub conn_id: OnceLock<crate::hopper::ConnId>,
-    /// The node this h2 connection is bound to; the server sends GOAWAY when it drains.
-    pub bound: watch::Sender<Option<Arc<NodeRuntime>>>,
-    /// What the TLS handshake settled; `None` on the cleartext listener (SPEC section 10).
-    pub tls: Option<crate::tls::server::TlsInfo>,
-}
-
-impl DownstreamConn {
-    /// State for a new connection from `peer`.
-    pub fn new(peer: SocketAddr) -> Self {
-        DownstreamConn {
-            peer,
-            forwarded_peer: headers::Peer::new(peer),
-            conn_id: OnceLock::new(),
-            bound: watch::channel(None).0,
-            tls: None,
-        }
-    }
-
-    /// The same connection, marked as having come over TLS with what its handshake settled.
-    pub fn with_tls(mut self, tls: Option<crate::tls::server::TlsInfo>) -> Self {
-        self.tls = tls;
-        self
-    }
-}
-
-/// Settings the proxy reads per request (from the startup config; reloads change routes only).
-#[derive(Debug, Clone)]
-pub struct ProxySettings {
-    /// The header that carries the conn id (SPEC section 4 `[affinity] header`, default `X-Conn-Id`).
-    pub affinity_header: HeaderName,
-    /// Peers whose `X-Forwarded-For` is extended rather than replaced (SPEC section 4
-    /// `trusted_proxies`); `None` trusts nobody.
-    pub trusted: Option<Vec<ipnet::IpNet>>,
-    /// Request limits: head size, body rate and idle time, WebSocket message size (SPEC section 4 `[limits]`).
-    pub limits: Limits,
-    /// True if every finished request writes an access log line (SPEC section 8).
-    pub access_log: bool,
-    /// The gateway's zone, preferred by zone-aware selection (SPEC section 7); `None`: no preference.
-    pub zone: Option<Arc<str>>,
-}
-
-/// The data-plane handler: one per data-plane worker (`--workers`), shared by the worker's
-/// connection tasks; the workers' handlers share everything but [`Proxy::upstream`].
-#[derive(Debug)]
-pub struct Proxy {
-    /// Owns the live route table (loaded once per request; swapped whole on reload).
-    pub routing: Arc<Routing>,
-    /// Owns the conn id bindings and the hop decision.
-    pub hopper: Arc<Hopper>,
-    /// Validates client conn ids and issues new ones (SPEC section 4 `[affinity] ids`).
-    pub ids: ConnIds,
-    /// The client to nodes: HTTP/1.1 pools and one multiplexed h2 connection per node, the
-    /// worker's own (its pooled connections are driven by the worker's runtime).
-    pub upstream: Arc<upstream::Upstream>,
-    /// The Prometheus families (SPEC section 9).
-    pub metrics: Arc<Metrics>,
-    /// The worker's recently used `gateway_requests_total` counters (its own, like `upstream`).
-    pub(crate) counters: crate::metrics::RequestCounters,
-    /// Per-request settings from the startup config.
-    pub settings: ProxySettings,
-    /// Shutdown signal for long-lived connections.
-    pub shutdown: drain::Watch,
-}
-
-/// What the driver that read a request knows of it beside the `Request` itself.
-pub struct Handover {
-    /// Given by the gateway's own HTTP/1.1 driver for an upgrade head: where a WebSocket takes
-    /// the client's socket once the `101` went out ([`http1::upgrade`]); `None` takes hyper's
-    /// upgrade.
-    pub on_upgrade: Option<http1::upgrade::OnUpgrade>,
-    /// Which looked-up fields the request can hold (that driver's parser saw the names).
-    pub present: Present,
-}
-
-impl Handover {
-    /// A request hyper read (HTTP/2): its upgrade is hyper's, any field may be there.
-    pub const HYPER: Handover = Handover {
-        on_upgrade: None,
-        present: Present::UNKNOWN,
-    };
-}
 
 impl Proxy {
     /// Handles one downstream request from `dc` served by hyper (HTTP/2, where an RFC 8441
@@ -188,10 +84,10 @@ impl Proxy {
     /// Handles one downstream request from `dc`, as [`Proxy::handle`], with what the driver that
     /// read it knows beside it (`handed`: [`Handover`]).
     /// Returns the answer with an HTTP/1.x node's fields as bytes beside it when the client
-    /// speaks HTTP/1.x ([`Answer`]).
+    /// speaks HTTP/1.x ([`NodeAnswer`]).
     ///
     /// An `async` block, not an `async fn`: an `async fn`'s future holds its arguments twice
-    /// (captured, and moved into the body's locals on the first poll; issue 16: a 240-byte
+    /// (captured, and moved into the body's locals on the first poll; a 240-byte
     /// `Request` at every level of the request path). The block takes them as captured; nothing
     /// runs before it, so making the future stays a few stores the caller's state takes in place.
     #[allow(clippy::manual_async_fn)]
@@ -200,7 +96,7 @@ impl Proxy {
         req: Request<ProxyBody>,
         dc: &'a Arc<DownstreamConn>,
         handed: Handover,
-    ) -> impl Future<Output = Result<Answer<ProxyBody>, std::convert::Infallible>> + 'a {
+    ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, std::convert::Infallible>> + 'a {
         async move {
             let start = Instant::now();
             let kind = context::kind_of(&req, handed.present);
@@ -227,7 +123,7 @@ impl Proxy {
             };
             let mut resp = match self.phases(req, kind, dc, start, &mut log, handed).await {
                 Ok(resp) => resp,
-                Err(err) => Answer::from(self.fail(&err, kind, start, &mut log)),
+                Err(err) => NodeAnswer::from(self.fail(&err, kind, start, &mut log)),
             };
             if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
                 resp.response
@@ -249,12 +145,8 @@ impl Proxy {
         start: Instant,
         log: &'a mut LogCtx,
         handed: Handover,
-    ) -> impl Future<Output = Result<Answer<ProxyBody>, ProxyError>> + 'a {
+    ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
         async move {
-            let Handover {
-                on_upgrade,
-                present,
-            } = handed;
             guard::check_head(&req, &self.settings.limits)?;
             let table = self.routing.table();
             let matched = route::match_route(&table, &req, start)?;
@@ -264,13 +156,7 @@ impl Proxy {
             let id = identify::identify(self, req.headers(), kind, h2, dc)?;
             log.conn_id = id.conn_id.clone();
             guard::check_declared_body(&req, matched.route.config.max_body)?;
-            let wanted = matched
-                .route
-                .config
-                .canary
-                .as_ref()
-                .map(|c| version::wanted(c, req.headers(), req.uri().query()))
-                .unwrap_or_default();
+            let wanted = context::wanted(&matched.route, &req);
             let mut ctx = RequestCtx {
                 kind,
                 h2,
@@ -282,12 +168,12 @@ impl Proxy {
                 zone: self.settings.zone.clone(),
                 start,
                 hop_seen: None,
-                present,
+                present: handed.present,
             };
             let node = select::select(self, &mut ctx, dc, log).await?;
             // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
             let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
-            let (up_headers, forwarded) = outbound::node_headers(
+            let (up_headers, forwarded) = node_headers::node_headers(
                 self,
                 req.headers_mut(),
                 dc,
@@ -296,35 +182,17 @@ impl Proxy {
                 h1_node,
             );
             if kind == Kind::WebSocket {
-                // The socket may live for days: its log context must not keep hyper's read buffer
-                // (which the parsed target shares) alive, so the target is copied.
-                log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
-                let upgrade = match on_upgrade {
-                    Some(own) => websocket::ClientUpgrade::Own(own),
-                    None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
-                };
-                // A hop counted at placement is served again once the node answers the upgrade.
-                let _clock = hop_clock::HopClock::new(&self.metrics, ctx.hop_seen);
                 let target = matched.path_and_query;
-                return websocket::proxy(
-                    self.clone(),
-                    ctx,
-                    node,
-                    req,
-                    up_headers,
-                    target,
-                    upgrade,
-                    log,
-                )
-                .await
-                .map(Answer::from);
+                return self
+                    .websocket(req, ctx, node, up_headers, target, handed.on_upgrade, log)
+                    .await;
             }
             forward::forward(
                 self,
                 ctx,
                 node,
                 req,
-                outbound::Outbound {
+                upstream::request::NodeRequestParts {
                     headers: up_headers,
                     forwarded,
                     host: matched.host,
@@ -336,14 +204,57 @@ impl Proxy {
         }
     }
 
-    /// The gateway's own answer to a request head from `dc` that [`http1::request`] refused
-    /// (`err` is the refusal's error: 400, 414 or 431), logged and counted like every failure,
-    /// with what `seen` of its request line (method, path and protocol, `-` where not known).
+    /// Phase 4 for a WebSocket: the upgrade of `req` (on `node`, with `up_headers` and `target`)
+    /// relayed until either side closes; `on_upgrade` is the gateway's own HTTP/1.1 driver's
+    /// hand-on of the client's socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade.
+    /// An `async` block for the reason [`Proxy::serve`] gives.
+    // The upgrade needs every piece the phases settled; a struct for one call site would only
+    // rename them.
+    #[allow(clippy::manual_async_fn, clippy::too_many_arguments)]
+    fn websocket<'a>(
+        self: &'a Arc<Self>,
+        mut req: Request<ProxyBody>,
+        ctx: RequestCtx,
+        node: Arc<Node>,
+        up_headers: HeaderMap,
+        target: PathAndQuery,
+        on_upgrade: Option<downstream::http1::upgrade::OnUpgrade>,
+        log: &'a mut LogCtx,
+    ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
+        async move {
+            // The socket may live for days: its log context must not keep hyper's read buffer
+            // (which the parsed target shares) alive, so the target is copied.
+            log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
+            let upgrade = match on_upgrade {
+                Some(own) => websocket::ClientUpgrade::Own(own),
+                None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+            };
+            // A hop counted at placement is served again once the node answers the upgrade.
+            let _clock = hop_clock::HopClock::new(&self.metrics, ctx.hop_seen);
+            websocket::proxy(
+                self.clone(),
+                ctx,
+                node,
+                req,
+                up_headers,
+                target,
+                upgrade,
+                log,
+            )
+            .await
+            .map(NodeAnswer::from)
+        }
+    }
+
+    /// The gateway's own answer to a request head from `dc` that [`downstream::http1::request`]
+    /// refused (`err` is the refusal's error: 400, 414 or 431), logged and counted like every
+    /// failure, with what `seen` of its request line (method, path and protocol, `-` where not
+    /// known).
     pub(crate) fn refused(
         &self,
         err: ProxyError,
         dc: &DownstreamConn,
-        seen: http1::request::LineSeen,
+        seen: downstream::http1::request::LineSeen,
     ) -> Response<ProxyBody> {
         let mut log = LogCtx {
             method: seen.method,

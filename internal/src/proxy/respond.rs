@@ -1,19 +1,33 @@
+//! Phase 5, respond: a node's answer as the client gets it ([`respond`]), and the gateway's own
+//! answer to a failure ([`render`]).
+//!
 //! The one place where a failure becomes an answer (STYLE section 4): [`render`] maps a
-//! [`ProxyError`] and the protocol at hand ([`Dialect`]) to one [`Answer`] carrying the HTTP status,
-//! the gRPC code, the WebSocket close code and reason, whether the client connection must close,
-//! and the response to send — a JSON body in the SPEC section 4 shape
+//! [`ProxyError`] and the protocol at hand ([`Dialect`]) to one [`GatewayAnswer`] carrying the HTTP
+//! status, the gRPC code, the WebSocket close code and reason, whether the client connection must
+//! close, and the response to send — a JSON body in the SPEC section 4 shape
 //! (`{"code":-1,"message":"..."}`), or for gRPC a Trailers-Only answer (HTTP 200, `grpc-status`,
 //! `grpc-message`). The gateway never answers with an empty 502.
 //!
 //! Model: linkerd2-proxy `linkerd/app/core/src/errors/respond.rs` (one value, every protocol).
 
-use http::{header, HeaderValue, Response, StatusCode};
+use std::sync::Arc;
 
-pub use super::body::full;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+
+use super::access::LogCtx;
+use super::body::{full, BodyTap, ProxyBody, ResponseBody};
 use super::client_body::ClientBodyError;
-pub use super::error::ProxyError;
-use super::grpc;
-use super::ProxyBody;
+use super::context::{Kind, RequestCtx};
+use super::error::ProxyError;
+use super::headers;
+use super::http1_codec::fields::NodeAnswer;
+use super::types::Proxy;
+use super::upstream::client::NodeAnswerBody;
+use super::upstream::grpc;
+use super::upstream::grpc_call::CallBody;
+use crate::registry::{InflightGuard, Node};
 
 /// The protocol a failure is answered in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,13 +37,25 @@ pub enum Dialect {
     /// gRPC (`content-type: application/grpc…`): Trailers-Only, HTTP 200 (gRPC `PROTOCOL-HTTP2.md`).
     Grpc,
     /// A WebSocket: before the upgrade, the JSON HTTP answer; once upgraded, a Close frame
-    /// ([`Answer::ws_close`], RFC 6455 section 7.4).
+    /// ([`GatewayAnswer::ws_close`], RFC 6455 section 7.4).
     WebSocket,
+}
+
+impl Kind {
+    /// The protocol its failures are answered in ([`render`]); here, beside [`Dialect`], so the
+    /// context does not import the phase that answers.
+    pub(crate) fn dialect(self) -> Dialect {
+        match self {
+            Kind::Http => Dialect::Http,
+            Kind::Grpc => Dialect::Grpc,
+            Kind::WebSocket => Dialect::WebSocket,
+        }
+    }
 }
 
 /// A failure rendered for one protocol (see the module docs).
 #[derive(Debug)]
-pub struct Answer {
+pub struct GatewayAnswer {
     /// The failure's HTTP status; metrics and the access log keep it even when the client gets
     /// gRPC's HTTP 200.
     pub status: StatusCode,
@@ -44,7 +70,7 @@ pub struct Answer {
 }
 
 /// Renders `err` for `dialect`; see the module docs. Never fails.
-pub fn render(err: &ProxyError, dialect: Dialect) -> Answer {
+pub fn render(err: &ProxyError, dialect: Dialect) -> GatewayAnswer {
     let (mut response, close) = http_answer(err);
     if close {
         response
@@ -56,7 +82,7 @@ pub fn render(err: &ProxyError, dialect: Dialect) -> Answer {
     if dialect == Dialect::Grpc {
         response = grpc::trailers_only(grpc_status, &err.to_string(), close);
     }
-    Answer {
+    GatewayAnswer {
         status,
         grpc_status,
         ws_close: ws_close(err),
@@ -152,6 +178,79 @@ fn http_answer(err: &ProxyError) -> (Response<ProxyBody>, bool) {
         ProxyError::MessageTooBig { .. } => (json_error(StatusCode::PAYLOAD_TOO_LARGE, &msg), true),
         ProxyError::FrameProtocol(_) => (json_error(StatusCode::BAD_REQUEST, &msg), true),
         ProxyError::NodeGone => (json_error(StatusCode::BAD_GATEWAY, &msg), true),
+    }
+}
+
+/// The node's answer `sent` made the client's: hop-by-hop fields and `TE` removed (RFC 9110
+/// section 7.6.1), a framed 204's framing dropped (CASE-27), the conn id the gateway issued
+/// added; the body relayed frame by frame, cut at `node`'s drain deadline (SPEC section 5) and,
+/// for gRPC, at `call_deadline`; when it ends the request is logged (phase 6) with the bytes of
+/// `tap` and of the response (an HTTP/1.1 node's connection goes back to the pool by itself,
+/// [`super::upstream::http1::body`]).
+// The response needs every piece of the attempt; a struct for one call site would only rename them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn respond(
+    p: &Arc<Proxy>,
+    ctx: &RequestCtx,
+    node: &Node,
+    call_deadline: Option<Instant>,
+    sent: NodeAnswer<NodeAnswerBody>,
+    inflight: InflightGuard,
+    tap: BodyTap,
+    log: LogCtx,
+) -> NodeAnswer<ProxyBody> {
+    let NodeAnswer {
+        response: sent,
+        mut node_fields,
+    } = sent;
+    let (mut parts, incoming) = sent.into_parts();
+    // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
+    let mut log = log;
+    let is_grpc = grpc::is_grpc(&parts.headers);
+    let incoming = grpc::relay(
+        &parts.headers,
+        is_grpc,
+        incoming,
+        node,
+        &mut log.grpc_status,
+    );
+    let grpc_status = log.grpc_status.clone();
+    // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
+    // node's mistake (RFC 9110 section 8.6): never passed on (nor is its connection pooled,
+    // [`super::upstream::http1::head`]).
+    // An HTTP/1.x node's fields kept as bytes had these rules applied as they were parsed
+    // ([`super::http1_codec::fields`]); the map then holds only what the gateway adds.
+    if node_fields.is_none() {
+        if parts.status == http::StatusCode::NO_CONTENT {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        headers::strip_hop_by_hop(&mut parts.headers);
+        // TE is a request header; a node has no business sending it back.
+        parts.headers.remove(header::TE);
+    }
+    if let Some(v) = ctx.issued_id() {
+        // Set, not added: a node's field of the same name is not passed on.
+        if let Some(node) = node_fields.as_mut() {
+            node.drop_named(p.settings.affinity_header.as_str().as_bytes());
+        }
+        parts.headers.insert(p.settings.affinity_header.clone(), v);
+    }
+    let status = parts.status.as_u16();
+    let proxy = p.clone();
+    let start = ctx.start;
+    let done = move |bytes_out| {
+        drop(inflight);
+        proxy.finish(&log, status, start, tap.bytes_in(), bytes_out);
+    };
+    let body = if is_grpc {
+        let call = CallBody::new(incoming, call_deadline, grpc_status);
+        ResponseBody::new(call, done).boxed_unsync()
+    } else {
+        ResponseBody::new(incoming, done).boxed_unsync()
+    };
+    NodeAnswer {
+        response: Response::from_parts(parts, body),
+        node_fields,
     }
 }
 

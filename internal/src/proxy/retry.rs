@@ -14,7 +14,7 @@
 //! - any other failure after the request was sent: another node for idempotent methods whose body
 //!   is not yet streamed past recall, up to `retries` times; else the request fails.
 
-use super::upstream::{is_refused, is_unprocessed, SendError};
+use super::upstream::request::{is_refused, is_unprocessed, SendError};
 use crate::hopper::HopReason;
 
 /// What failed on one attempt, as the retry rule sees it.

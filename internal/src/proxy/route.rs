@@ -9,7 +9,7 @@ use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request};
 use tokio::time::Instant;
 
-use super::respond::ProxyError;
+use super::error::ProxyError;
 use crate::routing::table::RequestHead;
 use crate::routing::{path, Route, RouteTable};
 

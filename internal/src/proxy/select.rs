@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use super::access::LogCtx;
 use super::context::RequestCtx;
-use super::respond::ProxyError;
-use super::{DownstreamConn, LogCtx, Proxy};
+use super::error::ProxyError;
+use super::types::{DownstreamConn, Proxy};
 use crate::config::{NoMatch, OnAllDown};
 use crate::metrics::ClusterLabel;
 use crate::registry::Node;

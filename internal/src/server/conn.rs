@@ -15,10 +15,11 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::drain;
-use crate::proxy::http1::rewind::Rewind;
-use crate::proxy::{http1 as own_h1, DownstreamConn, Proxy};
+use crate::proxy::downstream::http1 as own_h1;
+use crate::proxy::downstream::http1::rewind::Rewind;
+use crate::proxy::{DownstreamConn, Proxy};
 
-/// hyper's server for what the gateway's own HTTP/1.x driver ([`crate::proxy::http1`]) does not
+/// hyper's server for what the gateway's own HTTP/1.x driver ([`crate::proxy::downstream::http1`]) does not
 /// serve: HTTP/2 connections.
 pub(super) struct DataServers {
     /// The HTTP/2 server, with the limits of `[limits.h2]`.
@@ -33,10 +34,10 @@ pub(super) fn data_builder(p: &Proxy) -> DataServers {
         .max_header_list_size(l.h2.max_header_list)
         .max_concurrent_streams(l.h2.max_concurrent_streams)
         // A lifetime count of resets the library sends cuts honest long-lived connections
-        // (hyperium/h2 #856); resets are limited as a rate by proxy::h2_watch instead.
+        // (hyperium/h2 #856); resets are limited as a rate by proxy::downstream::h2::watch instead.
         .max_local_error_reset_streams(None)
         // h2 ends a connection with more than 20 client-reset streams waiting to be accepted
-        // (its rapid-reset guard). Every client RST_STREAM is already charged by proxy::h2_watch at
+        // (its rapid-reset guard). Every client RST_STREAM is already charged by proxy::downstream::h2::watch at
         // read time, within a burst of `h2_max_resets_per_second`; h2's cap of 20 only cut honest
         // cancellers whose frames queued up while the gateway's worker was busy for ~130 ms
         // (h2_abuse::honest_canceller_below_the_cap_is_never_cut on a loaded machine). Twice the
@@ -55,7 +56,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set):
 /// the first bytes tell HTTP/2 (its preface, hyper's h2 server) from HTTP/1.x (the gateway's own
-/// driver, [`crate::proxy::http1::conn`], which also hands an accepted WebSocket upgrade's socket
+/// driver, [`crate::proxy::downstream::http1::conn`], which also hands an accepted WebSocket upgrade's socket
 /// to the relay). `_permit`, the connection's share of `[limits] max_connections` (`None` for none),
 /// is held until the connection ends.
 pub(super) async fn serve_data<I>(
@@ -136,17 +137,17 @@ fn watched<I>(
     io: Rewind<I>,
     proxy: &Proxy,
     peer: SocketAddr,
-) -> crate::proxy::h2_watch::H2Watch<Rewind<I>>
+) -> crate::proxy::downstream::h2::watch::H2Watch<Rewind<I>>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let limits = &proxy.settings.limits;
     let abuse_metrics = proxy.metrics.clone();
-    crate::proxy::h2_watch::H2Watch::new(
+    crate::proxy::downstream::h2::watch::H2Watch::new(
         io,
         limits.h2.max_resets_per_second.get(),
         limits.header_read_timeout,
-        Arc::new(move |a: crate::proxy::h2_frames::Abuse| {
+        Arc::new(move |a: crate::proxy::downstream::h2::frames::Abuse| {
             abuse_metrics
                 .h2_goaway
                 .get_or_create(&crate::metrics::ReasonLabel { reason: a.reason() })

@@ -1,7 +1,7 @@
 //! `--workers N` (SPEC section 2): N data-plane workers, each a current-thread tokio runtime on a
 //! thread of its own with its own listeners (one socket each of an `SO_REUSEPORT` group, so the
 //! kernel spreads new connections over the workers), its own accept loops and its own upstream
-//! pools ([`crate::proxy::upstream::Upstream`] per worker [`Proxy`]). A connection, its requests and
+//! pools ([`crate::proxy::upstream::client::NodeClient`] per worker [`Proxy`]). A connection, its requests and
 //! the pooled node connections they use are all driven by one thread: no cross-thread wake-up,
 //! work stealing or contended pool lock on the hot path. What must be one for the process stays
 //! shared: the routing table, registry, hopper and affinity store, metrics, the drain signal and
@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::drain;
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::upstream::client::NodeClient;
 use crate::proxy::{Proxy, ProxySettings};
 use crate::routing::reload::Routing;
 
@@ -209,9 +209,9 @@ pub(super) fn data_proxy(
 
 /// The client to nodes with `cfg`'s timeouts and limits: one per worker, so each worker's pooled
 /// node connections are driven by its own runtime.
-pub(super) fn upstream(cfg: &Config) -> Arc<Upstream> {
+pub(super) fn upstream(cfg: &Config) -> Arc<NodeClient> {
     Arc::new(
-        Upstream::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)
+        NodeClient::new(cfg.limits.connect_timeout, cfg.limits.upstream_idle_timeout)
             .with_h2_max_header_list(cfg.limits.h2.max_header_list),
     )
 }

@@ -5,7 +5,8 @@
 //! ([`frame::check_close`]), is never relayed: the peer that sent it is answered 1002 and the
 //! socket ends as for any protocol error of that peer. Spawns nothing.
 
-use crate::proxy::respond::{render, CloseCode, Dialect, ProxyError};
+use crate::proxy::error::ProxyError;
+use crate::proxy::respond::{render, CloseCode, Dialect};
 use tokio::time::Instant;
 
 use super::dial::pick_other;

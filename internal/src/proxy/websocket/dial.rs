@@ -1,6 +1,6 @@
 //! Dialling a node for a WebSocket (RFC 6455 section 4.1, always HTTP/1.1): the first handshake
 //! with its connect-failure retries ([`first`], through the gateway's own HTTP/1.1 client,
-//! [`crate::proxy::http1::node_conn::handshake`]: a `101` hands the node's stream over, any other
+//! [`crate::proxy::upstream::http1::conn::handshake`]: a `101` hands the node's stream over, any other
 //! answer is relayed to the client as an ordinary response), what the first node agreed to
 //! ([`Negotiated`]), and the node choice of a re-dial ([`pick_other`]). The re-dial itself is
 //! [`super::redial`].
@@ -13,13 +13,13 @@ use http::{header, HeaderMap, HeaderValue, Method};
 use tokio::time::Instant;
 
 use crate::hopper::{Follow, HopReason};
+use crate::proxy::access::LogCtx;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_clock::HopClock;
-use crate::proxy::http1::node_conn::Handshook;
-use crate::proxy::node_request::NodeRequest;
-use crate::proxy::send_error::SendError;
-use crate::proxy::{LogCtx, Proxy};
+use crate::proxy::types::Proxy;
+use crate::proxy::upstream::http1::conn::Handshook;
+use crate::proxy::upstream::request::{NodeRequest, SendError};
 use crate::registry::{Node, NodeId};
 use crate::routing::RouteTable;
 use crate::selection;

@@ -11,7 +11,7 @@
 //! accepting within [`HOP_DEADLINE`], the client gets 1012 with the reconnect hint. Spawns
 //! nothing: the re-dial runs inside the relay task.
 
-use crate::proxy::respond::ProxyError;
+use crate::proxy::error::ProxyError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use super::relay::{Flow, NodeSide, Relay};
 use super::Stream;
 use crate::hopper::{Follow, HopReason};
 use crate::proxy::context::RequestCtx;
-use crate::proxy::Proxy;
+use crate::proxy::types::Proxy;
 use crate::registry::{Node, NodeId};
 
 impl Relay {

@@ -42,12 +42,15 @@ use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
+use super::access::LogCtx;
+use super::body::ProxyBody;
 use super::context::RequestCtx;
+use super::downstream::http1::rewind::Rewind;
 use super::error::ProxyError;
+use super::headers;
 use super::headers::is_extended_connect;
-use super::http1::node_conn::Handshook;
-use super::http1::rewind::Rewind;
-use super::{headers, LogCtx, Proxy, ProxyBody};
+use super::types::Proxy;
+use super::upstream::http1::conn::Handshook;
 use crate::registry::Node;
 
 /// Proxies a WebSocket handshake to `node` (or another node if it refuses the connection) and, on

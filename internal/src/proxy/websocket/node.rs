@@ -2,7 +2,7 @@
 //! deadline), and a side that must go — hop, hint or close by the route's `websocket` mode
 //! (SPEC section 5). Part of [`super::relay::Relay`].
 
-use crate::proxy::respond::ProxyError;
+use crate::proxy::error::ProxyError;
 
 use tokio::time::Instant;
 

@@ -64,12 +64,12 @@ impl Negotiated {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DialError {
     /// TCP connect (or the TLS handshake) failed or timed out: nothing was sent.
-    #[error("{}", crate::proxy::upstream::connect_detail(.0))]
+    #[error("{}", crate::proxy::upstream::request::connect_detail(.0))]
     Connect(#[source] std::io::Error),
     /// The HTTP/1.1 exchange failed after the request went out (the upstream client's error,
-    /// [`crate::proxy::http1::node_conn::NodeError`]).
-    #[error("handshake: {}", crate::proxy::upstream::describe(&**.0))]
-    Handshake(#[source] crate::proxy::BoxError),
+    /// [`crate::proxy::upstream::http1::io::NodeError`]).
+    #[error("handshake: {}", crate::proxy::error::describe(&**.0))]
+    Handshake(#[source] crate::proxy::body::BoxError),
     /// A re-dial's exchange failed after the request went out (reset, closed before the answer).
     #[error("handshake: {0}")]
     Exchange(#[source] std::io::Error),

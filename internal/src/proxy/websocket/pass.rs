@@ -4,7 +4,8 @@
 //! came; a Close is relayed and its reply awaited (CASE-05). Also the ends of the pump's batches
 //! that did not go at once. Part of [`super::relay::Relay`].
 
-use crate::proxy::respond::{render, CloseCode, Dialect, ProxyError};
+use crate::proxy::error::ProxyError;
+use crate::proxy::respond::{render, CloseCode, Dialect};
 
 use bytes::Buf;
 

@@ -18,9 +18,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::outcome::{Agreed, DialError, Negotiated};
 use super::stream::Stream;
+use crate::proxy::downstream::http1::rewind::Rewind;
 use crate::proxy::headers::switches_to_websocket;
-use crate::proxy::http1::rewind::Rewind;
-use crate::proxy::Proxy;
+use crate::proxy::types::Proxy;
 use crate::registry::Node;
 use crate::tls::client::NodeStream;
 

@@ -15,7 +15,7 @@
 //! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001,
 //! the idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
 
-use crate::proxy::respond::ProxyError;
+use crate::proxy::error::ProxyError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use crate::drain;
 use crate::hopper::HopReason;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::respond::CloseCode;
-use crate::proxy::Proxy;
+use crate::proxy::types::Proxy;
 use crate::registry::NodeSignal;
 
 /// After the gateway itself sent Close, how long it waits for the client's reply.

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use http::Method;
 
+use crate::proxy::access::LogCtx;
 use crate::proxy::context::RequestCtx;
-use crate::proxy::LogCtx;
 
 /// A socket's access-log fields, taken from the handshake's [`LogCtx`]; [`SocketLog::line`] gives
 /// that context back, equal field for field, when the socket ends.
 ///
 /// Left out because the context holds them: `route` (the route's id), `table` and `conn_id`
-/// (both set from the same values as the request context's, [`crate::proxy::Proxy::serve`]);
+/// (both set from the same values as the request context's, [`crate::proxy::types::Proxy::serve`]);
 /// because a relayed socket's answer is the node's `101`: `reason` (set only for the gateway's
 /// own answers) and `grpc_status` (never tracked for a WebSocket).
 #[derive(Debug)]
@@ -50,7 +50,7 @@ impl SocketLog {
     }
 
     /// The access-log context of the socket served for the request in `ctx`: the fields kept here
-    /// with route, table and conn id from `ctx` ([`crate::proxy::Proxy::finish`] writes it).
+    /// with route, table and conn id from `ctx` ([`crate::proxy::types::Proxy::finish`] writes it).
     pub(super) fn line(&self, ctx: &RequestCtx) -> LogCtx {
         LogCtx {
             method: self.method.clone(),
@@ -111,7 +111,7 @@ mod tests {
             zone: None,
             start: Instant::now(),
             hop_seen: None,
-            present: crate::proxy::head::Present::UNKNOWN,
+            present: crate::proxy::http1_codec::head::Present::UNKNOWN,
         };
         let log = LogCtx {
             method: Some(Method::GET),

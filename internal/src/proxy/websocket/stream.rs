@@ -1,14 +1,14 @@
 //! The byte stream of one WebSocket side ([`Stream`]): the client's HTTP/1.1 socket as the
-//! gateway's own driver handed it on ([`crate::proxy::http1::upgrade`]), a stream hyper's h2
+//! gateway's own driver handed it on ([`crate::proxy::downstream::http1::upgrade`]), a stream hyper's h2
 //! server upgraded (an RFC 8441 client), or a node connection the gateway dialled itself (the
-//! first handshake, [`crate::proxy::http1::node_conn::handshake`], or a hop's re-dial,
+//! first handshake, [`crate::proxy::upstream::http1::conn::handshake`], or a hop's re-dial,
 //! [`super::redial`]), whose first bytes past the `101` head were read with it. Spawns nothing.
 
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 
-use crate::proxy::http1::rewind::Rewind;
-use crate::proxy::http1::upgrade::{self, OnUpgrade};
+use crate::proxy::downstream::http1::rewind::Rewind;
+use crate::proxy::downstream::http1::upgrade::{self, OnUpgrade};
 use crate::tls::client::NodeStream;
 
 /// Where the client side of a WebSocket comes from once its handshake is answered.
