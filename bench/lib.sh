@@ -213,13 +213,13 @@ EOF
   } >"$dir/nginx.conf"
 }
 
-# HAProxy as the reverse proxy of the bench rows (one thread, keep-alive both ways, upstream reuse,
-# X-Forwarded-For): OUT (the config file), LISTEN_PORT, UPSTREAM_PORT, MAXCONN.
-haproxy_conf() {
-  cat >"$1" <<EOF
+# The global and defaults sections every bench HAProxy shares (one thread, keep-alive both ways,
+# upstream reuse, X-Forwarded-For), on stdout: MAXCONN.
+haproxy_head() {
+  cat <<EOF
 global
   nbthread 1
-  maxconn $4
+  maxconn $1
 defaults
   mode http
   option http-keep-alive
@@ -230,10 +230,20 @@ defaults
   timeout server 600s
   timeout http-keep-alive 600s
   timeout tunnel 3600s
+EOF
+}
+
+# HAProxy as the reverse proxy of the bench rows: OUT (the config file), LISTEN_PORT, UPSTREAM_PORT,
+# MAXCONN.
+haproxy_conf() {
+  {
+    haproxy_head "$4"
+    cat <<EOF
 frontend fe
   bind 127.0.0.1:$2
   default_backend nodes
 backend nodes
   server n1 127.0.0.1:$3
 EOF
+  } >"$1"
 }

@@ -248,25 +248,13 @@ EOF
   PROXY_PIDS="$master $(pgrep -P "$master" | paste -sd' ' -)"
 }
 
-# HAProxy as in bench/lib.sh's haproxy_conf with the 4 nodes round robin and maxconn above the sockets.
+# HAProxy as in bench/lib.sh's haproxy_conf (its haproxy_head) with the 4 nodes round robin and maxconn above the sockets.
 target_haproxy() {
   local p i=1
   PORT=$(free_port)
   {
+    haproxy_head $((N + MSG_CONNS + 100))
     cat <<EOF
-global
-  nbthread 1
-  maxconn $((N + MSG_CONNS + 100))
-defaults
-  mode http
-  option http-keep-alive
-  option forwardfor
-  http-reuse always
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-  timeout http-keep-alive 600s
-  timeout tunnel 3600s
 frontend fe
   bind 127.0.0.1:$PORT
   maxconn $((N + MSG_CONNS + 100))
