@@ -225,22 +225,8 @@ target_nginx() {
   upstream nodes {
 $(for p in $NODE_PORTS; do echo "    server 127.0.0.1:$p;"; done)
   }
-  server {
-    listen 127.0.0.1:$PORT backlog=4096;
-    location / {
-      proxy_pass http://nodes;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Upgrade \$http_upgrade;
-      proxy_set_header Connection \$connection_upgrade;
-      proxy_read_timeout 3600s;
-      proxy_send_timeout 3600s;
-    }
-  }
-}
 EOF
+    nginx_server "$PORT" nodes "$NGINX_WS_LOCATION"
   } >"$dir/nginx.conf"
   start nginx "$PCPU" nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf"
   local master=$STARTED
