@@ -186,8 +186,7 @@ nginx_proxy_conf() {
   # for WebSockets the real bound is worker_rlimit_nofile.
   local extra="" conns=4096
   [ "$ws" = 1 ] && conns=65536
-  # shellcheck disable=SC2016 # nginx's variables, not the shell's
-  [ "$ws" = 1 ] && extra='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
+  [ "$ws" = 1 ] && extra=$NGINX_WS_LOCATION
   [ "$ws" = 0 ] && extra='proxy_set_header Connection "";'
   {
     nginx_head "$dir" "$conns" "${nofile:+worker_rlimit_nofile $nofile;}"
@@ -197,29 +196,42 @@ nginx_proxy_conf() {
   keepalive_timeout 600s;
   map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
   upstream node { server 127.0.0.1:$up; keepalive 128; keepalive_requests 100000000; keepalive_timeout 600s; }
+EOF
+    nginx_server "$port" node "$extra"
+  } >"$dir/nginx.conf"
+}
+
+# The location directives that carry WebSockets through the bench nginx: the upgrade headers and
+# hour-long timeouts.
+# shellcheck disable=SC2016 # nginx's variables, not the shell's
+NGINX_WS_LOCATION='proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s; proxy_send_timeout 3600s;'
+
+# The server block that ends every bench nginx.conf's http block, on stdout: LISTEN_PORT, UPSTREAM
+# (the upstream block's name), EXTRA (more location directives).
+nginx_server() {
+  cat <<EOF
   server {
-    listen 127.0.0.1:$port backlog=4096;
+    listen 127.0.0.1:$1 backlog=4096;
     location / {
-      proxy_pass http://node;
+      proxy_pass http://$2;
       proxy_http_version 1.1;
       proxy_set_header Host \$host;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
       proxy_set_header X-Forwarded-Proto \$scheme;
-      $extra
+      $3
     }
   }
 }
 EOF
-  } >"$dir/nginx.conf"
 }
 
-# HAProxy as the reverse proxy of the bench rows (one thread, keep-alive both ways, upstream reuse,
-# X-Forwarded-For): OUT (the config file), LISTEN_PORT, UPSTREAM_PORT, MAXCONN.
-haproxy_conf() {
-  cat >"$1" <<EOF
+# The global and defaults sections every bench HAProxy shares (one thread, keep-alive both ways,
+# upstream reuse, X-Forwarded-For), on stdout: MAXCONN.
+haproxy_head() {
+  cat <<EOF
 global
   nbthread 1
-  maxconn $4
+  maxconn $1
 defaults
   mode http
   option http-keep-alive
@@ -230,10 +242,20 @@ defaults
   timeout server 600s
   timeout http-keep-alive 600s
   timeout tunnel 3600s
+EOF
+}
+
+# HAProxy as the reverse proxy of the bench rows: OUT (the config file), LISTEN_PORT, UPSTREAM_PORT,
+# MAXCONN.
+haproxy_conf() {
+  {
+    haproxy_head "$4"
+    cat <<EOF
 frontend fe
   bind 127.0.0.1:$2
   default_backend nodes
 backend nodes
   server n1 127.0.0.1:$3
 EOF
+  } >"$1"
 }

@@ -225,22 +225,8 @@ target_nginx() {
   upstream nodes {
 $(for p in $NODE_PORTS; do echo "    server 127.0.0.1:$p;"; done)
   }
-  server {
-    listen 127.0.0.1:$PORT backlog=4096;
-    location / {
-      proxy_pass http://nodes;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Upgrade \$http_upgrade;
-      proxy_set_header Connection \$connection_upgrade;
-      proxy_read_timeout 3600s;
-      proxy_send_timeout 3600s;
-    }
-  }
-}
 EOF
+    nginx_server "$PORT" nodes "$NGINX_WS_LOCATION"
   } >"$dir/nginx.conf"
   start nginx "$PCPU" nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf"
   local master=$STARTED
@@ -248,25 +234,13 @@ EOF
   PROXY_PIDS="$master $(pgrep -P "$master" | paste -sd' ' -)"
 }
 
-# HAProxy as in bench/lib.sh's haproxy_conf with the 4 nodes round robin and maxconn above the sockets.
+# HAProxy as in bench/lib.sh's haproxy_conf (its haproxy_head) with the 4 nodes round robin and maxconn above the sockets.
 target_haproxy() {
   local p i=1
   PORT=$(free_port)
   {
+    haproxy_head $((N + MSG_CONNS + 100))
     cat <<EOF
-global
-  nbthread 1
-  maxconn $((N + MSG_CONNS + 100))
-defaults
-  mode http
-  option http-keep-alive
-  option forwardfor
-  http-reuse always
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-  timeout http-keep-alive 600s
-  timeout tunnel 3600s
 frontend fe
   bind 127.0.0.1:$PORT
   maxconn $((N + MSG_CONNS + 100))

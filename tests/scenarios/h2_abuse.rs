@@ -10,6 +10,7 @@ use http_body_util::Full;
 use integration_tests::h2raw::{self, *};
 use integration_tests::{cluster_toml, h2c, wait_until, Gateway, Mock};
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::time::Instant;
 
 /// Health that never touches the nodes' HTTP counters.
@@ -18,13 +19,15 @@ const TCP_HEALTH: &str =
 
 /// One node `node-a`, a route for everything, and `limits` lines.
 async fn setup(limits: &str) -> (Mock, Gateway) {
-    let a = Mock::start("node-a").await;
-    let toml = format!(
-        "{TCP_HEALTH}\n[limits]\n{limits}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
-        cluster_toml("c", &[("node-a", a.addr())], "")
-    );
-    let gw = Gateway::start(&toml).await;
-    (a, gw)
+    Gateway::one_node_after(&format!("{TCP_HEALTH}\n[limits]\n{limits}")).await
+}
+
+/// `setup("")`, a raw connection to the gateway, and the first frame of a header block for `GET /`
+/// on stream 1 that CONTINUATION frames go on.
+async fn open_header_block() -> (Mock, Gateway, Reader, OwnedWriteHalf, Vec<u8>) {
+    let (a, gw) = setup("").await;
+    let (rd, wr) = h2raw::connect(&addr(&gw)).await;
+    (a, gw, rd, wr, frame(HEADERS, 0, 1, &hb("GET", "/")))
 }
 
 /// The bytes `per(id)` returns for each of 10,000 client streams (ids 1, 3, 5, ...), in order.
@@ -234,9 +237,7 @@ async fn early_answers_with_bodies_in_flight_never_cut_the_connection() {
 /// receives nothing; other connections are served.
 #[tokio::test]
 async fn continuation_flood_gets_goaway_within_a_second() {
-    let (a, gw) = setup("").await;
-    let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
-    let mut bytes = frame(HEADERS, 0, 1, &hb("GET", "/"));
+    let (a, gw, mut rd, wr, mut bytes) = open_header_block().await;
     for _ in 0..100_000 {
         bytes.extend(frame(CONTINUATION, 0, 1, &[]));
     }
@@ -256,9 +257,7 @@ async fn continuation_flood_gets_goaway_within_a_second() {
 /// reaching node-a; CASE-26 C: a PING inside a header block is a connection error PROTOCOL_ERROR.
 #[tokio::test]
 async fn oversized_and_interrupted_header_blocks_end_the_connection() {
-    let (a, gw) = setup("").await;
-    let (mut rd, wr) = h2raw::connect(&addr(&gw)).await;
-    let mut bytes = frame(HEADERS, 0, 1, &hb("GET", "/"));
+    let (a, gw, mut rd, wr, mut bytes) = open_header_block().await;
     // 4 MiB is far past 64 KiB; the gateway must stop reading long before.
     for i in 0..256 {
         let mut pad = hpack_literal(&format!("x-pad-{i:04}"), &vec![b'a'; 16_000]);

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use integration_tests::h2raw::{self, *};
-use integration_tests::{cluster_toml, Gateway, Mock};
+use integration_tests::{Gateway, Mock};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -15,13 +15,7 @@ const TCP_HEALTH: &str =
     "[health]\nkind = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nslow_start = \"0s\"\n";
 
 async fn setup() -> (Mock, Gateway) {
-    let a = Mock::start("node-a").await;
-    let toml = format!(
-        "{TCP_HEALTH}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
-        cluster_toml("c", &[("node-a", a.addr())], "")
-    );
-    let gw = Gateway::start(&toml).await;
-    (a, gw)
+    Gateway::one_node_after(TCP_HEALTH).await
 }
 
 fn ip(s: &str) -> IpAddr {

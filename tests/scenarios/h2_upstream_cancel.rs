@@ -49,12 +49,10 @@ async fn cancelled_streams_with_late_data_never_cost_the_upstream_connection() {
     let mut unary = JoinSet::new();
     for i in 0..10 {
         let req = c.request("POST", WHO_PATH, &grpc_headers(&[]), who_body());
-        let mut send = c.send.clone();
+        let send = c.send.clone();
         unary.spawn(async move {
-            let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
-                .await
-                .unwrap_or_else(|_| panic!("unary {i} in time"))
-                .unwrap_or_else(|e| panic!("unary {i}: {e}"));
+            let what = format!("unary {i}");
+            let resp = h2c::head_within(send, req, Duration::from_secs(10), &what).await;
             let r = h2c::read_all(resp).await.expect("whole answer");
             assert_eq!(
                 r.trailer("grpc-status").as_deref(),
@@ -145,12 +143,10 @@ fn first_tick_then_cancel(calls: &mut JoinSet<()>, c: &h2c::H2Conn, i: u32) {
         &grpc_headers(&[("x-mock-grpc-tick-ms", "10")]),
         encode_frame(&proto::TicksRequest { count: 0 }),
     );
-    let mut send = c.send.clone();
+    let send = c.send.clone();
     calls.spawn(async move {
-        let resp = tokio::time::timeout(Duration::from_secs(20), send.send_request(req))
-            .await
-            .unwrap_or_else(|_| panic!("call {i}: head in time"))
-            .unwrap_or_else(|e| panic!("call {i}: head: {e}"));
+        let what = format!("call {i}: head");
+        let resp = h2c::head_within(send, req, Duration::from_secs(20), &what).await;
         let mut s = Stream::new(resp);
         let (t, _): (proto::Tick, _) = s
             .next_message()

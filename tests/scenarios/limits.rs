@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use integration_tests::check::{echo_header, json_error};
 use integration_tests::load::{pattern, sha_hex};
-use integration_tests::raw::{body_of, read_while_writing, refused, served, Raw};
+use integration_tests::raw::{
+    body_of, both_permits_taken, get_data, read_while_writing, refused, Raw,
+};
 use integration_tests::{request, Config, Gateway, Health, Mock, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, Instant};
@@ -219,14 +221,7 @@ async fn case23_max_body_is_413_up_front_for_a_known_length_and_at_the_limit_for
 /// waiting connection is served as soon as one closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_full_logs_once_and_new_connections_wait_for_a_free_slot() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start(
-        &Config::single(Health::tcp_fast(), &[&a], Route::api())
-            .table("limits", "max_connections = 2")
-            .toml(),
-    )
-    .await;
-    let mut open = served(gw.port, 2).await;
+    let (a, gw, mut open) = both_permits_taken(&[]).await;
     gw.logs
         .wait_for(
             &[
@@ -237,8 +232,7 @@ async fn max_connections_full_logs_once_and_new_connections_wait_for_a_free_slot
         )
         .await;
     // A third connection: accepted by the kernel, but the gateway takes no request from it.
-    let mut third = Raw::connect(gw.port).await;
-    third.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut third = get_data(gw.port).await;
     let mut byte = [0u8; 1];
     assert!(
         timeout(Duration::from_millis(800), third.s.read(&mut byte))

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;
 use integration_tests::check::echo_header;
-use integration_tests::load::{h1_conn, pattern, rss_kib_of, rss_sampler, unix_us};
+use integration_tests::load::{h1_conn, h1_get, pattern, rss_kib_of, rss_sampler, unix_us};
 use integration_tests::{get, Config, Gateway, Health, Mock, Route};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -234,16 +234,8 @@ async fn case23_slow_download_and_concurrent_chunked_uploads_keep_memory_bounded
     // A 128 MiB download read at 32 MiB/s: the node is held back, the gateway holds nothing.
     let (stop, sampler) = rss_sampler(pid);
     let t0 = Instant::now();
-    let mut send = h1_conn::<Empty<Bytes>>(gw.port).await;
-    let resp = send
-        .send_request(
-            http::Request::get(format!("/download?bytes={DOWN}"))
-                .header("host", "big.test")
-                .body(Empty::new())
-                .expect("request"),
-        )
-        .await
-        .expect("response");
+    let path = format!("/download?bytes={DOWN}");
+    let (_send, resp) = h1_get(gw.port, &path, &[("host", "big.test")]).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let mut got: u64 = 0;

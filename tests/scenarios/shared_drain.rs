@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use integration_tests::ws::{conn_id_request, next_by};
 use integration_tests::{cluster_toml, request, wait_until, Gateway, Mock, Redis, FAST_HEALTH};
 use serde_json::Value;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 use tokio_tungstenite::connect_async;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
 fn config(redis: &Redis, n1: &Mock, n2: &Mock) -> String {
@@ -59,12 +58,7 @@ where
     S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     loop {
-        let m = timeout(Duration::from_secs(10), ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("{what} in time"))
-            .unwrap_or_else(|| panic!("{what}: socket open"))
-            .unwrap_or_else(|e| panic!("{what}: no socket error: {e}"));
-        match m {
+        match next_by(ws, Instant::now() + Duration::from_secs(10), what).await {
             Message::Text(t) => return serde_json::from_str(&t).expect("JSON"),
             Message::Close(c) => panic!("{what}: socket closed {c:?}"),
             _ => {}
@@ -82,11 +76,7 @@ async fn drain_on_one_replica_applies_on_every_replica() {
     let mut ws = None;
     for i in 0..50 {
         let id = format!("drain-ws-{i}");
-        let mut req = format!("ws://127.0.0.1:{}/ws", b.port)
-            .into_client_request()
-            .expect("request");
-        req.headers_mut()
-            .insert("x-conn-id", HeaderValue::from_str(&id).expect("value"));
+        let req = conn_id_request(b.port, &id);
         let (mut s, _) = connect_async(req).await.expect("upgrade");
         if next_json(&mut s, "hello").await["node"] == "node-1" {
             ws = Some((s, id));

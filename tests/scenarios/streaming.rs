@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use integration_tests::load::{h1_conn, unix_us};
+use http_body_util::BodyExt;
+use integration_tests::load::{h1_get, unix_us};
 use integration_tests::nodes::reporting_node;
 use integration_tests::{read_head, Config, Gateway, Health, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -68,17 +67,11 @@ async fn case24_chunked_ndjson_flows_line_by_line_and_client_exit_closes_upstrea
         .toml(),
     )
     .await;
-    let mut send = h1_conn::<Empty<Bytes>>(gw.port).await;
-    let resp = send
-        .send_request(
-            http::Request::get("/stream.ndjson")
-                .header("host", "app.example.test")
-                .header("accept-encoding", "gzip, br")
-                .body(Empty::new())
-                .expect("request"),
-        )
-        .await
-        .expect("response head");
+    let headers = [
+        ("host", "app.example.test"),
+        ("accept-encoding", "gzip, br"),
+    ];
+    let (send, resp) = h1_get(gw.port, "/stream.ndjson", &headers).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers().get("content-length"), None);
     assert_eq!(resp.headers().get("content-encoding"), None);

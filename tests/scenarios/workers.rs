@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::raw::{served, Raw};
+use integration_tests::raw::{both_permits_taken, get_data, Raw};
 use integration_tests::{wait_until, Config, Gateway, Health, Mock, Route};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -101,21 +101,11 @@ async fn two_workers_share_the_connections_and_both_sockets_close_on_sigterm() {
 /// open connections leave a third unserved (whichever worker accepted it) until one closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_is_one_limit_over_all_workers() {
-    let a = Mock::start("node-a").await;
-    let gw = Gateway::start_with(
-        &Config::single(Health::tcp_fast(), &[&a], Route::api())
-            .table("limits", "max_connections = 2")
-            .toml(),
-        &["--workers", "2"],
-    )
-    .await;
-    let mut open = served(gw.port, 2).await;
+    let (_a, gw, mut open) = both_permits_taken(&["--workers", "2"]).await;
     // Several more, so that each worker's socket very likely gets one: none is served.
     let mut waiting = Vec::new();
     for _ in 0..6 {
-        let mut c = Raw::connect(gw.port).await;
-        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        waiting.push(c);
+        waiting.push(get_data(gw.port).await);
     }
     for (i, c) in waiting.iter_mut().enumerate() {
         let mut byte = [0u8; 1];

@@ -250,6 +250,17 @@ impl Gateway {
         (a, Gateway::start(&toml).await)
     }
 
+    /// Starts mock `node-a` and a gateway with it as cluster `c` behind a route `api` for
+    /// everything, the TOML `head` (health, limits...) before them; returns (node-a, gateway).
+    pub async fn one_node_after(head: &str) -> (crate::Mock, Gateway) {
+        let a = crate::Mock::start("node-a").await;
+        let toml = format!(
+            "{head}\n{}\n[[routes]]\nid = \"api\"\ncluster = \"c\"\n",
+            crate::cluster_toml("c", &[("node-a", a.addr())], "")
+        );
+        (a, Gateway::start(&toml).await)
+    }
+
     /// Starts mocks `node-a` and `node-b` and a gateway with both as cluster `c` behind
     /// [`crate::Route::api`], probed per `health` (SPEC section 3); returns (node-a, node-b,
     /// gateway) once `/readyz` answers ([`Gateway::over_node_a_and_b`] with that route).

@@ -144,6 +144,20 @@ impl H2Conn {
     }
 }
 
+/// Sends `req` on `send` (a clone of an [`H2Conn`]'s, for a task of its own) and waits up to `t`
+/// for the response head. Panics, naming `what`, when it comes late or the request fails.
+pub async fn head_within(
+    mut send: http2::SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+    t: Duration,
+    what: &str,
+) -> Response<Incoming> {
+    tokio::time::timeout(t, send.send_request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 /// Reads a response body frame by frame, counting DATA frames and keeping the trailers.
 pub async fn read_all(resp: Response<Incoming>) -> anyhow::Result<H2Resp> {
     let (parts, mut body) = resp.into_parts();

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
@@ -69,6 +71,26 @@ where
         .expect("handshake");
     tokio::spawn(conn);
     send
+}
+
+/// A bodiless `GET path` with `headers` on a fresh [`h1_conn`] to `port`: the connection's sender
+/// (keep it while the body is read) and the response head. Panics if the request fails.
+pub async fn h1_get(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (
+    hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    http::Response<hyper::body::Incoming>,
+) {
+    let mut send = h1_conn::<Empty<Bytes>>(port).await;
+    let mut req = http::Request::get(path);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Empty::new()).expect("request");
+    let resp = send.send_request(req).await.expect("response head");
+    (send, resp)
 }
 
 /// The resident set size of process `pid` in KiB (`VmRSS` in /proc); panics if unreadable.

@@ -189,13 +189,35 @@ impl Raw {
 pub async fn served(port: u16, n: usize) -> Vec<Raw> {
     let mut open = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut c = Raw::connect(port).await;
-        c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let mut c = get_data(port).await;
         let (h, _) = c.response(Duration::from_secs(5)).await;
         assert_eq!(h.status, 200);
         open.push(c);
     }
     open
+}
+
+/// A fresh connection to `port` with one `GET /data` sent.
+pub async fn get_data(port: u16) -> Raw {
+    let mut c = Raw::connect(port).await;
+    c.send(b"GET /data HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    c
+}
+
+/// Starts mock `node-a` and a gateway (`args` on its command line) with `[limits]
+/// max_connections = 2` over it, and takes both permits with [`served`]: (node-a, the gateway,
+/// the two open connections).
+pub async fn both_permits_taken(args: &[&str]) -> (crate::Mock, crate::Gateway, Vec<Raw>) {
+    let a = crate::Mock::start("node-a").await;
+    let gw = crate::Gateway::start_with(
+        &crate::Config::single(crate::Health::tcp_fast(), &[&a], crate::Route::api())
+            .table("limits", "max_connections = 2")
+            .toml(),
+        args,
+    )
+    .await;
+    let open = served(gw.port, 2).await;
+    (a, gw, open)
 }
 
 /// Sends `wire` on a fresh connection; returns the answer and asserts the gateway then closed it.

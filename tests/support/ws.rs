@@ -3,11 +3,37 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{timeout_at, Instant};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{Error, Message};
 use tokio_tungstenite::WebSocketStream;
+
+/// The next message on `ws` before `deadline`. Panics, naming `what`, when none comes in time, the
+/// stream ends or fails.
+pub async fn next_by<S>(ws: &mut S, deadline: Instant, what: &str) -> Message
+where
+    S: Stream<Item = Result<Message, Error>> + Unpin,
+{
+    timeout_at(deadline, ws.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+        .unwrap_or_else(|| panic!("{what}: socket open"))
+        .unwrap_or_else(|e| panic!("{what}: no socket error: {e}"))
+}
+
+/// A `ws://` handshake request for `/ws` on the gateway at `port` with `X-Conn-Id: id`.
+pub fn conn_id_request(port: u16, id: &str) -> Request {
+    let mut req = format!("ws://127.0.0.1:{port}/ws")
+        .into_client_request()
+        .expect("request");
+    req.headers_mut()
+        .insert("x-conn-id", HeaderValue::from_str(id).expect("value"));
+    req
+}
 
 /// The next text message on `ws` within `t`, skipping control and binary frames. Panics when none
 /// comes in time, the stream ends or fails, or a Close arrives (the socket must stay open).
@@ -17,12 +43,7 @@ where
 {
     let deadline = Instant::now() + t;
     loop {
-        let m = timeout_at(deadline, ws.next())
-            .await
-            .expect("a text message in time")
-            .expect("socket open")
-            .expect("no socket error");
-        match m {
+        match next_by(ws, deadline, "a text message").await {
             Message::Text(s) => return s.to_string(),
             Message::Close(c) => panic!("the client saw a Close: {c:?}"),
             _ => {}

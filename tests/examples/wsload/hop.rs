@@ -3,6 +3,7 @@
 //! (SPEC section 9).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -15,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::args::Args;
 use crate::conn::{open_many, Ws};
-use crate::stats::{cpu_ms, ms, quantile_ms};
+use crate::stats::{cpu_ms, ms, spread};
 
 /// What one watched socket saw after the kill.
 pub(crate) enum Outcome {
@@ -80,17 +81,67 @@ pub(crate) async fn watch_socket(
 /// The watchers' results so far.
 #[derive(Default)]
 struct Tally {
-    /// Kill-to-hello time of each hop.
-    hops: Vec<Duration>,
-    /// Hops per new node id (`?` when the hello named none).
-    hopped_to: BTreeMap<String, u64>,
+    seen: Seen,
     closed: usize,
     first_close: Option<String>,
     /// Sockets of the killed node without a hop when the watch stopped.
     waiting: usize,
-    unexpected: u64,
+}
+
+/// What hop and scale mode count alike of every watched socket.
+#[derive(Default)]
+pub(crate) struct Seen {
+    /// Kill-to-hello time of each hop.
+    pub(crate) hops: Vec<Duration>,
+    /// Hops per new node id (`?` when the hello named none).
+    pub(crate) hopped_to: BTreeMap<String, u64>,
+    pub(crate) unexpected: u64,
     /// The sockets still open, dropped only after the figures are taken.
-    open: Vec<Ws>,
+    pub(crate) open: Vec<Ws>,
+}
+
+impl Seen {
+    /// Counts a watcher's messages, open socket and hop (`t0`: the kill); returns the outcome
+    /// when it is not a hop.
+    pub(crate) fn add(&mut self, (outcome, extra, ws): Watched, t0: Instant) -> Option<Outcome> {
+        self.unexpected += extra;
+        self.open.extend(ws);
+        let Outcome::Hopped(at, to) = outcome else {
+            return Some(outcome);
+        };
+        self.hops.push(at.saturating_duration_since(t0));
+        *self
+            .hopped_to
+            .entry(to.unwrap_or_else(|| "?".to_owned()))
+            .or_default() += 1;
+        None
+    }
+}
+
+/// Spawns `task` of each socket of `conns` (with whether its hello names `hop_node`), the killed
+/// node's sockets in the first set, the others in the second.
+pub(crate) fn spawn_watchers<F, Fut>(
+    conns: Vec<(Ws, String)>,
+    hop_node: &str,
+    task: F,
+) -> (JoinSet<Fut::Output>, JoinSet<Fut::Output>)
+where
+    F: Fn(Ws, bool) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let mut on_node = JoinSet::new();
+    let mut others = JoinSet::new();
+    for (ws, hello) in conns {
+        let hello: Value = serde_json::from_str(&hello).unwrap_or(Value::Null);
+        let mine = hello["node"].as_str() == Some(hop_node);
+        if mine {
+            on_node.spawn(task(ws, mine));
+        } else {
+            others.spawn(task(ws, mine));
+        }
+    }
+    (on_node, others)
 }
 
 impl Tally {
@@ -98,25 +149,14 @@ impl Tally {
     /// missing hop counted as waiting); `t0`: the kill.
     fn add(&mut self, r: Result<Watched, JoinError>, mine: bool, t0: Instant) {
         match r {
-            Ok((outcome, extra, ws)) => {
-                self.unexpected += extra;
-                self.open.extend(ws);
-                match outcome {
-                    Outcome::Hopped(at, to) => {
-                        self.hops.push(at.saturating_duration_since(t0));
-                        *self
-                            .hopped_to
-                            .entry(to.unwrap_or_else(|| "?".to_owned()))
-                            .or_default() += 1;
-                    }
-                    Outcome::Closed(what) => {
-                        self.closed += 1;
-                        self.first_close.get_or_insert(what);
-                    }
-                    Outcome::Waiting if mine => self.waiting += 1,
-                    Outcome::Waiting => {}
+            Ok(w) => match self.seen.add(w, t0) {
+                Some(Outcome::Closed(what)) => {
+                    self.closed += 1;
+                    self.first_close.get_or_insert(what);
                 }
-            }
+                Some(Outcome::Waiting) if mine => self.waiting += 1,
+                _ => {}
+            },
             Err(e) => {
                 self.closed += 1;
                 self.first_close
@@ -162,18 +202,9 @@ pub(crate) async fn run(args: &Args, pid: u32) -> Result<()> {
     let (conns, failed, first_error) = open_many(&args.target, target, args.concurrency).await;
     let open_count = conns.len();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut on_node = JoinSet::new();
-    let mut others = JoinSet::new();
-    for (ws, hello) in conns {
-        let hello: Value = serde_json::from_str(&hello).unwrap_or(Value::Null);
-        let mine = hello["node"].as_str() == Some(args.hop_node.as_str());
-        let task = watch_socket(ws, mine, args.hop_node.clone(), stop_rx.clone());
-        if mine {
-            on_node.spawn(task);
-        } else {
-            others.spawn(task);
-        }
-    }
+    let (mut on_node, mut others) = spawn_watchers(conns, &args.hop_node, |ws, mine| {
+        watch_socket(ws, mine, args.hop_node.clone(), stop_rx.clone())
+    });
     let on_hop_node = on_node.len();
     // Let the handshakes' last bytes settle: the sockets are idle when the node dies.
     tokio::time::sleep(args.settle).await;
@@ -193,8 +224,8 @@ pub(crate) async fn run(args: &Args, pid: u32) -> Result<()> {
     while let Some(r) = others.join_next().await {
         t.add(r, false, t0);
     }
-    t.hops.sort_unstable();
-    let hops = &t.hops;
+    t.seen.hops.sort_unstable();
+    let hops = &t.seen.hops;
     let hopped = hops.len();
     let all = if hopped == on_hop_node && hopped > 0 {
         json!(ms(hops[hopped - 1]))
@@ -207,18 +238,14 @@ pub(crate) async fn run(args: &Args, pid: u32) -> Result<()> {
             "url": args.url, "target": target, "conns": open_count, "failed": failed,
             "first_error": first_error, "hop_node": args.hop_node, "on_hop_node": on_hop_node,
             "hopped": hopped, "closed": t.closed, "first_close": t.first_close, "waiting": t.waiting,
-            "unexpected_messages": t.unexpected, "hopped_to": t.hopped_to,
-            "hop_ms": {
-                "first": hops.first().map_or(Value::Null, |d| json!(ms(*d))),
-                "p50": quantile_ms(hops, 0.50), "p99": quantile_ms(hops, 0.99),
-                "max": hops.last().map_or(Value::Null, |d| json!(ms(*d))),
-            },
+            "unexpected_messages": t.seen.unexpected, "hopped_to": t.seen.hopped_to,
+            "hop_ms": spread(hops),
             "all_hopped_ms": all, "wait_secs": args.hop_wait.as_secs_f64(),
             "pids": args.pids, "cpu_ms_during_hops": cpu,
         })
     );
     // A profiler of the gateway stops now, before the sockets close (`--hold-ms`).
     tokio::time::sleep(args.hold).await;
-    drop(t.open);
+    drop(t.seen.open);
     Ok(())
 }

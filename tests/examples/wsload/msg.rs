@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::args::Args;
 use crate::conn::{open_many, Ws, IO_TIMEOUT};
-use crate::stats::{cpu_ticks, quantile_ms};
+use crate::stats::{cpu_ticks, getconf, quantile_ms};
 
 /// The closed loop of one socket: keeps `inflight` messages of `payload` in flight until `stop`,
 /// and returns the times of the round trips that ended while `counting` was set, and the number
@@ -171,11 +171,5 @@ pub(crate) async fn measure(args: &Args, secs: f64) -> serde_json::Value {
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on Linux).
 fn clk_tck() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100)
+    getconf("CLK_TCK").unwrap_or(100)
 }

@@ -39,13 +39,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::args::Args;
 use crate::conn::{open_many, Ws};
-use crate::hop::{cpu_since, kill_node, watch_socket, Outcome, Watched};
-use crate::stats::{cpu_ms, ms, quantile_ms, rss_kib};
+use crate::hop::{cpu_since, kill_node, spawn_watchers, watch_socket, Outcome, Seen, Watched};
+use crate::stats::{cpu_ms, getconf, ms, rss_kib, spread};
 
 /// The slab caches every TCP socket of a process holds objects in (`/proc/slabinfo` names).
 const SOCKET_SLABS: [&str; 5] = [
@@ -123,13 +122,7 @@ fn socket_slab_kib() -> u64 {
 
 /// The kernel's page size in KiB (`getconf PAGESIZE`; 4 when it cannot run).
 fn page_kib() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("PAGESIZE")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(4, |b| (b / 1024).max(1))
+    getconf("PAGESIZE").map_or(4, |b| (b / 1024).max(1))
 }
 
 /// The CPU milliseconds of all `pids` so far; None when one is unreadable or none given.
@@ -221,33 +214,20 @@ pub(crate) async fn run(args: &Args) -> Result<()> {
 /// What the storm saw on the killed node's sockets and the others.
 #[derive(Default)]
 struct Storm {
-    /// Kill-to-hello time of each hop.
-    hops: Vec<Duration>,
-    hopped_to: BTreeMap<String, u64>,
+    seen: Seen,
     /// Kill-to-close time of each socket of the node that closed.
     closes: Vec<Duration>,
     closed_elsewhere: usize,
     first_close: Option<String>,
     waiting: usize,
-    unexpected: u64,
-    open: Vec<Ws>,
 }
 
 impl Storm {
     /// Adds one watcher's result (`r`, the instant its watch ended); `mine`: on the killed node.
     fn add(&mut self, r: (Watched, Instant), mine: bool, t0: Instant) {
-        let ((outcome, extra, ws), ended) = r;
-        self.unexpected += extra;
-        self.open.extend(ws);
-        match outcome {
-            Outcome::Hopped(at, to) => {
-                self.hops.push(at.saturating_duration_since(t0));
-                *self
-                    .hopped_to
-                    .entry(to.unwrap_or_else(|| "?".to_owned()))
-                    .or_default() += 1;
-            }
-            Outcome::Closed(what) => {
+        let (w, ended) = r;
+        match self.seen.add(w, t0) {
+            Some(Outcome::Closed(what)) => {
                 if mine {
                     self.closes.push(ended.saturating_duration_since(t0));
                 } else {
@@ -255,38 +235,20 @@ impl Storm {
                 }
                 self.first_close.get_or_insert(what);
             }
-            Outcome::Waiting if mine => self.waiting += 1,
-            Outcome::Waiting => {}
+            Some(Outcome::Waiting) if mine => self.waiting += 1,
+            _ => {}
         }
     }
-}
-
-/// First, p50, p99 and max of the sorted `d`, milliseconds (nulls when empty).
-fn spread(d: &[Duration]) -> Value {
-    json!({
-        "first": d.first().map_or(Value::Null, |x| json!(ms(*x))),
-        "p50": quantile_ms(d, 0.50), "p99": quantile_ms(d, 0.99),
-        "max": d.last().map_or(Value::Null, |x| json!(ms(*x))),
-    })
 }
 
 /// The storm phase: watches every socket of `conns`, kills `pid`, and times each socket of that
 /// node until it hops or closes. Returns the JSON and the sockets still open. Errors: the kill.
 async fn storm(args: &Args, pid: u32, conns: Vec<(Ws, String)>) -> Result<(Value, Vec<Ws>)> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut on_node = JoinSet::new();
-    let mut others = JoinSet::new();
-    for (ws, hello) in conns {
-        let hello: Value = serde_json::from_str(&hello).unwrap_or(Value::Null);
-        let mine = hello["node"].as_str() == Some(args.hop_node.as_str());
+    let (mut on_node, mut others) = spawn_watchers(conns, &args.hop_node, |ws, mine| {
         let watch = watch_socket(ws, mine, args.hop_node.clone(), stop_rx.clone());
-        let task = async move { (watch.await, Instant::now()) };
-        if mine {
-            on_node.spawn(task);
-        } else {
-            others.spawn(task);
-        }
-    }
+        async move { (watch.await, Instant::now()) }
+    });
     let on_hop_node = on_node.len();
     tokio::time::sleep(args.settle).await;
     let (t0, cpu_before) = kill_node(pid, &args.pids)
@@ -315,23 +277,23 @@ async fn storm(args: &Args, pid: u32, conns: Vec<(Ws, String)>) -> Result<(Value
             Err(_) => failed_tasks += 1,
         }
     }
-    s.hops.sort_unstable();
+    s.seen.hops.sort_unstable();
     s.closes.sort_unstable();
-    let hopped = s.hops.len();
+    let hopped = s.seen.hops.len();
     let closed = s.closes.len();
     let last = |d: &[Duration]| d.last().copied().unwrap_or_default();
     let settled = (s.waiting == 0 && failed_tasks == 0 && on_hop_node > 0)
-        .then(|| ms(last(&s.hops).max(last(&s.closes))));
+        .then(|| ms(last(&s.seen.hops).max(last(&s.closes))));
     let json = json!({
         "hop_node": args.hop_node, "on_hop_node": on_hop_node, "hopped": hopped, "closed": closed,
         "closed_elsewhere": s.closed_elsewhere, "first_close": s.first_close, "waiting": s.waiting,
-        "failed_tasks": failed_tasks, "unexpected_messages": s.unexpected, "hopped_to": s.hopped_to,
-        "hop_ms": spread(&s.hops),
-        "all_hopped_ms": (hopped == on_hop_node && hopped > 0).then(|| ms(last(&s.hops))),
+        "failed_tasks": failed_tasks, "unexpected_messages": s.seen.unexpected, "hopped_to": s.seen.hopped_to,
+        "hop_ms": spread(&s.seen.hops),
+        "all_hopped_ms": (hopped == on_hop_node && hopped > 0).then(|| ms(last(&s.seen.hops))),
         "close_ms": spread(&s.closes),
         "all_closed_ms": (closed == on_hop_node && closed > 0).then(|| ms(last(&s.closes))),
         "settled_ms": settled, "wait_secs": args.hop_wait.as_secs_f64(),
         "pids": args.pids, "cpu_ms_during_storm": cpu,
     });
-    Ok((json, s.open))
+    Ok((json, s.seen.open))
 }

@@ -46,6 +46,25 @@ pub(crate) fn quantile_ms(lat: &[Duration], p: f64) -> Value {
     json!(ms(lat[i]))
 }
 
+/// First, p50, p99 and max of the sorted `d`, milliseconds (nulls when empty).
+pub(crate) fn spread(d: &[Duration]) -> Value {
+    json!({
+        "first": d.first().map_or(Value::Null, |x| json!(ms(*x))),
+        "p50": quantile_ms(d, 0.50), "p99": quantile_ms(d, 0.99),
+        "max": d.last().map_or(Value::Null, |x| json!(ms(*x))),
+    })
+}
+
+/// The number `getconf NAME` prints; None when it cannot run or prints something else.
+pub(crate) fn getconf(name: &str) -> Option<u64> {
+    std::process::Command::new("getconf")
+        .arg(name)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+}
+
 /// `d` in milliseconds, rounded to 1 µs.
 pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0

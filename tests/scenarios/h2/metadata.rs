@@ -99,13 +99,7 @@ async fn metadata_node() -> (String, Arc<Conns>, JoinHandle<()>) {
 /// A gateway over `node-m` at `addr` as a `protocol = "h2c"` cluster, and an h2c client to it
 /// that accepts large metadata.
 async fn gateway_and_client(addr: &str) -> (Gateway, h2c::H2Conn) {
-    let gw = Gateway::start(&config(
-        TCP_HEALTH,
-        &[("node-m", addr.to_string())],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await;
+    let gw = h2c_gateway(TCP_HEALTH, "node-m", addr.to_string(), "").await;
     let authority = format!("127.0.0.1:{}", gw.port);
     let c = h2c::connect_with_header_list(&authority, CLIENT_MAX_HEADER_LIST).await;
     (gw, c)

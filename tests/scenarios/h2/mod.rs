@@ -43,15 +43,15 @@ async fn two_nodes(health: &str, cluster_extra: &str) -> (Mock, Mock, Gateway) {
     (a, b, gw)
 }
 
+/// A gateway (`health`) over node `id` at `addr` alone as a `protocol = "h2c"` cluster, with
+/// `route` lines ([`config`]).
+async fn h2c_gateway(health: &str, id: &str, addr: String, route: &str) -> Gateway {
+    Gateway::start(&config(health, &[(id, addr)], "protocol = \"h2c\"", route)).await
+}
+
 /// A gateway over node-a `a` alone as a `protocol = "h2c"` cluster, probed with `health`.
 async fn one_h2c_node(health: &str, a: &Mock) -> Gateway {
-    Gateway::start(&config(
-        health,
-        &[("node-a", a.addr())],
-        "protocol = \"h2c\"",
-        "",
-    ))
-    .await
+    h2c_gateway(health, "node-a", a.addr(), "").await
 }
 
 /// Starts node-a with `--grpc` and a gateway (`health`) over its gRPC port as a `protocol =
@@ -59,13 +59,7 @@ async fn one_h2c_node(health: &str, a: &Mock) -> Gateway {
 /// gateway.
 async fn grpc_node(health: &str, route: &str) -> (Mock, Gateway, h2c::H2Conn) {
     let a = Mock::start_with("node-a", &["--grpc"]).await;
-    let gw = Gateway::start(&config(
-        health,
-        &[("node-a", a.grpc_addr())],
-        "protocol = \"h2c\"",
-        route,
-    ))
-    .await;
+    let gw = h2c_gateway(health, "node-a", a.grpc_addr(), route).await;
     let c = h2c::connect(&format!("127.0.0.1:{}", gw.port)).await;
     (a, gw, c)
 }

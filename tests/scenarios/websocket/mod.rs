@@ -12,7 +12,7 @@ mod peers_browser;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::check::Ws;
-use integration_tests::ws::next_text;
+use integration_tests::ws::{next_by, next_text};
 use integration_tests::{cluster_toml, wait_until, Gateway, Mock, FAST_HEALTH};
 use integration_tests::{Cluster, Config, Health, Route};
 use serde_json::{json, Value};
@@ -116,12 +116,7 @@ async fn echo_back(ws: &mut Ws, text: &str) {
 async fn close_of(ws: &mut Ws, t: Duration) -> (u16, String) {
     let deadline = Instant::now() + t;
     loop {
-        let m = timeout_at(deadline, ws.next())
-            .await
-            .expect("a Close in time")
-            .expect("socket open until the Close")
-            .expect("no socket error");
-        if let Message::Close(c) = m {
+        if let Message::Close(c) = next_by(ws, deadline, "a Close").await {
             let c = c.expect("the Close carries a code");
             return (u16::from(c.code), c.reason.to_string());
         }

@@ -12,6 +12,7 @@ mod storm;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use integration_tests::check::Ws;
+use integration_tests::ws::{conn_id_request, next_by};
 use integration_tests::{wait_until, Gateway, Mock};
 use integration_tests::{Config, Health, Route};
 use serde_json::{json, Value};
@@ -21,8 +22,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
 use tokio_tungstenite::connect_async;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Clients per scenario.
@@ -143,23 +142,15 @@ struct Fleet {
 
 /// Opens one socket with `X-Conn-Id: id` and reads its hello.
 async fn open(gw: &Gateway, id: &str) -> (Ws, Value, Instant) {
-    let mut req = format!("ws://127.0.0.1:{}/ws", gw.port)
-        .into_client_request()
-        .expect("request");
-    req.headers_mut()
-        .insert("x-conn-id", HeaderValue::from_str(id).expect("value"));
+    let req = conn_id_request(gw.port, id);
     let (mut ws, resp) = timeout(Duration::from_secs(10), connect_async(req))
         .await
         .unwrap_or_else(|_| panic!("{id}: handshake in time"))
         .unwrap_or_else(|e| panic!("{id}: upgrade accepted: {e}"));
     assert_eq!(resp.status(), 101);
     loop {
-        let m = timeout(Duration::from_secs(10), ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("{id}: hello in time"))
-            .unwrap_or_else(|| panic!("{id}: socket open"))
-            .unwrap_or_else(|e| panic!("{id}: no socket error: {e}"));
-        if let Message::Text(t) = m {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Message::Text(t) = next_by(&mut ws, deadline, &format!("{id}: hello")).await {
             let v: Value = serde_json::from_str(&t).expect("hello is JSON");
             return (ws, v, Instant::now());
         }
