@@ -17,6 +17,7 @@ pub mod size;
 mod spans;
 #[cfg(test)]
 pub(crate) mod test_fixtures;
+pub(crate) mod text;
 #[cfg(test)]
 mod tls_tests;
 mod validate;
@@ -245,22 +246,16 @@ impl Config {
     /// The Go-compatible set-up used when no file is given (SPEC section 2): one cluster `default`
     /// with `node-1 = localhost:8081` and `node-2 = localhost:8082`, one catch-all route `default`.
     pub fn go_defaults() -> Config {
-        let text = r#"
-[[clusters]]
-name = "default"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "localhost:8081"
-  [[clusters.nodes]]
-  id = "node-2"
-  addr = "localhost:8082"
-
-[[routes]]
-id = "default"
-match = { path_prefix = "/" }
-cluster = "default"
-"#;
-        load_str(text, "<defaults>").expect("the embedded defaults are valid")
+        let text = [
+            text::cluster_text(
+                "default",
+                "",
+                &[("node-1", "localhost:8081"), ("node-2", "localhost:8082")],
+            ),
+            text::catch_all_route_text("default", "default"),
+        ]
+        .join("\n");
+        load_str(&text, "<defaults>").expect("the embedded defaults are valid")
     }
 
     /// Replaces the nodes of the first cluster with `nodes` (`ID=HOST:PORT` CLI flags).
