@@ -15,6 +15,7 @@ mod route;
 pub mod server_tls;
 pub mod size;
 mod spans;
+mod spelling;
 #[cfg(test)]
 pub(crate) mod test_fixtures;
 pub(crate) mod text;
@@ -33,6 +34,7 @@ use std::time::Duration;
 pub use cluster::*;
 pub use defaults::*;
 pub use route::*;
+pub use spelling::Spelled;
 pub use validate::from_file;
 
 /// A config problem: dotted key (`-` for syntax errors), 1-based line and column, and message.
