@@ -70,6 +70,14 @@ pub struct Metrics {
     pub tls_cert_reloads: Family<ResultLabel, Counter>,
 }
 
+/// Registers each `(field, name, help)` of the table with `$m`'s registry, in table order (the
+/// order of the exposition).
+macro_rules! register {
+    ($m:expr, [$(($field:ident, $name:literal, $help:literal)),* $(,)?]) => {
+        $($m.registry.register($name, $help, $m.$field.clone());)*
+    };
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -113,80 +121,86 @@ impl Metrics {
 
     /// Registers the metrics of hops, requests and downstream connections.
     fn register_traffic(&mut self) {
-        self.registry.register(
-            "hopping_count",
-            "Hops: a conn id rebound to another node",
-            self.hops.clone(),
-        );
-        self.registry.register(
-            "hopping_latency_seconds",
-            "From a failure being seen to the connection being served again",
-            self.hop_latency.clone(),
-        );
-        self.registry.register(
-            "gateway_requests",
-            "Requests by route, node and status",
-            self.requests.clone(),
-        );
-        self.registry.register(
-            "gateway_request_duration_seconds",
-            "Time to the response head",
-            self.request_duration.clone(),
-        );
-        self.registry.register(
-            "gateway_active_connections",
-            "Open downstream connections and streams by protocol",
-            self.active_connections.clone(),
+        register!(
+            self,
+            [
+                (
+                    hops,
+                    "hopping_count",
+                    "Hops: a conn id rebound to another node"
+                ),
+                (
+                    hop_latency,
+                    "hopping_latency_seconds",
+                    "From a failure being seen to the connection being served again"
+                ),
+                (
+                    requests,
+                    "gateway_requests",
+                    "Requests by route, node and status"
+                ),
+                (
+                    request_duration,
+                    "gateway_request_duration_seconds",
+                    "Time to the response head"
+                ),
+                (
+                    active_connections,
+                    "gateway_active_connections",
+                    "Open downstream connections and streams by protocol"
+                ),
+            ]
         );
     }
 
     /// Registers the metrics of nodes, the route table, reloads, the affinity store, canaries,
     /// retries and health transitions.
     fn register_nodes(&mut self) {
-        self.registry.register(
-            "gateway_node_weight",
-            "Effective node weight (configured x health% x warm-up%)",
-            self.node_weight.clone(),
-        );
-        self.registry.register(
-            "gateway_node_state",
-            "1 for the node's current state",
-            self.node_state.clone(),
-        );
-        self.registry.register(
-            "gateway_route_table_generation",
-            "Generation of the live route table",
-            self.generation.clone(),
-        );
-        self.registry.register(
-            "gateway_reloads",
-            "Reload attempts by result",
-            self.reloads.clone(),
-        );
-        self.registry.register(
-            "gateway_affinity_store_errors",
-            "Affinity store errors by operation",
-            self.store_errors.clone(),
-        );
-        self.registry.register(
-            "gateway_canary_fallback",
-            "Requests whose version matched no node",
-            self.canary_fallback.clone(),
-        );
-        self.registry.register(
-            "gateway_retries",
-            "Upstream attempts retried on another connection or node",
-            self.retries.clone(),
-        );
-        self.registry.register(
-            "gateway_fail_open",
-            "Requests sent with every node down (on_all_down = fail_open)",
-            self.fail_open.clone(),
-        );
-        self.registry.register(
-            "gateway_health_transitions",
-            "Node health state changes by the state entered",
-            self.health_transitions.clone(),
+        register!(
+            self,
+            [
+                (
+                    node_weight,
+                    "gateway_node_weight",
+                    "Effective node weight (configured x health% x warm-up%)"
+                ),
+                (
+                    node_state,
+                    "gateway_node_state",
+                    "1 for the node's current state"
+                ),
+                (
+                    generation,
+                    "gateway_route_table_generation",
+                    "Generation of the live route table"
+                ),
+                (reloads, "gateway_reloads", "Reload attempts by result"),
+                (
+                    store_errors,
+                    "gateway_affinity_store_errors",
+                    "Affinity store errors by operation"
+                ),
+                (
+                    canary_fallback,
+                    "gateway_canary_fallback",
+                    "Requests whose version matched no node"
+                ),
+                (
+                    retries,
+                    "gateway_retries",
+                    "Upstream attempts retried on another connection or node"
+                ),
+                (
+                    fail_open,
+                    "gateway_fail_open",
+                    "Requests sent with every node down (on_all_down = fail_open)"
+                ),
+                (
+                    health_transitions,
+                    "gateway_health_transitions",
+                    "Node health state changes by the state entered"
+                ),
+            ]
         );
     }
 
@@ -207,35 +221,16 @@ impl Metrics {
 
     /// Registers the metrics of DNS discovery, HTTP/2 abuse, TLS and suppressed passive ejections.
     fn register_edges(&mut self) {
-        self.registry.register(
-            "gateway_discovery_errors",
-            "Failed or empty DNS discovery resolutions; the last good node set stays",
-            self.discovery_errors.clone(),
-        );
-        self.registry.register(
-            "gateway_h2_goaway_sent",
-            "GOAWAY frames the gateway sent to h2 clients for abuse, by reason",
-            self.h2_goaway.clone(),
-        );
-        self.registry.register(
-            "gateway_tls_handshakes",
-            "Downstream TLS handshakes by result",
-            self.tls_handshakes.clone(),
-        );
-        self.registry.register(
-            "gateway_tls_cert_expiry_seconds",
-            "Seconds until the served leaf certificate's notAfter",
-            self.tls_cert_expiry.clone(),
-        );
-        self.registry.register(
-            "gateway_tls_cert_reloads",
-            "Certificate reloads by result",
-            self.tls_cert_reloads.clone(),
-        );
-        self.registry.register(
-            "gateway_passive_ejections_suppressed",
-            "Passive ejections not made because of max_ejection_percent or the last ready node",
-            self.ejections_suppressed.clone(),
+        register!(
+            self,
+            [
+                (discovery_errors, "gateway_discovery_errors", "Failed or empty DNS discovery resolutions; the last good node set stays"),
+                (h2_goaway, "gateway_h2_goaway_sent", "GOAWAY frames the gateway sent to h2 clients for abuse, by reason"),
+                (tls_handshakes, "gateway_tls_handshakes", "Downstream TLS handshakes by result"),
+                (tls_cert_expiry, "gateway_tls_cert_expiry_seconds", "Seconds until the served leaf certificate's notAfter"),
+                (tls_cert_reloads, "gateway_tls_cert_reloads", "Certificate reloads by result"),
+                (ejections_suppressed, "gateway_passive_ejections_suppressed", "Passive ejections not made because of max_ejection_percent or the last ready node"),
+            ]
         );
     }
 

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::tls::MockStream;
-use crate::tracker::{sleep_until_opt, ConnTracker, CountingIo};
+use crate::tracker::{forward_writes, sleep_until_opt, ConnTracker, CountingIo};
 use crate::State;
 use tokio_rustls::TlsAcceptor;
 
@@ -228,17 +228,7 @@ impl AsyncRead for LateReads {
 }
 
 impl AsyncWrite for LateReads {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.write).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.write).poll_flush(cx)
-    }
+    forward_writes!(write);
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.write).poll_shutdown(cx)

@@ -10,7 +10,7 @@
 //! Control requests are never counted, delayed or held, so a test can always reach a node it
 //! has made slow or unresponsive.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::PoisonError;
 
 use hyper::{Method, Response, StatusCode};
@@ -111,16 +111,16 @@ pub(crate) fn handle(
         Action::Goaway => set_goaway(state, query),
         Action::AbortAll => set_abort_all(state, query),
         Action::StatusAll => set_status_all(state, query),
-        Action::GrpcReadDelay => {
-            let Some(ms) = parse_u64(query, "ms") else {
-                return bad_request(state, "ms=N is required");
-            };
-            state.grpc_read_delay_ms.store(ms, Ordering::Relaxed);
-            json_response(
-                StatusCode::OK,
-                &json!({"node": state.id, "grpc_read_delay_ms": ms}),
-            )
-        }
+        Action::GrpcReadDelay => set_number(
+            state,
+            NumberSetting {
+                param: "ms",
+                missing: "ms=N is required",
+                slot: &state.grpc_read_delay_ms,
+                key: "grpc_read_delay_ms",
+            },
+            query,
+        ),
     }
 }
 
@@ -199,14 +199,35 @@ fn set_keepalive(state: &State, query: Option<&str>) -> Response<RespBody> {
 }
 
 fn set_goaway(state: &State, query: Option<&str>) -> Response<RespBody> {
-    let Some(after) = parse_u64(query, "after") else {
-        return bad_request(state, "after=N (streams) is required");
+    let setting = NumberSetting {
+        param: "after",
+        missing: "after=N (streams) is required",
+        slot: &state.goaway_after,
+        key: "goaway_after",
     };
-    state.goaway_after.store(after, Ordering::Relaxed);
-    json_response(
-        StatusCode::OK,
-        &json!({"node": state.id, "goaway_after": after}),
-    )
+    set_number(state, setting, query)
+}
+
+/// A number a control action stores: read from query `param`, kept in `slot`, echoed as `key`.
+struct NumberSetting<'a> {
+    param: &'static str,
+    /// The 400 message when `param` is missing or not a number.
+    missing: &'static str,
+    slot: &'a AtomicU64,
+    key: &'static str,
+}
+
+/// Stores the setting's number and answers `{"node", key: n}`; 400 when the query lacks it.
+fn set_number(
+    state: &State,
+    setting: NumberSetting<'_>,
+    query: Option<&str>,
+) -> Response<RespBody> {
+    let Some(n) = parse_u64(query, setting.param) else {
+        return bad_request(state, setting.missing);
+    };
+    setting.slot.store(n, Ordering::Relaxed);
+    json_response(StatusCode::OK, &json!({"node": state.id, setting.key: n}))
 }
 
 /// `abort-all[?after_bytes=N]` turns it on: every request except the health paths reads N body

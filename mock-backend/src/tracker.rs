@@ -191,14 +191,27 @@ impl AsyncRead for CountingIo {
     }
 }
 
+/// `poll_write` and `poll_flush` of an IO wrapper that hands what it writes straight to its
+/// `$field` (the wrappers differ in reading and shutting down, not in writing).
+macro_rules! forward_writes {
+    ($field:ident) => {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.$field).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.$field).poll_flush(cx)
+        }
+    };
+}
+pub(crate) use forward_writes;
+
 impl AsyncWrite for CountingIo {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
+    forward_writes!(inner);
 
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
@@ -210,10 +223,6 @@ impl AsyncWrite for CountingIo {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

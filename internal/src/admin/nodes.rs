@@ -125,8 +125,7 @@ impl Admin {
                 self.metrics
                     .node_state
                     .get_or_create(&NodeStateLabels {
-                        cluster: n.cluster.clone(),
-                        node: n.id.clone(),
+                        node: labels.clone(),
                         state: s.as_str(),
                     })
                     .set(i64::from(s == state));

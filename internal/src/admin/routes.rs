@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::{json_resp, Admin, AdminBody};
+use crate::config::Spelled;
 use crate::routing::reload::ReloadError;
 use crate::routing::RouteTable;
 
@@ -61,8 +62,8 @@ pub(super) fn routes_json(t: &RouteTable, rollback_available: bool) -> Value {
                 "strip_prefix": r.config.strip_prefix,
                 "timeout_ms": r.config.timeout.as_millis() as u64,
                 "retries": r.config.retries,
-                "websocket": format!("{:?}", r.config.websocket).to_lowercase(),
-                "on_all_down": match r.config.on_all_down { crate::config::OnAllDown::Fallback => "fallback", crate::config::OnAllDown::FailOpen => "fail_open" },
+                "websocket": r.config.websocket.as_str(),
+                "on_all_down": r.config.on_all_down.as_str(),
                 "warming": r.warmup.as_ref().is_some_and(|w| w.active(now)),
                 "warmup_percent": r.warmup.as_ref().map_or(100, |w| w.percent(now)),
             })

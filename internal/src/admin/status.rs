@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
+use crate::config::Spelled;
 use crate::drain;
 use crate::events::{unix_ms, Event};
 use crate::hopper::Hopper;

@@ -71,15 +71,6 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    /// The config spelling (`protocol` key, SPEC section 3): `http1`, `h2c`, `h2`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http1",
-            Protocol::H2c => "h2c",
-            Protocol::H2 => "h2",
-        }
-    }
-
     /// True for the HTTP/2 protocols (`h2c`, `h2`).
     pub fn is_h2(self) -> bool {
         matches!(self, Protocol::H2c | Protocol::H2)
@@ -97,19 +88,6 @@ pub enum Picker {
     Weighted,
     /// Power of two choices on in-flight requests.
     LeastRequest,
-}
-
-impl Picker {
-    /// The config spelling (`lb` key, SPEC section 3): `round_robin`, `random`, `weighted`,
-    /// `least_request`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Picker::RoundRobin => "round_robin",
-            Picker::Random => "random",
-            Picker::Weighted => "weighted",
-            Picker::LeastRequest => "least_request",
-        }
-    }
 }
 
 /// One cluster.

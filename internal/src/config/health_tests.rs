@@ -4,6 +4,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::text::{catch_all_route_text, cluster_text};
 use super::{load_str, ProbeKind};
 
 fn ms(n: u64) -> Duration {
@@ -14,7 +15,7 @@ fn ms(n: u64) -> Duration {
 /// assertion per key.
 #[test]
 fn cluster_health_overrides_every_key() {
-    let text = r#"
+    let health = r#"
 [health]
 kind = "http"
 path = "/health"
@@ -27,33 +28,19 @@ eject_after = 3
 recover_after = 2
 slow_start = "30s"
 passive_consecutive_errors = 5
-
-[[clusters]]
-name = "over"
-health = { kind = "tcp", path = "/actuator/health/business", interval = "250ms", timeout = "100ms", expect_status = [200, 500], expect_json = { pointer = "/business", equals = "UP" }, degrade_after = 4, degraded_percent = 50, eject_after = 6, recover_after = 3, slow_start = "0s", passive_consecutive_errors = 0 }
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-
-[[clusters]]
-name = "partial"
-health = { interval = "500ms", eject_after = 4 }
-  [[clusters.nodes]]
-  id = "b"
-  addr = "127.0.0.1:2"
-
-[[clusters]]
-name = "plain"
-  [[clusters.nodes]]
-  id = "c"
-  addr = "127.0.0.1:3"
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "over"
-"#;
-    let cfg = load_str(text, "t.toml").expect("valid");
+"#
+    .to_string();
+    let over_health = r#"health = { kind = "tcp", path = "/actuator/health/business", interval = "250ms", timeout = "100ms", expect_status = [200, 500], expect_json = { pointer = "/business", equals = "UP" }, degrade_after = 4, degraded_percent = 50, eject_after = 6, recover_after = 3, slow_start = "0s", passive_consecutive_errors = 0 }"#;
+    let partial_health = r#"health = { interval = "500ms", eject_after = 4 }"#;
+    let text = [
+        health,
+        cluster_text("over", over_health, &[("a", "127.0.0.1:1")]),
+        cluster_text("partial", partial_health, &[("b", "127.0.0.1:2")]),
+        cluster_text("plain", "", &[("c", "127.0.0.1:3")]),
+        catch_all_route_text("r", "over"),
+    ]
+    .join("\n");
+    let cfg = load_str(&text, "t.toml").expect("valid");
     let by = |name: &str| {
         cfg.clusters
             .iter()
@@ -102,20 +89,13 @@ cluster = "over"
 
 #[test]
 fn cluster_override_errors_name_the_cluster_key() {
-    let text = r#"
-[[clusters]]
-name = "x"
-health = { degraded_percent = 0, interval = "soon" }
-  [[clusters.nodes]]
-  id = "a"
-  addr = "127.0.0.1:1"
-
-[[routes]]
-id = "r"
-match = { path_prefix = "/" }
-cluster = "x"
-"#;
-    let err = load_str(text, "t.toml").expect_err("invalid");
+    let health = r#"health = { degraded_percent = 0, interval = "soon" }"#;
+    let text = [
+        cluster_text("x", health, &[("a", "127.0.0.1:1")]),
+        catch_all_route_text("r", "x"),
+    ]
+    .join("\n");
+    let err = load_str(&text, "t.toml").expect_err("invalid");
     let keys: Vec<&str> = err.issues.iter().map(|i| i.key.as_str()).collect();
     assert!(
         keys.contains(&"clusters[0].health.degraded_percent"),

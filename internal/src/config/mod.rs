@@ -15,8 +15,10 @@ mod route;
 pub mod server_tls;
 pub mod size;
 mod spans;
+mod spelling;
 #[cfg(test)]
 pub(crate) mod test_fixtures;
+pub(crate) mod text;
 #[cfg(test)]
 mod tls_tests;
 mod validate;
@@ -32,6 +34,7 @@ use std::time::Duration;
 pub use cluster::*;
 pub use defaults::*;
 pub use route::*;
+pub use spelling::Spelled;
 pub use validate::from_file;
 
 /// A config problem: dotted key (`-` for syntax errors), 1-based line and column, and message.
@@ -245,22 +248,16 @@ impl Config {
     /// The Go-compatible set-up used when no file is given (SPEC section 2): one cluster `default`
     /// with `node-1 = localhost:8081` and `node-2 = localhost:8082`, one catch-all route `default`.
     pub fn go_defaults() -> Config {
-        let text = r#"
-[[clusters]]
-name = "default"
-  [[clusters.nodes]]
-  id = "node-1"
-  addr = "localhost:8081"
-  [[clusters.nodes]]
-  id = "node-2"
-  addr = "localhost:8082"
-
-[[routes]]
-id = "default"
-match = { path_prefix = "/" }
-cluster = "default"
-"#;
-        load_str(text, "<defaults>").expect("the embedded defaults are valid")
+        let text = [
+            text::cluster_text(
+                "default",
+                "",
+                &[("node-1", "localhost:8081"), ("node-2", "localhost:8082")],
+            ),
+            text::catch_all_route_text("default", "default"),
+        ]
+        .join("\n");
+        load_str(&text, "<defaults>").expect("the embedded defaults are valid")
     }
 
     /// Replaces the nodes of the first cluster with `nodes` (`ID=HOST:PORT` CLI flags).

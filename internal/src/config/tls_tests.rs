@@ -1,6 +1,9 @@
 //! Config checks of TLS to nodes (SPEC section 3 `clusters[].tls`, `protocol = "h2"`,
 //! `affinity.redis_ca`): bad files and combinations are errors with their key, line and column.
 
+use std::path::Path;
+
+use super::text::cluster_text;
 use super::*;
 
 /// A fresh directory under the system temp dir with a CA certificate (`ca.pem`), a leaf for
@@ -18,10 +21,23 @@ fn certs(tag: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Cluster `c` with `lines` on its third line and one node, and a route to it.
 fn cluster(lines: &str) -> String {
-    format!(
-        "[[clusters]]\nname = \"c\"\n{lines}\n  [[clusters.nodes]]\n  id = \"n\"\n  addr = \"127.0.0.1:1\"\n\n[[routes]]\nid = \"r\"\ncluster = \"c\"\n"
-    )
+    let route = "[[routes]]\nid = \"r\"\ncluster = \"c\"\n";
+    cluster_text("c", lines, &[("n", "127.0.0.1:1")]) + "\n" + route
+}
+
+/// A `tls = { .. }` line: `literal` keys as written, then each `(key, file)` naming `file` in `dir`.
+fn tls_line(literal: &str, dir: &Path, files: &[(&str, &str)]) -> String {
+    let paths = files
+        .iter()
+        .map(|(key, file)| format!("{key} = \"{}\"", dir.join(file).display()));
+    let keys: Vec<String> = (!literal.is_empty())
+        .then(|| literal.to_string())
+        .into_iter()
+        .chain(paths)
+        .collect();
+    format!("tls = {{ {} }}", keys.join(", "))
 }
 
 fn issues(text: &str) -> Vec<ConfigIssue> {
@@ -39,21 +55,22 @@ fn h2_needs_tls_and_h2c_refuses_it() {
     assert!(e[0].message.contains("needs tls"), "{}", e[0].message);
 
     let dir = certs("h2c");
-    let text = cluster(&format!(
-        "protocol = \"h2c\"\ntls = {{ ca = \"{}\" }}",
-        dir.join("ca.pem").display()
-    ));
+    let tls = tls_line("", &dir, &[("ca", "ca.pem")]);
+    let text = cluster(&format!("protocol = \"h2c\"\n{tls}"));
     assert_eq!(issues(&text)[0].key, "clusters[0].protocol");
 }
 
 #[test]
 fn bad_tls_files_are_named_with_their_key_and_position() {
     let dir = certs("bad");
-    let text = cluster(&format!(
-        "tls = {{ ca = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}",
-        dir.join("missing.pem").display(),
-        dir.join("garbage.pem").display(),
-        dir.join("client.key").display()
+    let text = cluster(&tls_line(
+        "",
+        &dir,
+        &[
+            ("ca", "missing.pem"),
+            ("client_cert", "garbage.pem"),
+            ("client_key", "client.key"),
+        ],
     ));
     let e = issues(&text);
     let keys: Vec<&str> = e.iter().map(|i| i.key.as_str()).collect();
@@ -74,20 +91,15 @@ fn bad_tls_files_are_named_with_their_key_and_position() {
         "points at the ca key inside the inline table: {e:?}"
     );
 
-    let half = cluster(&format!(
-        "tls = {{ client_cert = \"{}\" }}",
-        dir.join("ca.pem").display()
-    ));
+    let half = cluster(&tls_line("", &dir, &[("client_cert", "ca.pem")]));
     assert_eq!(issues(&half)[0].key, "clusters[0].tls.client_key");
 }
 
 #[test]
 fn valid_tls_loads_and_h2_is_accepted() {
     let dir = certs("ok");
-    let text = cluster(&format!(
-        "protocol = \"h2\"\ntls = {{ sni = \"backend.internal\", ca = \"{}\" }}",
-        dir.join("ca.pem").display()
-    ));
+    let tls = tls_line("sni = \"backend.internal\"", &dir, &[("ca", "ca.pem")]);
+    let text = cluster(&format!("protocol = \"h2\"\n{tls}"));
     let cfg = load_str(&text, "t.toml").expect("valid");
     let c = &cfg.clusters[0];
     assert_eq!(c.protocol, Protocol::H2);

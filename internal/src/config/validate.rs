@@ -78,6 +78,23 @@ impl Check {
         }
     }
 
+    /// [`Check::duration`] that must also be at least `min`: reports `msg` at `key` when shorter
+    /// and returns it as it is (the config is rejected anyway).
+    fn duration_at_least(
+        &mut self,
+        key: &str,
+        v: Option<&String>,
+        default: Duration,
+        min: Duration,
+        msg: &str,
+    ) -> Duration {
+        let d = self.duration(key, v, default);
+        if d < min {
+            self.err(key, msg);
+        }
+        d
+    }
+
     fn addr(&mut self, key: &str, v: Option<&String>, default: &str) -> SocketAddr {
         let s = v.map(String::as_str).unwrap_or(default);
         match s.parse() {
@@ -91,14 +108,9 @@ impl Check {
         }
     }
 
-    fn one_of<T: Copy>(
-        &mut self,
-        key: &str,
-        v: Option<&String>,
-        default: T,
-        options: &[(&str, T)],
-    ) -> T {
+    fn one_of<T: Spelled>(&mut self, key: &str, v: Option<&String>, default: T) -> T {
         let Some(s) = v else { return default };
+        let options = T::SPELLINGS;
         match options.iter().find(|(name, _)| name == s) {
             Some((_, t)) => *t,
             None => {

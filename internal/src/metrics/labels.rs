@@ -42,10 +42,9 @@ pub struct NodeLabels {
 /// `{cluster,node,state}` of `gateway_node_state`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeStateLabels {
-    /// Cluster name.
-    pub cluster: Arc<str>,
-    /// Node id.
-    pub node: Arc<str>,
+    /// `{cluster,node}`, encoded first.
+    #[prometheus(flatten)]
+    pub node: NodeLabels,
     /// State name.
     pub state: &'static str,
 }
@@ -74,10 +73,9 @@ pub struct ClusterLabel {
 /// `{cluster,node,to}` of `gateway_health_transitions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransitionLabels {
-    /// Cluster name.
-    pub cluster: Arc<str>,
-    /// Node id.
-    pub node: Arc<str>,
+    /// `{cluster,node}`, encoded first.
+    #[prometheus(flatten)]
+    pub node: NodeLabels,
     /// State entered (`healthy`, `degraded`, `ejected`).
     pub to: &'static str,
 }

@@ -22,7 +22,7 @@ use tokio::sync::{watch, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::config::{HealthConfig, NodeConfig};
-use crate::metrics::{Metrics, TransitionLabels};
+use crate::metrics::{Metrics, NodeLabels, TransitionLabels};
 
 /// A node id (SPEC section 3: unique across clusters). Cheap to clone.
 pub(crate) type NodeId = Arc<str>;

@@ -46,6 +46,22 @@ fn fail(n: &Node, h: &HealthConfig) {
     n.runtime.record_passive_error(h, "status 503", now);
 }
 
+/// A registry with cluster `c` of nodes `a` and `b`, under [`health`] with `percent`.
+fn pair(percent: u8) -> (Registry, HealthConfig, Vec<Arc<Node>>) {
+    let reg = Registry::new(Arc::new(Metrics::new()));
+    let h = health(percent);
+    let nodes = cluster(&reg, &["a", "b"], &h);
+    (reg, h, nodes)
+}
+
+/// `count` probe results on `n` at `at`: passes (`ok`) or 503s.
+fn probes(n: &Node, h: &HealthConfig, ok: bool, count: usize, at: Instant) {
+    for _ in 0..count {
+        n.runtime
+            .record_probe(h, ok, if ok { "ok" } else { "503" }, at);
+    }
+}
+
 fn ejected(nodes: &[Arc<Node>]) -> usize {
     nodes
         .iter()
@@ -93,9 +109,7 @@ fn case32_passive_ejection_respects_the_cap_and_the_last_ready_node() {
 /// CASE-32: a draining node is not ready, so the one other node is the last ready node.
 #[test]
 fn case32_draining_peers_do_not_count_as_ready() {
-    let reg = Registry::new(Arc::new(Metrics::new()));
-    let h = health(100);
-    let nodes = cluster(&reg, &["a", "b"], &h);
+    let (_reg, h, nodes) = pair(100);
     nodes[0]
         .runtime
         .start_drain(Instant::now() + Duration::from_secs(30));
@@ -110,18 +124,12 @@ fn case32_draining_peers_do_not_count_as_ready() {
 /// building the cluster again with a new peer) or leaving neither restarts nor ends the ramp.
 #[test]
 fn case33_ramp_is_not_reset_by_peers_joining_or_leaving() {
-    let reg = Registry::new(Arc::new(Metrics::new()));
-    let h = health(50);
-    let nodes = cluster(&reg, &["a", "b"], &h);
+    let (reg, h, nodes) = pair(50);
     let a = &nodes[0];
     let t0 = Instant::now();
-    for _ in 0..3 {
-        a.runtime.record_probe(&h, false, "503", t0);
-    }
+    probes(a, &h, false, 3, t0);
     assert_eq!(a.health_percent(t0), 0);
-    for _ in 0..2 {
-        a.runtime.record_probe(&h, true, "ok", t0);
-    }
+    probes(a, &h, true, 2, t0);
     // Climbs from degraded_percent (20) to 100 over 30 s, linearly.
     assert_eq!(a.health_percent(t0), 20);
     let t10 = t0 + Duration::from_secs(10);
@@ -145,17 +153,13 @@ fn case33_ramp_is_not_reset_by_peers_joining_or_leaving() {
 /// through the ramp, never leaving it at 20 % once the ramp is over.
 #[test]
 fn case33_degraded_node_recovers_through_its_own_ramp() {
-    let reg = Registry::new(Arc::new(Metrics::new()));
-    let h = health(50);
-    let nodes = cluster(&reg, &["a", "b"], &h);
+    let (_reg, h, nodes) = pair(50);
     let a = &nodes[0];
     let t0 = Instant::now();
-    a.runtime.record_probe(&h, false, "503", t0);
-    a.runtime.record_probe(&h, false, "503", t0);
+    probes(a, &h, false, 2, t0);
     assert_eq!(a.state(), NodeState::Degraded);
     assert_eq!(a.health_percent(t0), 20);
-    a.runtime.record_probe(&h, true, "ok", t0);
-    a.runtime.record_probe(&h, true, "ok", t0);
+    probes(a, &h, true, 2, t0);
     assert_eq!(a.state(), NodeState::Healthy);
     let mut last = 0;
     for s in 0..=30 {

@@ -10,11 +10,17 @@ use super::passive::passive_backoff;
 use super::tests::{health, ms, runtime};
 use super::*;
 
+/// A node runtime and the health of its cluster: degraded after 2 failed probes, ejected after 3,
+/// back after `recover_after` successes, ejected passively after `errors` errors (0 = off).
+fn passive(recover_after: u32, errors: u32) -> (HealthConfig, NodeRuntime) {
+    let mut h = health(2, 3, recover_after);
+    h.passive_consecutive_errors = NonZeroU32::new(errors);
+    (h, runtime())
+}
+
 #[test]
 fn passive_errors_eject_at_the_limit() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(3);
-    let rt = runtime();
+    let (h, rt) = passive(2, 3);
     let now = Instant::now();
     assert_eq!(rt.record_passive_error(&h, "reset", now), None);
     assert_eq!(rt.record_passive_error(&h, "reset", now), None);
@@ -34,9 +40,7 @@ fn passive_errors_eject_at_the_limit() {
 
 #[test]
 fn connect_errors_of_connects_begun_before_a_success_are_not_counted() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(2);
-    let rt = runtime();
+    let (h, rt) = passive(2, 2);
     let now = Instant::now();
     // A burst: three connects begin together; one succeeds, then the other two time out.
     let burst = rt.passive_mark();
@@ -104,9 +108,7 @@ fn eject_and_recover(rt: &NodeRuntime, h: &HealthConfig, now: Instant) -> Instan
 
 #[test]
 fn passive_ejection_backs_off_before_recovery() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = NonZeroU32::new(3);
-    let rt = runtime();
+    let (h, rt) = passive(2, 3);
     let t0 = Instant::now();
     // First passive ejection: probes pass from the next interval on, but 1 s of backoff holds it out.
     let back = eject_and_recover(&rt, &h, t0);
@@ -126,9 +128,7 @@ fn passive_ejection_backs_off_before_recovery() {
 
 #[test]
 fn passive_backoff_never_shorter_than_recover_after_probes() {
-    let mut h = health(2, 3, 4);
-    h.passive_consecutive_errors = NonZeroU32::new(1);
-    let rt = runtime();
+    let (mut h, rt) = passive(4, 1);
     let t0 = Instant::now();
     let back = eject_and_recover(&rt, &h, t0);
     // 4 successes at 200 ms = 800 ms < 1 s backoff: the backoff decides.
@@ -142,9 +142,7 @@ fn passive_backoff_never_shorter_than_recover_after_probes() {
 
 #[test]
 fn passive_off_when_unset() {
-    let mut h = health(2, 3, 2);
-    h.passive_consecutive_errors = None;
-    let rt = runtime();
+    let (h, rt) = passive(2, 0);
     for _ in 0..100 {
         assert_eq!(rt.record_passive_error(&h, "reset", Instant::now()), None);
     }

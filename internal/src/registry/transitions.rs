@@ -136,8 +136,10 @@ impl NodeRuntime {
         if let Some(m) = &self.metrics {
             m.health_transitions
                 .get_or_create(&TransitionLabels {
-                    cluster: cluster.clone(),
-                    node: self.id.clone(),
+                    node: NodeLabels {
+                        cluster: cluster.clone(),
+                        node: self.id.clone(),
+                    },
                     to,
                 })
                 .inc();

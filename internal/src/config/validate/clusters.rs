@@ -111,15 +111,11 @@ pub(super) fn health(c: &mut Check, key: &str, h: &HealthFile) -> HealthConfig {
 
 /// `[health] interval` (at least 10ms) and `timeout` (more than 0s), at `key`.
 fn probe_timing(c: &mut Check, key: &str, h: &HealthFile) -> (Duration, Duration) {
-    let interval = c.duration(
+    let interval = c.duration_at_least(
         &format!("{key}.interval"),
         h.interval.as_ref(),
         DEFAULT_HEALTH_INTERVAL,
-    );
-    let at_least_10ms = interval >= Duration::from_millis(10);
-    c.require(
-        at_least_10ms,
-        format!("{key}.interval"),
+        Duration::from_millis(10),
         "must be at least 10ms",
     );
     let timeout = c.duration(
@@ -210,24 +206,9 @@ pub(super) fn clusters(c: &mut Check, f: &FileConfig) -> Vec<ClusterConfig> {
             &format!("{key}.protocol"),
             cl.protocol.as_ref(),
             Protocol::Http1,
-            &[
-                ("http1", Protocol::Http1),
-                ("h2c", Protocol::H2c),
-                ("h2", Protocol::H2),
-            ],
         );
         let tls = cluster_tls(c, &key, cl.tls.as_ref(), protocol);
-        let lb = c.one_of(
-            &format!("{key}.lb"),
-            cl.lb.as_ref(),
-            Picker::RoundRobin,
-            &[
-                ("round_robin", Picker::RoundRobin),
-                ("random", Picker::Random),
-                ("weighted", Picker::Weighted),
-                ("least_request", Picker::LeastRequest),
-            ],
-        );
+        let lb = c.one_of(&format!("{key}.lb"), cl.lb.as_ref(), Picker::RoundRobin);
         let before = c.issues.len();
         let merged = merge_health(&f.health, cl.health.as_ref());
         let health = health(c, &format!("{key}.health"), &merged);

@@ -40,17 +40,13 @@ pub(super) fn discovery(c: &mut Check, key: &str, d: &DiscoveryFile) -> Discover
             1
         }
     };
-    let interval = c.duration(
+    let interval = c.duration_at_least(
         &format!("{key}.interval"),
         d.interval.as_ref(),
         DEFAULT_DISCOVERY_INTERVAL,
+        MIN_DISCOVERY_INTERVAL,
+        "must be at least 1s (names are never re-resolved more often than once a second)",
     );
-    if interval < MIN_DISCOVERY_INTERVAL {
-        c.err(
-            format!("{key}.interval"),
-            "must be at least 1s (names are never re-resolved more often than once a second)",
-        );
-    }
     let weight = d.weight.unwrap_or(DEFAULT_DISCOVERED_WEIGHT);
     if weight > 10_000 {
         c.err(format!("{key}.weight"), "must be between 0 and 10000");

@@ -18,58 +18,39 @@ fn pos(c: &mut Check, key: &str, v: Option<u64>, default: usize) -> usize {
 /// order the SPEC lists them.
 pub(super) fn limits(c: &mut Check, f: &FileConfig) -> Limits {
     let l = &f.limits;
-    let ws_idle = c.duration(
-        "limits.websocket_idle_timeout",
-        l.websocket_idle_timeout.as_ref(),
-        Duration::ZERO,
-    );
+    // Each key is `limits.` and the name of its `LimitsFile` field: written once per key here.
+    macro_rules! key {
+        ($field:ident) => {
+            concat!("limits.", stringify!($field))
+        };
+    }
+    macro_rules! count {
+        ($field:ident, $default:expr) => {
+            pos(c, key!($field), l.$field, $default)
+        };
+    }
+    macro_rules! duration {
+        ($field:ident, $default:expr) => {
+            c.duration(key!($field), l.$field.as_ref(), $default)
+        };
+    }
+    let ws_idle = duration!(websocket_idle_timeout, Duration::ZERO);
     let body_min_rate = body_min_rate(c, l);
     Limits {
-        max_request_line: pos(
-            c,
-            "limits.max_request_line",
-            l.max_request_line,
-            DEFAULT_MAX_REQUEST_LINE,
-        ),
-        max_header_bytes: pos(
-            c,
-            "limits.max_header_bytes",
-            l.max_header_bytes,
-            DEFAULT_MAX_HEADER_BYTES,
-        ),
-        max_headers: pos(c, "limits.max_headers", l.max_headers, DEFAULT_MAX_HEADERS),
-        header_read_timeout: c.duration(
-            "limits.header_read_timeout",
-            l.header_read_timeout.as_ref(),
-            DEFAULT_HEADER_READ_TIMEOUT,
-        ),
-        body_idle_timeout: c.duration(
-            "limits.body_idle_timeout",
-            l.body_idle_timeout.as_ref(),
-            DEFAULT_BODY_IDLE_TIMEOUT,
-        ),
-        max_connections: pos(
-            c,
-            "limits.max_connections",
-            l.max_connections,
-            DEFAULT_MAX_CONNECTIONS,
-        ),
+        max_request_line: count!(max_request_line, DEFAULT_MAX_REQUEST_LINE),
+        max_header_bytes: count!(max_header_bytes, DEFAULT_MAX_HEADER_BYTES),
+        max_headers: count!(max_headers, DEFAULT_MAX_HEADERS),
+        header_read_timeout: duration!(header_read_timeout, DEFAULT_HEADER_READ_TIMEOUT),
+        body_idle_timeout: duration!(body_idle_timeout, DEFAULT_BODY_IDLE_TIMEOUT),
+        max_connections: count!(max_connections, DEFAULT_MAX_CONNECTIONS),
         websocket_idle_timeout: (!ws_idle.is_zero()).then_some(ws_idle),
-        connect_timeout: c.duration(
-            "limits.connect_timeout",
-            l.connect_timeout.as_ref(),
-            DEFAULT_CONNECT_TIMEOUT,
-        ),
-        upstream_idle_timeout: c.duration(
-            "limits.upstream_idle_timeout",
-            l.upstream_idle_timeout.as_ref(),
-            DEFAULT_UPSTREAM_IDLE_TIMEOUT,
-        ),
+        connect_timeout: duration!(connect_timeout, DEFAULT_CONNECT_TIMEOUT),
+        upstream_idle_timeout: duration!(upstream_idle_timeout, DEFAULT_UPSTREAM_IDLE_TIMEOUT),
         body_min_rate,
         h2: h2_limits(c, l),
         websocket_max_message: size(
             c,
-            "limits.websocket_max_message",
+            key!(websocket_max_message),
             l.websocket_max_message.as_ref(),
             DEFAULT_WEBSOCKET_MAX_MESSAGE,
         ),

@@ -64,20 +64,11 @@ fn route(
             &format!("{key}.websocket"),
             r.websocket.as_ref(),
             WsMode::Hop,
-            &[
-                ("hop", WsMode::Hop),
-                ("hint", WsMode::Hint),
-                ("close", WsMode::Close),
-            ],
         ),
         on_all_down: c.one_of(
             &format!("{key}.on_all_down"),
             r.on_all_down.as_ref(),
             OnAllDown::Fallback,
-            &[
-                ("fallback", OnAllDown::Fallback),
-                ("fail_open", OnAllDown::FailOpen),
-            ],
         ),
         fallback,
         max_body: r.max_body,
@@ -243,10 +234,6 @@ pub(super) fn canary(c: &mut Check, key: &str, cf: &super::file::CanaryFile) -> 
             &format!("{key}.canary.no_match"),
             cf.no_match.as_ref(),
             NoMatch::FallbackAll,
-            &[
-                ("fallback_all", NoMatch::FallbackAll),
-                ("reject", NoMatch::Reject),
-            ],
         ),
         split,
     }

@@ -80,12 +80,7 @@ pub(super) fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
     let header = c
         .header_name("affinity.header", header_str)
         .unwrap_or(http::HeaderName::from_static("x-conn-id"));
-    let ids = c.one_of(
-        "affinity.ids",
-        a.ids.as_ref(),
-        IdMode::Client,
-        &[("client", IdMode::Client), ("signed", IdMode::Signed)],
-    );
+    let ids = c.one_of("affinity.ids", a.ids.as_ref(), IdMode::Client);
     let redis_url = a
         .redis_url
         .clone()

@@ -37,7 +37,6 @@ pub(super) fn server_tls(c: &mut Check, t: &ServerTlsFile) -> ServerTlsConfig {
         "server.tls.min_version",
         t.min_version.as_ref(),
         TlsVersion::V1_2,
-        &[("1.2", TlsVersion::V1_2), ("1.3", TlsVersion::V1_3)],
     );
     if t.certs.is_empty() {
         c.err(
