@@ -260,14 +260,8 @@ pub struct HopLine {
 impl HopLine {
     /// Logs the hop now, for a caller that answers on the new node right away.
     pub fn now(self) {
-        let HopLine {
-            conn,
-            from,
-            to,
-            reason,
-        } = self;
-        let (conn, from) = (conn.as_str(), &*from);
-        tracing::info!(conn_id = conn, from = from, to = %to, reason = reason.label(), "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        let (conn, from, to) = (self.conn.as_str(), &*self.from, &self.to);
+        tracing::info!(conn_id = conn, from = from, to = %to, reason = self.reason.label(), "Hopping triggered for conn {} from {} to {}", conn, from, to);
     }
 
     /// Logs the hop once the new node served the connection, `latency` after the failure was
@@ -284,13 +278,8 @@ impl HopLine {
     /// The line of a hop logged after the fact, with `latency_ms` or `served` (a field that is
     /// `None` is left out of the line).
     fn later(self, latency_ms: Option<u64>, served: Option<bool>) {
-        let HopLine {
-            conn,
-            from,
-            to,
-            reason,
-        } = self;
-        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = reason.label(), latency_ms, served, "Hopping triggered for conn {} from {} to {}", conn, from, to);
+        let (conn, from, to) = (&self.conn, &self.from, &self.to);
+        tracing::info!(conn_id = %conn, from = %from, to = %to, reason = self.reason.label(), latency_ms, served, "Hopping triggered for conn {} from {} to {}", conn, from, to);
     }
 }
 

@@ -111,6 +111,23 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The wait of a socket with no node signal: both sides and the signal never ready, so only
+    /// `shutdown` or `timer` can end it.
+    fn idle<'a, S: Future<Output = ()>>(
+        shutdown_wait: S,
+        shutdown: &'a drain::Watch,
+        timer: Option<tokio::time::Sleep>,
+    ) -> Resting<'a, std::future::Pending<()>, std::future::Pending<()>, S> {
+        Resting::new(
+            std::future::pending::<()>(),
+            std::future::pending::<()>(),
+            None,
+            shutdown_wait,
+            shutdown,
+            timer,
+        )
+    }
+
     /// A wait armed on a node signal and a timer, woken by neither until each fires: after its
     /// first poll it looks at them only through the peek and the elapsed flag, and still wakes
     /// for each (no wake-up lost when their polls are skipped).
@@ -142,10 +159,7 @@ mod tests {
             assert!(matches!(wait.await, Woken::Signal));
         }
         let mut shutdown_wait = shutdown.clone();
-        let wait = Resting::new(
-            std::future::pending::<()>(),
-            std::future::pending::<()>(),
-            None,
+        let wait = idle(
             shutdown_wait.signaled(),
             &shutdown,
             Some(tokio::time::sleep(Duration::from_secs(60))),
@@ -161,14 +175,7 @@ mod tests {
     async fn shutdown_after_the_first_poll_ends_the_wait() {
         let (stop, shutdown) = drain::channel();
         let mut shutdown_wait = shutdown.clone();
-        let wait = Resting::new(
-            std::future::pending::<()>(),
-            std::future::pending::<()>(),
-            None,
-            shutdown_wait.signaled(),
-            &shutdown,
-            None,
-        );
+        let wait = idle(shutdown_wait.signaled(), &shutdown, None);
         let mut wait = std::pin::pin!(wait);
         assert!(futures_util::poll!(wait.as_mut()).is_pending());
         stop.fire();
