@@ -27,11 +27,13 @@ test:
 		HOPGW_PREBUILT=1 $(CARGO) test --release --workspace -- --test-threads=4; \
 	fi
 
-## Format, clippy, the layer map (scripts/check-layers.sh) and the API docs, all warnings as errors.
+## Format, clippy, the layer map (scripts/check-layers.sh), the size limits (scripts/check-limits.py: files <= 400 lines,
+## functions <= 80 or with their reason) and the API docs, all warnings as errors.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	./scripts/check-layers.sh
+	python3 scripts/check-limits.py
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --no-deps --workspace --document-private-items
 
 fmt:

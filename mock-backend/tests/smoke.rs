@@ -59,6 +59,7 @@ async fn get_stats(client: &TestClient, base: &str) -> serde_json::Value {
     serde_json::from_slice(&body).expect("JSON")
 }
 
+/// Kept as one function: one request per endpoint, all against one node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_endpoints_answer_as_specified() {
     let mock = start("node-t").await;

@@ -230,6 +230,7 @@ async fn stop(mut gw: Gateway) -> Result<()> {
     }
 }
 
+/// Kept as one function: the training run's steps in the order they run.
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();

@@ -64,6 +64,8 @@ async fn lying_node() -> (String, Arc<AtomicU64>, Arc<AtomicBool>) {
 /// never lets them reach a client.
 /// Long on purpose: every case runs on one client connection, which must stay usable from one to
 /// the next.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case27_bodiless_responses_with_framing_headers_end_at_their_head() {
     let (addr, conns, reused) = lying_node().await;

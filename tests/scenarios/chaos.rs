@@ -95,6 +95,8 @@ async fn echo_loop(
 /// Kill -9 and restart of each node and of Redis under mixed traffic: no GET fails, WebSockets lose
 /// at most the message in flight at a kill and each hops live. One long scenario on purpose: the
 /// traffic runs through every kill.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_kill_and_restart_each_node_and_redis() {
     let started = Instant::now();

@@ -26,6 +26,8 @@ async fn recv(sock: &std::sync::Arc<UnixDatagram>, timeout: Duration) -> Option<
 /// listeners accept; every reload (SIGHUP of an unchanged file, `POST /admin/reload`) sends
 /// RELOADING=1 then READY=1 as separate datagrams; SIGTERM sends STOPPING=1.
 /// Long on purpose: the datagrams of one process life, start to stop, in order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn systemd_notify_ready_reloading_stopping() {
     let a = Mock::start("node-a").await;

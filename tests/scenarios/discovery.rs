@@ -95,6 +95,8 @@ async fn next_json(ws: &mut Ws, t: Duration) -> Value {
 /// drains that node: it leaves the table, its WebSocket hops to the remaining node with the client
 /// socket open, and new requests go to the remaining node only.
 /// Long on purpose: one DNS server and one gateway through add, probe, remove and drain.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn dns_records_added_become_probed_nodes_and_removed_ones_drain_with_ws_hop() {
     let port = free_port();

@@ -18,6 +18,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// failed request.
 /// Long on purpose: the GET loop runs through the kill, so the kill, the hop and the checks after
 /// it are one sequence.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_hops_conn_id_and_loses_no_request() {
     let (mut mocks, gw) =
@@ -123,6 +125,8 @@ async fn killed_node_hops_conn_id_and_loses_no_request() {
 /// CASE-17: bindings to a refusing node move exactly once each, even under concurrent bursts; when
 /// it returns the moved bindings stay and new ids spread over all nodes.
 /// Long on purpose: the node's kill and return are one sequence the bindings are checked across.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case17_binding_to_a_refusing_node_moves_once_and_new_ids_spread_again() {
     let a = Mock::start("node-a").await;

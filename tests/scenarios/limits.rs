@@ -18,6 +18,8 @@ use tokio::time::{timeout, Instant};
 /// forwarded); an 8,000-byte target and ~15 KiB of fields pass byte for byte.
 /// Long on purpose: the refusals and the positive control run on one gateway, whose node count
 /// proves nothing was forwarded.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case16_long_target_and_header_block_get_414_431_and_control_passes_byte_for_byte() {
     let a = Mock::start("node-a").await;

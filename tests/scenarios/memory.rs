@@ -63,6 +63,8 @@ fn rotated_chunk(block: &[u8], i: usize) -> Bytes {
 
 /// CASE-23: large uploads and downloads stream with bounded gateway memory.
 /// Long on purpose: upload and download are measured against one baseline of the same gateway.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_upload_and_download_stream_with_bounded_memory() {
     let a = Mock::start("node-a").await;
@@ -225,6 +227,8 @@ async fn case23_large_put_to_a_slow_node_streams_with_bounded_memory() {
 /// CASE-23: a 128 MiB download read at 32 MiB/s and 16 concurrent 8 MiB chunked uploads keep the
 /// gateway's RSS growth bounded.
 /// Long on purpose: download and uploads are measured against one baseline of the same gateway.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case23_slow_download_and_concurrent_chunked_uploads_keep_memory_bounded() {
     const DOWN: u64 = 128 * 1024 * 1024;

@@ -191,6 +191,8 @@ async fn missing_in_redis(
 /// slot to another master costs no request and no store error; killing that master (its replica
 /// takes over) and a manual `CLUSTER FAILOVER` cost no request, and every binding ends up in Redis.
 /// Long on purpose: migration, kill and manual failover under one continuous load.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn cluster_slot_migration_and_failover_fail_no_request() {
     let (mut cluster, _mocks, [gw, _gw_b]) = two_gateways().await;

@@ -18,6 +18,8 @@ use crate::store_common::{all_healthy, call, node_for, numsub, redis_get, setup}
 /// reach the new master within 2 s, both gateways re-subscribe there, and every binding made
 /// before, during and after the failover is on the new master once the old one is demoted.
 /// Long on purpose: before, during and after one failover under continuous load.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn sentinel_failover_under_load_moves_writes_to_the_new_master() {
     let sentinel = RedisSentinel::start().await;

@@ -13,6 +13,8 @@ use tokio::io::AsyncWriteExt;
 /// whose connect was refused, is retried on another node with its body intact.
 /// Long on purpose: CASE-20's four parts run in order on one gateway, each knob set on the node the
 /// last left.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case20_retries_respect_methods_and_bodies() {
     let mut a = Mock::start("node-a").await;
@@ -193,6 +195,8 @@ async fn post_to_a_refusing_node_is_retried_with_its_body_intact() {
 /// CASE-20 (a, c): a node resetting after reading: POST gets 502 JSON and is not retried; GET is
 /// retried on another node.
 /// Long on purpose: the same three nodes are counted under `retries = 2` and then `retries = 1`.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_is_502_json_post_not_retried_get_retried_on_each_other_node() {
     let mocks = [

@@ -77,6 +77,8 @@ async fn healthy_and_live(br: &Browser, what: &str) {
 /// puts the hop in the recent-hops list; the drain button puts the node in draining. Saves the
 /// screenshot to target/test-artifacts/status-page.png.
 /// Long on purpose: one browser session watches every state change without a reload.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn status_page_shows_nodes_hops_and_drain_live_in_a_browser() {
     let mut a = Mock::start("node-a").await;

@@ -77,6 +77,8 @@ async fn h2_over_tls(s: &Setup) -> H2Conn {
 /// reach the TLS gRPC node through the `protocol = "h2"` cluster: exact replies, ticks arriving
 /// one by one as the node sends them, `grpc-status: 0`, and the access log names node and status.
 /// Long on purpose: certificates, TLS node, gateway and both calls are one end-to-end path.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn tls_grpc_unary_and_streaming_through_h2_cluster_to_tls_node() {
     let s = setup().await;

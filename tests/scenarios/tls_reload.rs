@@ -95,6 +95,8 @@ async fn wait_leaf(port: u16, want: &Leaf, within: Duration, what: &str) -> Dura
 /// and a mismatched key are refused by `POST /admin/reload` (422 naming key and file), counted, and
 /// the previous certificate stays.
 /// Long on purpose: the load, the 50 swaps and the refusals are one scenario over one gateway.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn tls_cert_reload_under_load_drops_nothing_and_refuses_bad_files() {
     let a = Mock::start("node-a").await;

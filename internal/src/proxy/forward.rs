@@ -20,6 +20,7 @@ use super::hop_clock::HopClock;
 use super::http1_codec::fields::NodeAnswer;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::types::Proxy;
+use super::upstream::grpc_call;
 use super::upstream::request::{NodeRequest, NodeRequestParts, SendError};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
@@ -76,18 +77,14 @@ pub(crate) fn forward<'a>(
         // Bounds the response head only: a stream whose head arrived is never cut by the route timeout.
         // A gRPC call with a deadline (grpc-timeout, capped by grpc_max_timeout) is bounded by it
         // instead, head and stream alike, and each attempt tells the node what is left of it.
-        let budget = super::upstream::grpc_call::budget(
+        let budget = grpc_call::budget(
             ctx.kind == Kind::Grpc,
             &out.headers,
             ctx.route.config.grpc_max_timeout,
         );
         let mut a = Attempts {
             clock: HopClock::new(&p.metrics, ctx.hop_seen),
-            deadline: super::upstream::grpc_call::head_deadline(
-                ctx.start,
-                ctx.route.config.timeout,
-                budget,
-            ),
+            deadline: grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
             p,
             ctx,
             node,
@@ -156,7 +153,7 @@ impl Attempts<'_> {
             let left = self.deadline.saturating_duration_since(Instant::now());
             self.out.headers.insert(
                 super::upstream::grpc::GRPC_TIMEOUT,
-                super::upstream::grpc_call::encode_timeout(left),
+                grpc_call::encode_timeout(left),
             );
         }
         let head = NodeRequest {

@@ -20,6 +20,8 @@ async fn ticks_stream(gw: &Gateway) -> (h2c::H2Conn, Stream, String, u64) {
 
 /// An h2 client whose connection is tied to a draining node gets a GOAWAY and its next connection lands elsewhere.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn h2_client_gets_goaway_when_its_node_drains() {
     let (a, b, gw) = two_nodes("", "").await;
@@ -234,6 +236,8 @@ async fn plain_stream_is_cut_at_the_drain_deadline() {
 
 /// A gRPC stream on one node is untouched by the drain of another node.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn grpc_stream_survives_the_drain_of_another_node_untouched() {
     let (_a, _b, gw) = two_grpc_nodes("").await;

@@ -6,6 +6,8 @@ use super::*;
 /// through a rolling restart of every node, kill -9 of a Redis master and a gateway replica restart: zero
 /// failed requests, zero closed sockets, zero lost or reordered messages, one agreed node per id.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_survives_rolling_restarts_redis_master_kill_and_replica_restart() {
     let started = Instant::now();

@@ -7,6 +7,8 @@ use super::*;
 /// 10 POSTs with 1 KiB bodies bound by `c-4004` all succeed on node-a, no passive penalty, binding
 /// kept, client connection untouched.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn h2c_node_goaway_every_three_streams_costs_nothing() {
     let (a, _b, gw) = two_nodes(FAST_HEALTH, "protocol = \"h2c\"").await;

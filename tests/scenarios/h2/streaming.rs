@@ -36,6 +36,8 @@ async fn h1_stream(
 /// Content-Length, not compressed, not cut by the route timeout; the upstream connection closes
 /// within 1 s of the client leaving.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn sse_events_flow_unbuffered_past_the_route_timeout_and_client_exit_closes_upstream() {
     let a = Mock::start("node-a").await;

@@ -77,6 +77,8 @@ async fn degraded_node_gets_degraded_percent_of_its_share() {
 
 /// A flapping node moves along the weight ladder and its traffic share stays within the ladder's bounds.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flapping_node_keeps_its_share_within_the_ladder_bounds() {
     // A 1 s probe timeout so a probe slowed by a loaded machine never adds a failure of its own:

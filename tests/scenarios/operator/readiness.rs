@@ -39,6 +39,8 @@ fn spawn_gateway(config: &std::path::Path, logs: &Logs) -> tokio::process::Child
 /// health answers take 1.5 s), then 200; 503 while shutting down (still served until exit). The
 /// `health_listen` listener serves only `/healthz` and `/readyz`, without the admin token.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn readyz_waits_for_the_first_probe_round_and_fails_during_shutdown() {
     let slow = Mock::start("node-slow").await;

@@ -127,6 +127,8 @@ async fn invalid_file_seen_by_the_watcher_is_refused_and_the_old_table_serves() 
 
 /// Refused reloads name the key and line of each error, and traffic under load sees no failure meanwhile.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_reloads_name_the_line_and_leave_traffic_untouched() {
     let (a, b, v1, gw) = on_node_a("main").await;

@@ -8,6 +8,8 @@ type RouteCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, &'a st
 
 /// Method, path, header and query predicates plus `strip_prefix` pick the most specific route and rewrite the path the node sees.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn route_predicates_and_strip_prefix_pick_the_most_specific_route() {
     let ids = [

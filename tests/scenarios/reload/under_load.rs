@@ -7,6 +7,8 @@ use super::*;
 /// through 20 reloads: zero non-2xx, no v2 request on default nodes; a reload naming a missing
 /// cluster is refused with every error (key, line, column) and the old table keeps serving.
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case02_twenty_reloads_under_canary_load_cost_nothing() {
     let (a, b) = (Mock::start("node-a").await, Mock::start("node-b").await);

@@ -6,6 +6,8 @@ use super::*;
 /// CASE-05 (`websocket = "hop"`): the node dies under an open WebSocket; the client's socket stays
 /// open and keeps flowing on a healthy node (SPEC 5 hop rules).
 /// Longer than ~80 lines on purpose: one scenario whose steps share state and depend on their order.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn ws_hops_without_closing_client() {
     let (mut a, mut b, gw) = two_nodes("hop").await;

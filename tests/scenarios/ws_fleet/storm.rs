@@ -26,6 +26,8 @@ async fn next_text(ws: &mut Ws, t: Duration) -> Result<String, String> {
 /// 300 idle hop-mode sockets on a killed node all hop to node-2 exactly once: none closes, each
 /// reads node-2's hello naming node-1, `hopping_count_total` and `hopping_latency_seconds_count`
 /// grow by exactly 300, and no re-dial failed or fell back to a reconnect hint.
+///
+/// Kept as one function: one scenario read top to bottom; its steps share the processes it starts.
 #[tokio::test]
 async fn ws_storm_of_300_idle_sockets_hops_off_a_killed_node_exactly_once_each() {
     let mut n1 = Mock::start("node-1").await;
