@@ -256,7 +256,7 @@ async fn open(s: &Shared, channel: &str) -> Option<::redis::aio::PubSub> {
 mod tests {
     use super::*;
 
-    /// Issue 18 (shared drains): the documented wire forms.
+    /// Shared drains (SPEC section 5, "Drain"): the documented wire forms.
     #[test]
     fn event_and_record_wire_forms() {
         let rec = DrainRecord {
