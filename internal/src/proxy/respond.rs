@@ -100,7 +100,20 @@ fn ws_close(err: &ProxyError) -> (u16, String) {
         ProxyError::FrameProtocol(what) => (CloseCode::PROTOCOL_ERROR, (*what).to_string()),
         ProxyError::ShuttingDown => (CloseCode::GOING_AWAY, "gateway shutting down".to_string()),
         ProxyError::Idle | ProxyError::DrainDeadline => (CloseCode::GOING_AWAY, err.to_string()),
-        _ => (CloseCode::INTERNAL_ERROR, err.to_string()),
+        // Exhaustive (STYLE section 4): a new kind must choose its close code here.
+        ProxyError::NodeGone
+        | ProxyError::BadConnId { .. }
+        | ProxyError::BadRequest(_)
+        | ProxyError::NoRoute { .. }
+        | ProxyError::NoHealthyNode { .. }
+        | ProxyError::VersionRejected { .. }
+        | ProxyError::BodyTooLarge { .. }
+        | ProxyError::Connect { .. }
+        | ProxyError::Upstream { .. }
+        | ProxyError::Timeout { .. }
+        | ProxyError::UriTooLong { .. }
+        | ProxyError::HeadersTooLarge { .. }
+        | ProxyError::ClientBody(_) => (CloseCode::INTERNAL_ERROR, err.to_string()),
     };
     (code.0, reason)
 }
