@@ -35,6 +35,8 @@ pub(crate) mod headers;
 pub(crate) mod hop_clock;
 pub mod http1_codec;
 pub(crate) mod identify;
+#[cfg(test)]
+pub(crate) mod loopback;
 pub(crate) mod node_headers;
 pub mod respond;
 pub(crate) mod retry;

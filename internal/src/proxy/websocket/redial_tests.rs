@@ -3,7 +3,7 @@
 use super::*;
 use http::HeaderMap;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// RFC 6455 section 1.3's example key and its accept value.
 const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
@@ -82,10 +82,7 @@ fn without_a_host_each_redial_names_the_node_address_and_an_accepted_extension_s
 
 /// A connected pair: the gateway's end as a [`NodeStream`] and the scripted node's end.
 async fn pair() -> (NodeStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let gw = TcpStream::connect(addr).await.expect("connect");
-    let (node, _) = listener.accept().await.expect("accept");
+    let (gw, node) = crate::proxy::loopback::tcp_pair().await;
     (NodeStream::Plain(gw), node)
 }
 

@@ -63,12 +63,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_redialled_stream_delivers_its_early_bytes_first_then_the_socket() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let (mut server, _) = listener.accept().await.expect("accept");
+        let (client, mut server) = crate::proxy::loopback::tcp_pair().await;
         let mut s = Stream::Node(Rewind::new(
             bytes::Bytes::from_static(b"early "),
             NodeStream::Plain(client),

@@ -174,12 +174,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_handed_on_socket_reads_its_early_bytes_first() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let mut client = TcpStream::connect(addr).await.expect("connect");
-        let (server, _) = listener.accept().await.expect("accept");
+        let (mut client, server) = crate::proxy::loopback::tcp_pair().await;
         let (handoff, on) = pending();
         handoff
             .give(server.upgraded(Bytes::from_static(b"early ")))

@@ -10,7 +10,7 @@ use http::{Method, Request};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::*;
@@ -86,11 +86,7 @@ async fn send(
 
 /// A listener and a connection to it, the node's side accepted.
 async fn pair() -> (NodeConn, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let c = TcpStream::connect(l.local_addr().expect("addr"))
-        .await
-        .expect("connect");
-    let (s, _) = l.accept().await.expect("accept");
+    let (c, s) = crate::proxy::loopback::tcp_pair().await;
     (NodeConn::new(NodeStream::Plain(c)), s)
 }
 
