@@ -224,9 +224,6 @@ impl Proxy {
         log: &'a mut LogCtx,
     ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
         async move {
-            // The socket may live for days: its log context must not keep hyper's read buffer
-            // (which the parsed target shares) alive, so the target is copied.
-            log.uri = log.uri.as_ref().and_then(|u| u.to_string().parse().ok());
             let upgrade = match on_upgrade {
                 Some(own) => websocket::ClientUpgrade::Own(own),
                 None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
