@@ -26,9 +26,6 @@ def fn_end(lines, i, indent):
     for j in range(i + 1, len(lines)):
         if lines[j].startswith(indent + "}") and lines[j].strip() in ("}", "};"):
             return j
-        if lines[j].strip() == "" or lines[j].startswith(indent + " ") or lines[j].startswith(indent + "\t"):
-            continue
-        # A declaration without a body (a trait method) ends at its semicolon.
     return i
 
 
