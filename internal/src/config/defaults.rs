@@ -56,6 +56,12 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_RETRIES: u32 = 2;
 /// Time to finish in-flight work on SIGTERM (Kubernetes' default grace period).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// No spread: SIGTERM closes WebSockets with 1001 at once (SPEC section 5), as a gateway that is
+/// upgraded or restarted in place wants; a replica that leaves for good opts in to the spread.
+pub const DEFAULT_SHUTDOWN_SPREAD: Duration = Duration::ZERO;
+/// The longest `shutdown_spread`: longer than any orchestrator's termination grace period in
+/// use, so a longer value is a typo (`"30d"` for `"30s"`) that would keep the gateway up for days.
+pub const MAX_SHUTDOWN_SPREAD: Duration = Duration::from_secs(24 * 3600);
 /// SPEC section 4: request line limit, 16 KiB.
 pub const DEFAULT_MAX_REQUEST_LINE: usize = 16 * 1024;
 /// SPEC section 4: header block limit, 32 KiB.

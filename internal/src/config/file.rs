@@ -41,6 +41,8 @@ pub struct ServerFile {
     pub trusted_proxies: Option<Vec<String>>,
     /// Humantime duration.
     pub shutdown_timeout: Option<String>,
+    /// Humantime duration over which WebSockets get the reconnect hint on SIGTERM; `"0s"` = off.
+    pub shutdown_spread: Option<String>,
     /// Access log on or off.
     pub access_log: Option<bool>,
     /// Probe-only listener (`/healthz`, `/readyz`), `host:port`; empty = none.

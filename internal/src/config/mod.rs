@@ -12,6 +12,8 @@ pub mod file;
 #[cfg(test)]
 mod health_tests;
 mod route;
+#[cfg(test)]
+mod server_tests;
 pub mod server_tls;
 pub mod size;
 mod spans;
@@ -106,6 +108,10 @@ pub struct ServerConfig {
     pub trusted_proxies: Option<Vec<ipnet::IpNet>>,
     /// Grace period on SIGTERM.
     pub shutdown_timeout: Duration,
+    /// `server.shutdown_spread` (SPEC section 5): on SIGTERM each WebSocket gets the reconnect
+    /// hint at a random point of this period, before the `shutdown_timeout` wait; `None` (`"0s"`)
+    /// closes them with 1001 at once.
+    pub shutdown_spread: Option<Duration>,
     /// Access log on/off.
     pub access_log: bool,
     /// Probe-only listener for orchestrators (SPEC section 11); `None` = not opened.

@@ -43,6 +43,7 @@ pub(super) fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             s.shutdown_timeout.as_ref(),
             DEFAULT_SHUTDOWN_TIMEOUT,
         ),
+        shutdown_spread: shutdown_spread(c, s.shutdown_spread.as_ref()),
         access_log: s.access_log.unwrap_or(true),
         health_listen: s
             .health_listen
@@ -72,6 +73,25 @@ pub(super) fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
         }),
         tls: s.tls.as_ref().map(|t| server_tls::server_tls(c, t)),
     }
+}
+
+/// `server.shutdown_spread` (SPEC section 5): `None` for `"0s"` (the default); reports a value
+/// over [`MAX_SHUTDOWN_SPREAD`]. It adds to `shutdown_timeout` (the wait for in-flight work comes
+/// after it), so no relation between the two is required.
+fn shutdown_spread(c: &mut Check, v: Option<&String>) -> Option<Duration> {
+    let key = "server.shutdown_spread";
+    let spread = c.duration(key, v, DEFAULT_SHUTDOWN_SPREAD);
+    if spread > MAX_SHUTDOWN_SPREAD {
+        c.err(
+            key,
+            format!(
+                "must be at most {} (got {}): the gateway would stay up that long after SIGTERM",
+                humantime::format_duration(MAX_SHUTDOWN_SPREAD),
+                humantime::format_duration(spread)
+            ),
+        );
+    }
+    (!spread.is_zero()).then_some(spread)
 }
 
 pub(super) fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
