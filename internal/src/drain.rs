@@ -1,6 +1,8 @@
 //! Shutdown and drain signalling: a [`Signal`] held by the server, [`Watch`]es held by every
 //! connection and long-lived stream. A leaf module.
 
+use std::sync::OnceLock;
+
 use tokio::sync::watch;
 
 /// The sending half: fire once to tell every watcher to wind down.
@@ -30,6 +32,15 @@ impl Signal {
 }
 
 impl Watch {
+    /// A watch whose signal never fires: what a waiter holds once it has handled the signal and
+    /// must not be woken by it again (a WebSocket waiting for its point of `shutdown_spread`,
+    /// SPEC section 5).
+    pub(crate) fn never() -> Watch {
+        // One sender for the process, never fired and never dropped (a dropped one reads as fired).
+        static NEVER: OnceLock<watch::Sender<bool>> = OnceLock::new();
+        Watch(NEVER.get_or_init(|| watch::channel(false).0).subscribe())
+    }
+
     /// Resolves once the signal fired (at once if it already had).
     pub async fn signaled(&mut self) {
         // An Err means the Signal was dropped, which only happens at the end of shutdown: treat as fired.

@@ -7,9 +7,11 @@
 //! told `READY=1` once the listeners accept and `STOPPING=1` on shutdown ([`crate::notify`]).
 //! On the shutdown future: readiness goes false (the admin and health listeners keep answering
 //! until `run` returns, so `/readyz` says 503 meanwhile), data accepting stops, every connection is
-//! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets),
-//! and in-flight work gets up to `shutdown_timeout`. Streams still open near its end are closed as
-//! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
+//! told to wind down (GOAWAY for h2, `Connection: close` for HTTP/1.1, close 1001 for WebSockets;
+//! with `shutdown_spread`, each WebSocket instead gets the reconnect hint at a random point of that
+//! period), and in-flight work gets up to `shutdown_timeout` after the spread. Streams still open
+//! near its end are closed as at a drain deadline (gRPC: `grpc-status: 14`), then what is left is
+//! dropped.
 //!
 //! Each h2 connection that carries no affinity header is bound to the node of its first request
 //! ([`crate::proxy::DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
@@ -288,9 +290,10 @@ async fn affinity_store(
     })
 }
 
-/// The graceful part of shutdown (module docs): readiness false, the drain signal to every
-/// connection, up to `shutdown_timeout` for `tasks` to end (streams still open near its end are
-/// closed as at a drain deadline), then what is left is aborted and the health checks stop.
+/// The graceful part of shutdown (module docs, SPEC section 5): readiness false, the drain signal
+/// to every connection, up to `shutdown_spread` + `shutdown_timeout` for `tasks` to end (the
+/// WebSockets' reconnect hints go out over the spread; streams still open near the end are closed
+/// as at a drain deadline), then what is left is aborted and the health checks stop.
 async fn wind_down(
     cfg: &Config,
     readiness: &Readiness,
@@ -301,19 +304,25 @@ async fn wind_down(
 ) {
     crate::notify::stopping();
     tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
+    if let Some(spread) = cfg.server.shutdown_spread {
+        tracing::info!(spread = ?spread, "websockets get reconnect hints spread over shutdown_spread");
+    }
     readiness.set_stopping();
     signal.fire();
     drop(proxy);
     // The last part of shutdown_timeout is kept for closing streams still open at its end
     // cleanly (gRPC: grpc-status 14 trailers) before the connections are dropped.
     let grace = (cfg.server.shutdown_timeout / 10).min(SHUTDOWN_CLOSE_GRACE);
+    // The wait for in-flight work comes after the spread (SPEC section 5).
+    let until_close = (cfg.server.shutdown_timeout - grace)
+        .saturating_add(cfg.server.shutdown_spread.unwrap_or_default());
     let finished = {
         let wait = async {
             while tasks.join_next().await.is_some() {}
             signal.closed().await;
         };
         tokio::pin!(wait);
-        match tokio::time::timeout(cfg.server.shutdown_timeout - grace, &mut wait).await {
+        match tokio::time::timeout(until_close, &mut wait).await {
             Ok(()) => true,
             Err(_) => {
                 tracing::warn!("shutdown timeout reached; closing streams still open");

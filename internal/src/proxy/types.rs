@@ -66,6 +66,9 @@ pub struct ProxySettings {
     pub access_log: bool,
     /// The gateway's zone, preferred by zone-aware selection (SPEC section 7); `None`: no preference.
     pub zone: Option<Arc<str>>,
+    /// `server.shutdown_spread` (SPEC section 5): on shutdown each WebSocket gets the reconnect
+    /// hint at a random point of this period; `None`: Close 1001 at once.
+    pub shutdown_spread: Option<std::time::Duration>,
 }
 
 /// The data-plane handler: one per data-plane worker (`--workers`), shared by the worker's

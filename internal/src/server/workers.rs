@@ -202,6 +202,7 @@ pub(super) fn data_proxy(
             limits: cfg.limits.clone(),
             access_log: cfg.server.access_log,
             zone: cfg.server.zone.as_deref().map(Arc::from),
+            shutdown_spread: cfg.server.shutdown_spread,
         },
         shutdown: watch.clone(),
     })

@@ -1,10 +1,14 @@
 //! Ending a socket from the gateway's side: the reconnect hint (close 1012 after moving the
-//! binding), Close frames to either side, and the bounded wait for the client's reply before TCP
-//! closes (SPEC section 5: never 1005/1006 on the wire). A Close a peer sends with a code the
+//! binding; at gateway shutdown with `shutdown_spread`, at a random point of the spread with the
+//! binding kept), Close frames to either side, and the bounded wait for the client's reply before
+//! TCP closes (SPEC section 5: never 1005/1006 on the wire). A Close a peer sends with a code the
 //! RFC reserves for local use (1005, 1006, 1015) or leaves unassigned, or with a malformed payload
 //! ([`frame::check_close`]), is never relayed: the peer that sent it is answered 1002 and the
 //! socket ends as for any protocol error of that peer. Spawns nothing.
 
+use std::time::Duration;
+
+use crate::drain;
 use crate::proxy::error::ProxyError;
 use crate::proxy::respond::{render, CloseCode, Dialect};
 use tokio::time::Instant;
@@ -49,13 +53,43 @@ impl Relay {
             }
             self.s.log.hops += 1;
         }
-        let retry_ms = rand::random_range(HINT_RETRY_MS);
-        let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
         self.close_node(CloseCode::GOING_AWAY, "going away").await;
         // Observed as the hint goes out, before the client can see it (and read the metric).
         drop(clock);
-        let sent = self.send_close(CloseCode::SERVICE_RESTART, &hint).await;
-        if sent {
+        self.send_hint().await
+    }
+
+    /// Gateway shutdown (SPEC section 5). Without `server.shutdown_spread`, or with a closing
+    /// handshake under way, the socket ends now with Close 1001 ([`Flow::End`]). With it, the
+    /// socket's reconnect hint is set for a point drawn uniformly over the spread from now
+    /// ([`super::phase::Phase::shuts_down`]; [`Relay::shutdown_hint`] sends it) and the socket goes on
+    /// ([`Flow::Continue`]), no longer woken by shutdown.
+    pub(super) async fn on_shutdown(&mut self) -> Flow {
+        let spread = self.s.p.settings.shutdown_spread;
+        let Some(spread) = spread.filter(|_| !self.phase.is_closing()) else {
+            return self.end(ProxyError::ShuttingDown).await;
+        };
+        let delay = rand::random_range(Duration::ZERO..spread);
+        self.phase.shuts_down(Instant::now() + delay);
+        self.shutdown = drain::Watch::never();
+        Flow::Continue
+    }
+
+    /// The socket's point of the shutdown spread came (SPEC section 5): Close 1001 to the node,
+    /// 1012 and the reconnect hint to the client. The binding stays: the node still serves, and
+    /// the client's reconnect through another gateway replica lands on it again.
+    pub(super) async fn shutdown_hint(&mut self) -> Flow {
+        self.close_node(CloseCode::GOING_AWAY, "going away").await;
+        self.send_hint().await
+    }
+
+    /// Sends the client Close 1012 with the reconnect hint, `{"reconnect":true,"retry_ms":N}`
+    /// with `N` drawn from [`HINT_RETRY_MS`] (SPEC section 5), and waits (bounded) for its reply.
+    /// The one place the hint is written; the node side is closed already.
+    async fn send_hint(&mut self) -> Flow {
+        let retry_ms = rand::random_range(HINT_RETRY_MS);
+        let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
+        if self.send_close(CloseCode::SERVICE_RESTART, &hint).await {
             self.await_client_reply().await;
         }
         Flow::End

@@ -73,7 +73,12 @@ impl Relay {
                         return end;
                     }
                 }
-                () = self.shutdown.signaled() => return self.end(ProxyError::ShuttingDown).await,
+                // With `shutdown_spread` the hop goes on and the hint comes at its point.
+                () = self.shutdown.signaled() => {
+                    if self.on_shutdown().await == Flow::End {
+                        return Flow::End;
+                    }
+                }
             }
         };
         self.attach(old, node, io, reason, failure_seen).await

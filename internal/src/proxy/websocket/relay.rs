@@ -12,8 +12,9 @@
 //! reply is awaited (bounded); a node that vanishes without Close costs the client nothing in `hop`
 //! mode ([`super::hop`]), gets a 1012 reconnect hint in `hint` mode, and a 1011 in `close` mode
 //! (never 1005/1006 on the wire). A node's own 1001/1012 means it is going away: `hop` and `hint`
-//! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001,
-//! the idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
+//! treat it like a vanished node, `close` relays it. Shutdown and the drain deadline send 1001
+//! (shutdown with `shutdown_spread`: the reconnect hint at a random point of the spread), the
+//! idle timeout sends 1001 first. WebSockets are never cut by the route timeout.
 
 use crate::proxy::error::ProxyError;
 use std::sync::Arc;
@@ -77,14 +78,16 @@ enum Event {
     DrainAct,
     DrainDeadline,
     Grace,
+    ShutdownHint,
 }
 
-/// Which timer fired: the four share one `Sleep` ([`Relay::next_timer`]).
+/// Which timer fired: the five share one `Sleep` ([`Relay::next_timer`]).
 #[derive(Clone, Copy)]
 enum Timer {
     Grace,
     DrainDeadline,
     DrainAct,
+    ShutdownHint,
     Idle,
 }
 
@@ -94,6 +97,7 @@ impl From<Timer> for Event {
             Timer::Grace => Event::Grace,
             Timer::DrainDeadline => Event::DrainDeadline,
             Timer::DrainAct => Event::DrainAct,
+            Timer::ShutdownHint => Event::ShutdownHint,
             Timer::Idle => Event::Idle,
         }
     }
@@ -247,11 +251,12 @@ impl Relay {
                 Flow::End
             }
             Event::Signal => self.on_signal().await,
-            Event::Shutdown => Box::pin(self.end(ProxyError::ShuttingDown)).await,
+            Event::Shutdown => Box::pin(self.on_shutdown()).await,
             Event::Idle => Box::pin(self.end(ProxyError::Idle)).await,
             Event::DrainAct => Box::pin(self.node_gone(HopReason::Draining, true)).await,
             Event::DrainDeadline => Box::pin(self.end(ProxyError::DrainDeadline)).await,
             Event::Grace => Flow::End,
+            Event::ShutdownHint => Box::pin(self.shutdown_hint()).await,
         }
     }
 
@@ -307,15 +312,16 @@ impl Relay {
         }
     }
 
-    /// The earliest of the four timers (close grace, drain deadline, drain jitter, idle) and the
-    /// event it fires. One `Sleep` in the resting wait instead of four keeps an idle socket's
-    /// task cell small; on a tie the first in that order wins.
+    /// The earliest of the five timers (close grace, drain deadline, drain jitter, shutdown
+    /// spread, idle) and the event it fires. One `Sleep` in the resting wait instead of five keeps
+    /// an idle socket's task cell small; on a tie the first in that order wins.
     fn next_timer(&self) -> Option<(Instant, Timer)> {
-        let [grace, deadline, act_at] = self.phase.timers();
+        let [grace, deadline, act_at, hint_at] = self.phase.timers();
         [
             (grace, Timer::Grace),
             (deadline, Timer::DrainDeadline),
             (act_at, Timer::DrainAct),
+            (hint_at, Timer::ShutdownHint),
             (self.idle().map(|d| self.traffic.last + d), Timer::Idle),
         ]
         .into_iter()
