@@ -1,6 +1,7 @@
 //! WebSocket scenarios (SPEC section 5; CASE-03, CASE-04, CASE-05, CASE-06, the upgrade part of
 //! CASE-19): handshake pass-through, live hop on node death and drain, reconnect hints, close-code
-//! relay, control frames, idle timeout and gateway shutdown; hops of sockets with permessage-deflate
+//! relay, control frames, idle timeout and gateway shutdown (at once, or spread with
+//! `shutdown_spread`); hops of sockets with permessage-deflate
 //! and subprotocols between third-party peers (Python `websockets`, headless Chromium).
 
 mod close_and_hint;
@@ -9,6 +10,7 @@ mod handshake;
 mod hop;
 mod peers;
 mod peers_browser;
+mod shutdown_spread;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::check::Ws;
