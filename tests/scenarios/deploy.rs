@@ -165,8 +165,9 @@ fn kustomize(dir: &std::path::Path) -> String {
 }
 
 /// `kubectl kustomize deploy/kubernetes` renders a Deployment probing `/readyz` and
-/// `/healthz` on the health port, a Service, a headless Service and the ConfigMap; the optional
-/// Redis component renders too.
+/// `/healthz` on the health port (with the `shutdown_spread` recipe: a preStop sleep and a grace
+/// period longer than it, the spread and `shutdown_timeout`), a Service, a headless Service and the
+/// ConfigMap; the optional Redis component renders too.
 #[test]
 fn kustomize_base_renders() {
     let base = root().join("deploy/kubernetes");
@@ -181,6 +182,11 @@ fn kustomize_base_renders() {
         "port: health",
         "health_listen = \"0.0.0.0:9902\"",
         "runAsNonRoot: true",
+        // The shutdown_spread recipe: preStop 5 s + spread 20 s + shutdown_timeout 25 s < 60 s.
+        "seconds: 5",
+        "shutdown_spread = \"20s\"",
+        "shutdown_timeout = \"25s\"",
+        "terminationGracePeriodSeconds: 60",
     ] {
         assert!(y.contains(want), "{want} in the rendered base:\n{y}");
     }
