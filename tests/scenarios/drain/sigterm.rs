@@ -1,5 +1,6 @@
-//! Graceful shutdown on SIGTERM (SPEC section 5): in-flight work finishes, endless gRPC streams end
-//! with `grpc-status: 14`, and the exit code is 0.
+//! Graceful shutdown on SIGTERM (SPEC section 5): in-flight work finishes (with `shutdown_spread`,
+//! within `shutdown_timeout` after the spread), endless gRPC streams end with `grpc-status: 14`, and
+//! the exit code is 0.
 
 use super::*;
 
@@ -87,5 +88,33 @@ async fn sigterm_closes_an_endless_grpc_stream_with_unavailable_and_exits_zero()
         term_at.elapsed() < Duration::from_secs(3),
         "exit took {:?}",
         term_at.elapsed()
+    );
+}
+
+/// With `shutdown_spread` the wait for in-flight work comes after the spread (SPEC section 5;
+/// README "Shutdown"): under `shutdown_spread = "2s"` and `shutdown_timeout = "1s"` a request the
+/// node answers about 1.5 s after SIGTERM still finishes with 200 (past `shutdown_timeout` alone),
+/// and the gateway exits with code 0 once it has, before the two periods are over.
+#[tokio::test]
+async fn sigterm_with_shutdown_spread_waits_for_in_flight_work_after_the_spread() {
+    let a = Mock::start("node-a").await;
+    let top = "[server]\nshutdown_timeout = \"1s\"\nshutdown_spread = \"2s\"\n";
+    let mut gw = Gateway::start(&config(&[("node-a", a.addr())], "", top)).await;
+    a.delay(1500).await;
+    let url = gw.url("/data");
+    let slow = tokio::spawn(async move { get(&url, &[]).await });
+    wait_until(Duration::from_secs(5), "a request in flight", || async {
+        gw.node("node-a").await["inflight"] == 1
+    })
+    .await;
+    let term_at = Instant::now();
+    gw.signal("TERM");
+    let r = slow.await.expect("join").expect("in-flight request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(gw.wait_exit(Duration::from_secs(5)).await, Some(0));
+    let took = term_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(2800),
+        "exit {took:?} after SIGTERM"
     );
 }
