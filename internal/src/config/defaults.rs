@@ -56,6 +56,11 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_RETRIES: u32 = 2;
 /// Time to finish in-flight work on SIGTERM (Kubernetes' default grace period).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the new process of an upgrade has to be ready (SPEC section 13): a start-up reads the
+/// config, loads certificates and connects to Redis (each bounded by seconds), so 30 s leaves a
+/// loaded machine room, while a binary that hangs is still rolled back within one systemd
+/// default start timeout (90 s).
+pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 /// SPEC section 4: request line limit, 16 KiB.
 pub const DEFAULT_MAX_REQUEST_LINE: usize = 16 * 1024;
 /// SPEC section 4: header block limit, 32 KiB.

@@ -41,6 +41,10 @@ pub struct ServerFile {
     pub trusted_proxies: Option<Vec<String>>,
     /// Humantime duration.
     pub shutdown_timeout: Option<String>,
+    /// Humantime duration: how long the new process of an upgrade has to be ready (SPEC section 13).
+    pub upgrade_timeout: Option<String>,
+    /// Unix socket path for `--upgrade-from` (SPEC section 13); empty = none.
+    pub upgrade_socket: Option<String>,
     /// Access log on or off.
     pub access_log: Option<bool>,
     /// Probe-only listener (`/healthz`, `/readyz`), `host:port`; empty = none.

@@ -106,6 +106,12 @@ pub struct ServerConfig {
     pub trusted_proxies: Option<Vec<ipnet::IpNet>>,
     /// Grace period on SIGTERM.
     pub shutdown_timeout: Duration,
+    /// How long the new process of an upgrade has to be ready before it is stopped and the
+    /// upgrade rolled back (SPEC section 13).
+    pub upgrade_timeout: Duration,
+    /// The Unix socket the running gateway listens on for `hopping-gateway --upgrade-from`
+    /// (SPEC section 13); `None` = only `SIGUSR2` and `POST /admin/upgrade`.
+    pub upgrade_socket: Option<std::path::PathBuf>,
     /// Access log on/off.
     pub access_log: bool,
     /// Probe-only listener for orchestrators (SPEC section 11); `None` = not opened.

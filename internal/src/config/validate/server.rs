@@ -43,6 +43,12 @@ pub(super) fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             s.shutdown_timeout.as_ref(),
             DEFAULT_SHUTDOWN_TIMEOUT,
         ),
+        upgrade_timeout: upgrade_timeout(c, s.upgrade_timeout.as_ref()),
+        upgrade_socket: s
+            .upgrade_socket
+            .as_ref()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from),
         access_log: s.access_log.unwrap_or(true),
         health_listen: s
             .health_listen
@@ -72,6 +78,15 @@ pub(super) fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
         }),
         tls: s.tls.as_ref().map(|t| server_tls::server_tls(c, t)),
     }
+}
+
+/// `server.upgrade_timeout` (SPEC section 13): a duration above zero.
+fn upgrade_timeout(c: &mut Check, v: Option<&String>) -> Duration {
+    let t = c.duration("server.upgrade_timeout", v, DEFAULT_UPGRADE_TIMEOUT);
+    if t.is_zero() {
+        c.err("server.upgrade_timeout", "must be greater than 0s");
+    }
+    t
 }
 
 pub(super) fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
