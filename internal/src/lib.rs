@@ -34,4 +34,5 @@ pub mod routing;
 pub(crate) mod selection;
 pub mod server;
 pub mod tls;
+pub mod upgrade;
 mod watch;
