@@ -11,6 +11,11 @@
 //! and in-flight work gets up to `shutdown_timeout`. Streams still open near its end are closed as
 //! at a drain deadline (gRPC: `grpc-status: 14`), then what is left is dropped.
 //!
+//! Upgrades (SPEC section 13, [`crate::upgrade`]): a process started by one takes its listeners and
+//! state from the handover before anything else (`handover` module), and tells systemd `MAINPID`
+//! and `READY=1`; a process that handed over stops accepting on every listener and shuts down as
+//! above, without `STOPPING=1` (the service runs on in the new process).
+//!
 //! Each h2 connection that carries no affinity header is bound to the node of its first request
 //! ([`crate::proxy::DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
 //! gets GOAWAY and its binding is removed, so the client's next connection lands on a healthy node.

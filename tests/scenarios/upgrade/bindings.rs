@@ -1,5 +1,6 @@
-//! The in-memory affinity store moves with an upgrade: 1,000 ids bound before are bound to the
-//! same node after, with their remaining TTLs (SPEC section 13).
+//! The in-memory affinity store and the drain states move with an upgrade (SPEC section 13): 1,000
+//! ids bound before are bound to the same node after, with their remaining TTLs; a drained node
+//! stays draining with the same deadline.
 
 use std::collections::HashMap;
 
@@ -95,4 +96,34 @@ async fn memory_store_bindings_keep_their_node_and_ttl_across_an_upgrade() {
             r.text()
         );
     }
+}
+
+/// Node `id` as `GET /admin/nodes` shows it.
+async fn node(gw: &Upgradable, id: &str) -> serde_json::Value {
+    let nodes = get(&gw.admin("/admin/nodes"), &[])
+        .await
+        .expect("nodes")
+        .json();
+    nodes
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|n| n["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
+}
+
+#[tokio::test]
+async fn upgrade_keeps_operator_drains_with_their_deadline() {
+    let (_mocks, mut gw) = gateway("", &[]).await;
+    let r = gw.admin_post("/admin/nodes/node-b/drain?period=60s").await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let before = node(&gw, "node-b").await;
+    assert_eq!(before["state"], "draining");
+    assert!(before["drain_deadline_ms"].as_u64().is_some(), "{before}");
+    gw.upgrade().await;
+    let after = node(&gw, "node-b").await;
+    assert_eq!(after["state"], "draining", "{after}");
+    assert_eq!(after["drain_deadline_ms"], before["drain_deadline_ms"]);
+    assert_eq!(node(&gw, "node-a").await["state"], "healthy");
 }
