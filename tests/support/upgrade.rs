@@ -118,12 +118,17 @@ impl Upgradable {
 
     /// Sends `SIGUSR2` to the serving process.
     pub fn usr2(&self) {
+        self.signal("USR2");
+    }
+
+    /// Sends `sig` (`"USR2"`, `"TERM"`) to the serving process.
+    pub fn signal(&self, sig: &str) {
         let ok = std::process::Command::new("kill")
-            .args(["-USR2", &self.pid.to_string()])
+            .args([&format!("-{sig}"), &self.pid.to_string()])
             .status()
             .expect("kill runs")
             .success();
-        assert!(ok, "kill -USR2 {}", self.pid);
+        assert!(ok, "kill -{sig} {}", self.pid);
     }
 
     /// `POST` an admin path; panics when the call fails.

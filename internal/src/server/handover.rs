@@ -259,7 +259,8 @@ pub(super) async fn announce(
 
 /// Waits for `shutdown` or for an upgrade to hand over; returns true for the latter, after the
 /// admin listeners stopped accepting (`admin_accepting`; the new process accepts on the same
-/// sockets). Either way the held listener duplicates are closed.
+/// sockets), false for the former, after an upgrade still running was rolled back. Either way the
+/// held listener duplicates are closed.
 pub(super) async fn until_stop(
     shutdown: impl std::future::Future<Output = ()>,
     upgrader: &Upgrader,
@@ -271,6 +272,10 @@ pub(super) async fn until_stop(
     };
     if handed_over {
         admin_accepting.cancel();
+    } else {
+        // A shutdown stops an upgrade still running (its new process is stopped): the service
+        // is being stopped, not handed on.
+        upgrader.join().await;
     }
     upgrader.release_listeners();
     handed_over

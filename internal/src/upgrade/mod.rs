@@ -57,6 +57,9 @@ pub enum UpgradeError {
     /// Not ready within `upgrade_timeout`.
     #[error("the new process was not ready within upgrade_timeout")]
     Timeout,
+    /// The gateway shuts down (SIGTERM): the upgrade is stopped, not finished.
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
 }
 
 impl UpgradeError {
@@ -191,6 +194,13 @@ impl Upgrader {
     fn start(self: &Arc<Self>, by: &'static str, channel: Option<UnixStream>) -> Result<(), Busy> {
         {
             let mut p = self.phase();
+            if self.stop.is_cancelled() {
+                tracing::warn!(
+                    trigger = by,
+                    "upgrade refused: the gateway is shutting down"
+                );
+                return Err(Busy);
+            }
             if *p != Phase::Idle {
                 tracing::warn!(
                     trigger = by,
@@ -216,36 +226,12 @@ impl Upgrader {
         let mut child: Option<Child> = None;
         let mut peer_pid: Option<u32> = None;
         let outcome = async {
-            let ch = match channel {
-                Some(ch) => {
-                    peer_pid = ch
-                        .peer_cred()
-                        .ok()
-                        .and_then(|c| c.pid())
-                        .and_then(|p| u32::try_from(p).ok());
-                    ch
-                }
-                None => {
-                    let (ours, theirs) =
-                        std::os::unix::net::UnixStream::pair().map_err(UpgradeError::Channel)?;
-                    let spawned =
-                        child::spawn(&self.exe, OwnedFd::from(theirs)).map_err(|source| {
-                            UpgradeError::Spawn {
-                                path: self.exe.path.clone(),
-                                source,
-                            }
-                        })?;
-                    peer_pid = spawned.id();
-                    child = Some(spawned);
-                    ours.set_nonblocking(true).map_err(UpgradeError::Channel)?;
-                    UnixStream::from_std(ours).map_err(UpgradeError::Channel)?
-                }
-            };
+            let ch = self.open(channel, &mut child, &mut peer_pid)?;
             driver::hand_over(&self, ch, &mut child).await
         };
         let outcome = tokio::select! {
             r = tokio::time::timeout(self.timeout, outcome) => r.unwrap_or(Err(UpgradeError::Timeout)),
-            () = self.stop.cancelled() => Err(UpgradeError::Refused("the gateway is shutting down".into())),
+            () = self.stop.cancelled() => Err(UpgradeError::ShuttingDown),
         };
         match outcome {
             Ok(pid) => {
@@ -256,6 +242,11 @@ impl Upgrader {
                 *self.phase() = Phase::HandedOver;
                 self.handed_over.cancel();
             }
+            Err(UpgradeError::ShuttingDown) => {
+                child::stop(child.as_mut(), peer_pid).await;
+                tracing::warn!(new_pid = ?peer_pid, "upgrade stopped: the gateway is shutting down");
+                self.metrics.upgrade("failed");
+            }
             Err(e) => {
                 child::stop(child.as_mut(), peer_pid).await;
                 tracing::warn!(reason = %e, new_pid = ?peer_pid, "upgrade failed; serving on");
@@ -263,6 +254,40 @@ impl Upgrader {
                 *self.phase() = Phase::Idle;
             }
         }
+    }
+
+    /// The handover channel: `channel` from `upgrade_socket` (its peer's pid into `peer_pid`), or
+    /// a socket pair whose other end goes to the binary spawned here (into `child`).
+    ///
+    /// # Errors
+    /// [`UpgradeError::Channel`] when the pair cannot be made; [`UpgradeError::Spawn`].
+    fn open(
+        &self,
+        channel: Option<UnixStream>,
+        child: &mut Option<Child>,
+        peer_pid: &mut Option<u32>,
+    ) -> Result<UnixStream, UpgradeError> {
+        if let Some(ch) = channel {
+            *peer_pid = ch
+                .peer_cred()
+                .ok()
+                .and_then(|c| c.pid())
+                .and_then(|p| u32::try_from(p).ok());
+            return Ok(ch);
+        }
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(UpgradeError::Channel)?;
+        let spawned = child::spawn(&self.exe, OwnedFd::from(theirs)).map_err(|source| {
+            UpgradeError::Spawn {
+                path: self.exe.path.clone(),
+                source,
+            }
+        })?;
+        *peer_pid = spawned.id();
+        tracing::info!(new_pid = ?spawned.id(), "upgrade: new process started");
+        *child = Some(spawned);
+        ours.set_nonblocking(true).map_err(UpgradeError::Channel)?;
+        UnixStream::from_std(ours).map_err(UpgradeError::Channel)
     }
 
     /// Rolls back an upgrade still running and waits for its task (on shutdown).

@@ -1,6 +1,7 @@
 //! A failed upgrade changes nothing (SPEC section 13): a new binary that exits, one that is never
 //! ready within `upgrade_timeout`, and one that speaks an unknown handover version are each
 //! stopped; the old process serves on, counts the failure, and a following real upgrade succeeds.
+//! A SIGTERM during an upgrade stops the new process with the old one.
 
 use std::time::Duration;
 
@@ -62,14 +63,18 @@ async fn upgrade_to_a_binary_never_ready_is_stopped_at_upgrade_timeout() {
         .logs
         .wait_for(&["upgrade failed; serving on"], Duration::from_secs(5))
         .await;
-    let sleeper: u32 = line
-        .split("new_pid=Some(")
+    let sleeper = new_pid(&line);
+    assert!(gone(sleeper), "the new process {sleeper} was stopped");
+    serves_on_then_upgrades(gw, &["not ready within upgrade_timeout"]).await;
+}
+
+/// The `new_pid=Some(<pid>)` field of a log line.
+fn new_pid(line: &str) -> u32 {
+    line.split("new_pid=Some(")
         .nth(1)
         .and_then(|r| r.split(')').next())
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("new pid in {line}"));
-    assert!(gone(sleeper), "the new process {sleeper} was stopped");
-    serves_on_then_upgrades(gw, &["not ready within upgrade_timeout"]).await;
+        .unwrap_or_else(|| panic!("new pid in {line}"))
 }
 
 /// The new "binary" says hello with handover version 999 on its channel (standard input), then
@@ -88,4 +93,34 @@ async fn upgrade_to_an_unknown_handover_version_is_refused() {
     gw.usr2();
     counted(&gw, "failed").await;
     serves_on_then_upgrades(gw, &["unknown handover version 999"]).await;
+}
+
+#[tokio::test]
+async fn sigterm_during_an_upgrade_stops_the_new_process_too() {
+    let (_mocks, gw) = gateway("", &[]).await;
+    gw.install_script("exec sleep 60");
+    gw.usr2();
+    let line = gw
+        .logs
+        .wait_for(&["upgrade: new process started"], Duration::from_secs(5))
+        .await;
+    let sleeper = new_pid(&line);
+    let old = gw.pid();
+    gw.signal("TERM");
+    gw.logs
+        .wait_for(
+            &["upgrade stopped: the gateway is shutting down"],
+            Duration::from_secs(10),
+        )
+        .await;
+    wait_until(
+        Duration::from_secs(20),
+        "the gateway to exit",
+        || async move { gone(old) },
+    )
+    .await;
+    assert!(
+        gone(sleeper),
+        "the new process {sleeper} was stopped with the gateway"
+    );
 }
