@@ -13,9 +13,13 @@
 //! touches a connection (the server owns them) and never closes a listener itself.
 
 pub mod child;
+mod driver;
 pub mod fds;
 pub mod message;
 pub mod receive;
+mod triggers;
+
+pub use triggers::{usr2, watch_signal, watch_socket};
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -63,11 +67,16 @@ pub enum UpgradeError {
 }
 
 impl UpgradeError {
-    /// The `gateway_upgrades_total{result}` label of this failure.
+    /// The `gateway_upgrades_total{result}` label of this failure (exhaustive: a new kind chooses).
     pub fn result(&self) -> &'static str {
         match self {
             UpgradeError::Timeout => "timeout",
-            _ => "failed",
+            UpgradeError::Channel(_)
+            | UpgradeError::Message(_)
+            | UpgradeError::Refused(_)
+            | UpgradeError::Spawn { .. }
+            | UpgradeError::Exited(_)
+            | UpgradeError::ShuttingDown => "failed",
         }
     }
 }
@@ -315,11 +324,6 @@ pub fn count_success(metrics: &Metrics, listeners: usize) {
         .get_or_create(&KindLabel { kind: "listener" })
         .inc_by(listeners as u64);
 }
-
-mod driver;
-mod triggers;
-
-pub use triggers::{usr2, watch_signal, watch_socket};
 
 /// Borrowed descriptors of `held`, in order (for [`fds::send_fds`]).
 fn borrowed(held: &[HeldListener]) -> Vec<std::os::fd::BorrowedFd<'_>> {
