@@ -191,3 +191,39 @@ pub(super) fn redis_ca(c: &mut Check, path: Option<&str>) -> Option<Vec<u8>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::text::{catch_all_route_text, cluster_text};
+    use crate::config::{load_str, DEFAULT_UPGRADE_TIMEOUT};
+
+    fn with_server(lines: &str) -> String {
+        format!(
+            "[server]\n{lines}\n{}{}",
+            cluster_text("c", "", &[("a", "127.0.0.1:1")]),
+            catch_all_route_text("r", "c")
+        )
+    }
+
+    #[test]
+    fn upgrade_keys_default_parse_and_refuse_a_zero_timeout() {
+        let c = load_str(&with_server(""), "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_timeout, DEFAULT_UPGRADE_TIMEOUT);
+        assert_eq!(c.server.upgrade_socket, None);
+        let text = with_server("upgrade_timeout = \"5s\"\nupgrade_socket = \"/run/gw.sock\"");
+        let c = load_str(&text, "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(
+            c.server.upgrade_socket.as_deref(),
+            Some(std::path::Path::new("/run/gw.sock"))
+        );
+        let c = load_str(&with_server("upgrade_socket = \"\""), "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_socket, None, "empty is off");
+        let e = load_str(&with_server("upgrade_timeout = \"0s\""), "g.toml").expect_err("zero");
+        assert!(
+            e.to_string()
+                .contains("g.toml:2:1: server.upgrade_timeout: must be greater than 0s"),
+            "{e}"
+        );
+    }
+}
