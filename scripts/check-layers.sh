@@ -12,8 +12,9 @@
 #   8  discovery                          DNS discovery (drives routing)
 #   9  hopper                             affinity, bindings, hops
 #   10 proxy                              the request path
-#   11 admin
-#   12 server                             listeners, start-up, shutdown (lib.rs is above all)
+#   11 upgrade                            the gateway's own upgrade: handover of listeners and state
+#   12 admin
+#   13 server                             listeners, start-up, shutdown (lib.rs is above all)
 # Comments and unit-test modules (`tests.rs`, or `#[cfg(test)] mod x {` to the end of the file) are
 # not checked: a test may build upper layers to exercise a lower one in context.
 # Second rule: no file-level import cycle inside one module directory. Every `crate::`, `super::`
@@ -46,8 +47,9 @@ rank() {
     discovery) echo 8 ;;
     hopper) echo 9 ;;
     proxy) echo 10 ;;
-    admin) echo 11 ;;
-    server) echo 12 ;;
+    upgrade) echo 11 ;;
+    admin) echo 12 ;;
+    server) echo 13 ;;
     *) echo "" ;;
   esac
 }

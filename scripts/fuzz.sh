@@ -15,7 +15,7 @@ else
   export RUSTC_BOOTSTRAP=1
   fuzz=(cargo fuzz)
 fi
-for t in config conn_id request_head h2_frames h1_head h1_chunked h1_differential h1_response_head; do
+for t in config conn_id request_head h2_frames h1_head h1_chunked h1_differential h1_response_head handover; do
   echo "== fuzz target $t for ${secs}s"
   "${fuzz[@]}" run "$t" -- -max_total_time="$secs"
 done

@@ -11,8 +11,10 @@
 //! reload) and hands the decrypted stream to the same connection handler.
 //!
 //! Background tasks: per-node health probes ([`registry::health`]), reload triggers
-//! ([`routing::reload`]), DNS discovery ([`discovery`]), the admin listener ([`admin`]), connection tasks. All of them watch the
-//! [`drain`] signal and are joined on shutdown.
+//! ([`routing::reload`]), DNS discovery ([`discovery`]), the admin listener ([`admin`]), the upgrade
+//! triggers ([`upgrade`]: `SIGUSR2`, `upgrade_socket`), connection tasks. All of them watch the
+//! [`drain`] signal and are joined on shutdown. An upgrade hands the listeners and the in-memory
+//! state to a new process of the gateway's binary; [`server`] then shuts down as on SIGTERM.
 //!
 //! State owners: [`routing::reload::Routing`] owns the table (`ArcSwap`, swapped whole);
 //! [`registry::Registry`] owns node runtime (health, drain, in-flight; survives reloads by node id);
@@ -34,4 +36,5 @@ pub mod routing;
 pub(crate) mod selection;
 pub mod server;
 pub mod tls;
+pub mod upgrade;
 mod watch;

@@ -5,10 +5,12 @@
 //! table at scrape time so removed nodes disappear. A leaf module: depends only on the leaf
 //! [`crate::events`], whose hub it carries so that every component that counts can also report.
 
+mod carried;
 mod counters;
 pub(crate) mod format;
 mod labels;
 
+pub(crate) use carried::CarriedSample;
 pub(crate) use counters::RequestCounters;
 
 pub(crate) use labels::*;
@@ -68,6 +70,14 @@ pub struct Metrics {
     pub tls_cert_expiry: Family<NameLabel, Gauge>,
     /// `gateway_tls_cert_reloads_total{result}`: certificate reloads (`ok`, `unchanged`, `invalid`).
     pub tls_cert_reloads: Family<ResultLabel, Counter>,
+    /// `gateway_upgrades_total{result}` (SPEC section 13): `success`, `failed`, `timeout`.
+    pub upgrades: Family<ResultLabel, Counter>,
+    /// `gateway_upgrade_moved_total{kind}` (SPEC section 13): what moved to this process
+    /// (`listener`; `websocket` and `http1` once those move).
+    pub upgrade_moved: Family<KindLabel, Counter>,
+    /// The counter and histogram values of the process this one took over from, added to every
+    /// exposition ([`carried`]); empty unless the process was started by an upgrade.
+    carried: std::sync::RwLock<carried::Carried>,
 }
 
 /// Registers each `(field, name, help)` of the table with `$m`'s registry, in table order (the
@@ -111,6 +121,9 @@ impl Metrics {
             tls_cert_expiry: Family::default(),
             tls_cert_reloads: Family::default(),
             ejections_suppressed: Family::default(),
+            upgrades: Family::default(),
+            upgrade_moved: Family::default(),
+            carried: Default::default(),
         };
         m.register_traffic();
         m.register_nodes();
@@ -230,6 +243,8 @@ impl Metrics {
                 (tls_cert_expiry, "gateway_tls_cert_expiry_seconds", "Seconds until the served leaf certificate's notAfter"),
                 (tls_cert_reloads, "gateway_tls_cert_reloads", "Certificate reloads by result"),
                 (ejections_suppressed, "gateway_passive_ejections_suppressed", "Passive ejections not made because of max_ejection_percent or the last ready node"),
+                (upgrades, "gateway_upgrades", "Upgrades of the gateway's binary by result"),
+                (upgrade_moved, "gateway_upgrade_moved", "What moved to this process in upgrades, by kind"),
             ]
         );
     }
@@ -284,12 +299,34 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text exposition (with `# EOF`).
+    /// The OpenMetrics text exposition (with `# EOF`), the carried values added
+    /// ([`Metrics::carry`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        out
+        let carried = self.carried.read().unwrap_or_else(|e| e.into_inner());
+        if carried.is_empty() {
+            return out;
+        }
+        carried.merge(&out)
+    }
+
+    /// Every counter and histogram sample of this process (carried ones included), for the
+    /// handover of an upgrade (SPEC section 13).
+    pub fn counter_samples(&self) -> Vec<CarriedSample> {
+        carried::samples_of(&self.encode())
+    }
+
+    /// Adds `samples` (the old process's [`Metrics::counter_samples`]) to every later exposition,
+    /// so counters and histograms continue across an upgrade.
+    pub fn carry(&self, samples: Vec<CarriedSample>) {
+        *self.carried.write().unwrap_or_else(|e| e.into_inner()) = carried::Carried::new(samples);
+    }
+
+    /// Counts one upgrade with `result` (`success`, `failed`, `timeout`).
+    pub fn upgrade(&self, result: &'static str) {
+        self.upgrades.get_or_create(&ResultLabel { result }).inc();
     }
 }
 

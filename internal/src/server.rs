@@ -13,6 +13,11 @@
 //! near its end are closed as at a drain deadline (gRPC: `grpc-status: 14`), then what is left is
 //! dropped.
 //!
+//! Upgrades (SPEC section 13, [`crate::upgrade`]): a process started by one takes its listeners and
+//! state from the handover before anything else (`handover` module), and tells systemd `MAINPID`
+//! and `READY=1`; a process that handed over stops accepting on every listener and shuts down as
+//! above, without `STOPPING=1` (the service runs on in the new process).
+//!
 //! Each h2 connection that carries no affinity header is bound to the node of its first request
 //! ([`crate::proxy::DownstreamConn::bound`]); when that node stops being usable (drain, ejection) the connection
 //! gets GOAWAY and its binding is removed, so the client's next connection lands on a healthy node.
@@ -41,10 +46,11 @@ use crate::routing::reload::Routing;
 
 mod accept;
 mod conn;
+mod handover;
 mod listen;
 mod workers;
 
-use accept::{accept_admin, tls_listener, TlsListener};
+use accept::{accept_admin, TlsListener};
 pub use listen::{listen, listen_group, LISTEN_BACKLOG};
 
 /// The part of `shutdown_timeout` (at most a tenth of it) kept at its end for closing open streams
@@ -74,6 +80,12 @@ pub enum ServerError {
     /// A data-plane worker's runtime or thread could not be created.
     #[error("cannot start a worker: {0}")]
     Worker(#[source] std::io::Error),
+    /// A process started by an upgrade could not take the handover (SPEC section 13).
+    #[error("upgrade: {0}")]
+    Upgrade(#[source] crate::upgrade::UpgradeError),
+    /// The `SIGUSR2` handler could not be installed.
+    #[error("cannot handle SIGUSR2: {0}")]
+    Signal(#[source] std::io::Error),
 }
 
 /// What [`run`] needs besides the config.
@@ -84,8 +96,13 @@ pub struct Options {
     pub file: Option<PathBuf>,
     /// CLI overrides re-applied to every reloaded config.
     pub overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
-    /// Data-plane workers (`--workers`, [`workers`] module docs); 0 counts as 1.
+    /// Data-plane workers (`--workers`, [`workers`] module docs); 0 counts as 1. A process started
+    /// by an upgrade runs as many as it received data-plane sockets.
     pub workers: usize,
+    /// The binary upgrades start (resolved at start-up, [`crate::upgrade::child::SelfExe`]).
+    pub exe: crate::upgrade::child::SelfExe,
+    /// Set when this process is the new one of an upgrade: where its handover channel is.
+    pub upgrade_from: Option<crate::upgrade::receive::Source>,
 }
 
 impl std::fmt::Debug for Options {
@@ -97,23 +114,29 @@ impl std::fmt::Debug for Options {
     }
 }
 
-/// Runs the gateway until `shutdown` resolves, then shuts down gracefully.
+/// Runs the gateway until `shutdown` resolves (or an upgrade hands over, SPEC section 13), then
+/// shuts down gracefully.
 ///
+/// Kept as one function: the start-up order is the contract (listeners before state, state
+/// restored from an upgrade's handover before any task serves, readiness last), read top to bottom.
 /// The start-up order is here in one place (bind, store, routing, proxy, admin, then every task
 /// spawned, then readiness), which the module docs and SPEC section 11 depend on; its steps with
-/// logic of their own are [`bind`], [`affinity_store`], [`workers::data_proxy`],
+/// logic of their own are [`handover::listeners`], [`affinity_store`], [`workers::data_proxy`],
 /// [`start_admin`], [`workers::start`] and [`wind_down`].
 ///
 /// # Errors
-/// [`ServerError`] if a listener cannot bind or the affinity store cannot start.
+/// [`ServerError`] if a listener cannot bind, the affinity store cannot start, or (started by an
+/// upgrade, SPEC section 13) the handover fails.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let cfg = opts.config.clone();
     // One crypto provider for the process: the listener, TLS to nodes and `rediss://` alike.
     crate::tls::certs::install_provider();
     warn_unverified(&cfg);
     let metrics = Arc::new(Metrics::new());
-    let n_workers = opts.workers.max(1);
-    let listeners = bind(&cfg, &metrics, n_workers)?;
+    // Before anything else: SIGUSR2 must never take its default action (ending the process).
+    let usr2 = crate::upgrade::usr2().map_err(ServerError::Signal)?;
+    let (mut received, listeners, n_workers) = handover::listeners(&opts, &cfg, &metrics).await?;
+    let held = handover::held(&listeners);
     let (data, admin_l, health_l, tls) = listeners.into_parts();
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = affinity_store(&cfg, &metrics).await?;
@@ -132,6 +155,17 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     // Drains other replicas stored are applied before the first request is served (SPEC section 7).
     let drains = Arc::new(Drains::new(routing.clone(), hopper.clone()));
     drains.sync().await;
+    let moved = received
+        .as_mut()
+        .map(|r| handover::restore(r, &hopper, &drains, &metrics));
+    let state = handover::snapshot(hopper.clone(), drains.clone(), metrics.clone());
+    let upgrader = crate::upgrade::Upgrader::new(
+        opts.exe.clone(),
+        cfg.server.upgrade_timeout,
+        metrics.clone(),
+        (held, state),
+        received.is_some(),
+    );
     let admin = Arc::new(Admin {
         routing: routing.clone(),
         hopper: hopper.clone(),
@@ -140,12 +174,14 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         readiness: readiness.clone(),
         tls: tls.as_ref().map(|t| t.certs.clone()),
         drains: drains.clone(),
+        upgrade: upgrader.clone(),
     });
     let listen_addr = data.first().and_then(|l| l.local_addr().ok());
     tracing::info!(listen = %listen_addr.map(|a| a.to_string()).unwrap_or_default(), admin = %admin_l.local_addr().map(|a| a.to_string()).unwrap_or_default(), workers = n_workers, generation = routing.table().generation, "hopping-gateway started");
 
     let mut tasks = JoinSet::new();
-    let (stop_admin, mut admin_tasks) = start_admin(admin_l, health_l, admin);
+    let (stop_admin, admin_accepting, mut admin_tasks) = start_admin(admin_l, health_l, admin);
+    handover::upgrade_tasks(&mut tasks, &upgrader, usr2, &cfg, &watch);
     tasks.spawn(crate::admin::status::watch_nodes(
         routing.clone(),
         metrics.clone(),
@@ -175,10 +211,20 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     drop(watch);
     // The sockets listen since bind: connections queue and are accepted by the loops just spawned.
     readiness.set_listening();
-    crate::notify::ready();
+    handover::announce(received.zip(moved), &metrics, &upgrader).await;
 
-    shutdown.await;
-    wind_down(&cfg, &readiness, signal, proxy, tasks, &routing).await;
+    let handed_over = handover::until_stop(shutdown, &upgrader, &admin_accepting).await;
+    wind_down(
+        &cfg,
+        &readiness,
+        signal,
+        proxy,
+        tasks,
+        &routing,
+        !handed_over,
+    )
+    .await;
+    upgrader.join().await;
     hopper.store().shutdown().await;
     drop(worker_runtimes);
     stop_admin.cancel();
@@ -197,24 +243,33 @@ fn warn_unverified(cfg: &Config) {
 }
 
 /// Spawns the admin listener's accept loop and the `health_listen` one (if bound). They outlive
-/// the drain: they stop only when `run` cancels the returned token, then their tasks are joined.
+/// the drain: they stop only when `run` cancels the first token returned (or stop accepting when
+/// it cancels the second, after an upgrade), then their tasks are joined.
 fn start_admin(
     admin_l: TcpListener,
     health_l: Option<TcpListener>,
     admin: Arc<Admin>,
-) -> (CancellationToken, JoinSet<()>) {
+) -> (CancellationToken, CancellationToken, JoinSet<()>) {
     let stop_admin = CancellationToken::new();
+    let accepting = stop_admin.child_token();
     let mut admin_tasks = JoinSet::new();
     admin_tasks.spawn(accept_admin(
         admin_l,
         admin.clone(),
+        accepting.clone(),
         stop_admin.clone(),
         false,
     ));
     if let Some(l) = health_l {
-        admin_tasks.spawn(accept_admin(l, admin, stop_admin.clone(), true));
+        admin_tasks.spawn(accept_admin(
+            l,
+            admin,
+            accepting.clone(),
+            stop_admin.clone(),
+            true,
+        ));
     }
-    (stop_admin, admin_tasks)
+    (stop_admin, accepting, admin_tasks)
 }
 
 /// The sockets of the gateway, bound before anything is served (SPEC section 2 and 10).
@@ -238,26 +293,6 @@ impl Listeners {
     ) {
         (self.data, self.admin, self.health, self.tls)
     }
-}
-
-/// Binds every listener of `cfg` (the TLS one with its certificates loaded, counted on `metrics`),
-/// the data-plane ones once per worker of `workers`.
-///
-/// # Errors
-/// [`ServerError::Bind`] naming the address; [`ServerError::Tls`] for unusable certificate files.
-fn bind(cfg: &Config, metrics: &Arc<Metrics>, workers: usize) -> Result<Listeners, ServerError> {
-    let at = |addr: SocketAddr| listen(addr).map_err(|source| ServerError::Bind { addr, source });
-    let data = cfg.server.listen;
-    Ok(Listeners {
-        data: listen_group(data, workers)
-            .map_err(|source| ServerError::Bind { addr: data, source })?,
-        admin: at(cfg.server.admin_listen)?,
-        health: cfg.server.health_listen.map(at).transpose()?,
-        tls: match cfg.server.tls.clone() {
-            None => None,
-            Some(spec) => Some(tls_listener(spec, metrics.clone(), workers)?),
-        },
-    })
 }
 
 /// The affinity store `[affinity] store` names (SPEC section 7): in memory, or Redis once connected.
@@ -294,6 +329,8 @@ async fn affinity_store(
 /// to every connection, up to `shutdown_spread` + `shutdown_timeout` for `tasks` to end (the
 /// WebSockets' reconnect hints go out over the spread; streams still open near the end are closed
 /// as at a drain deadline), then what is left is aborted and the health checks stop.
+/// `STOPPING=1` goes to systemd only when `notify` (not after an upgrade: the service runs on in
+/// the new process).
 async fn wind_down(
     cfg: &Config,
     readiness: &Readiness,
@@ -301,8 +338,11 @@ async fn wind_down(
     proxy: Arc<Proxy>,
     mut tasks: JoinSet<()>,
     routing: &Routing,
+    notify: bool,
 ) {
-    crate::notify::stopping();
+    if notify {
+        crate::notify::stopping();
+    }
     tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
     if let Some(spread) = cfg.server.shutdown_spread {
         tracing::info!(spread = ?spread, "websockets get reconnect hints spread over shutdown_spread");

@@ -58,6 +58,7 @@ mod tls_grpc;
 mod tls_redis;
 mod tls_reload;
 mod tls_upstream;
+mod upgrade;
 mod upgrade_answers;
 mod websocket;
 mod workers;

@@ -17,6 +17,7 @@ mod redis;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod tls;
+pub mod upgrade;
 pub mod webdriver;
 mod wire;
 pub mod ws;

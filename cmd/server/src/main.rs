@@ -1,5 +1,7 @@
 //! `hopping-gateway`: parses flags, loads and validates the config, sets up logging, and calls
-//! `internal::server::run` with SIGTERM/SIGINT as the shutdown signal (SPEC section 2).
+//! `internal::server::run` with SIGTERM/SIGINT as the shutdown signal (SPEC section 2), after
+//! resolving its own path for upgrades and, when it is the new process of one, where its handover
+//! channel is (SPEC section 13).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use internal::config::{self, Config, StoreKind};
 use internal::logging::{self, LogFormat};
 use internal::server::{self, Options};
+use internal::upgrade::receive::Source;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
@@ -55,6 +58,14 @@ struct Cli {
     /// socket (`SO_REUSEPORT`) and node connection pools (default: the number of cores; 0 = 1).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// Take over from a running gateway through its `[server] upgrade_socket` (SPEC section 13):
+    /// for supervisors that start the new process of an upgrade themselves.
+    #[arg(long, value_name = "SOCKET")]
+    upgrade_from: Option<PathBuf>,
+    /// The handover channel's descriptor, set by the old process of an upgrade (only `0`, standard
+    /// input, is accepted).
+    #[arg(long, hide = true, env = internal::upgrade::child::UPGRADE_FD_ENV)]
+    upgrade_fd: Option<u32>,
     /// A tool instead of the gateway.
     #[command(subcommand)]
     tool: Option<Tool>,
@@ -75,6 +86,8 @@ enum Tool {
 }
 
 fn main() -> ExitCode {
+    // Before anything can change the working directory: the path upgrades start.
+    let exe = internal::upgrade::child::SelfExe::at_start();
     let cli = Cli::parse();
     if let Some(Tool::GenCert { out, names }) = &cli.tool {
         return gen_cert(out, names);
@@ -111,10 +124,13 @@ fn main() -> ExitCode {
         None => Config::go_defaults(),
     };
     let overrides = overrides(&cli);
-    if let Err(e) = apply_checked(&cli, &mut cfg) {
-        eprintln!("{e}");
-        return ExitCode::from(2);
-    }
+    let upgrade_from = match apply_checked(&cli, &mut cfg).and_then(|()| upgrade_source(&cli)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     // Every worker is a current-thread runtime (internal::server's workers module): this thread's
     // is worker 0, which also runs the admin listener and the background tasks.
     let workers = cli.workers.unwrap_or_else(|| {
@@ -135,6 +151,8 @@ fn main() -> ExitCode {
         file: cli.config.clone(),
         overrides,
         workers,
+        exe,
+        upgrade_from,
     };
     match rt.block_on(server::run(opts, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
@@ -142,6 +160,20 @@ fn main() -> ExitCode {
             eprintln!("hopping-gateway: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Where this process's handover channel is when it is the new process of an upgrade (SPEC
+/// section 13): `--upgrade-from`, or standard input as the old process says by `HOPGW_UPGRADE_FD`.
+fn upgrade_source(cli: &Cli) -> Result<Option<Source>, String> {
+    match (&cli.upgrade_from, cli.upgrade_fd) {
+        (Some(path), _) => Ok(Some(Source::Socket(path.clone()))),
+        (None, Some(0)) => Ok(Some(Source::Stdin)),
+        (None, Some(fd)) => Err(format!(
+            "{}: the handover channel must be descriptor 0, not {fd}",
+            internal::upgrade::child::UPGRADE_FD_ENV
+        )),
+        (None, None) => Ok(None),
     }
 }
 

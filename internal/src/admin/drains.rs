@@ -116,6 +116,25 @@ impl Drains {
         }
     }
 
+    /// Every operator drain applied here, for the handover of an upgrade (SPEC section 13).
+    pub(crate) fn records(&self) -> Vec<(NodeId, DrainRecord)> {
+        self.applied()
+            .iter()
+            .map(|(id, a)| (id.clone(), a.rec))
+            .collect()
+    }
+
+    /// Applies a drain received in an upgrade: node `id`, if the live table has it, drains with
+    /// the same deadline as in the old process. Returns whether the node was found.
+    pub(crate) fn restore(&self, id: &str, rec: DrainRecord) -> bool {
+        let table = self.routing.table();
+        let Some(n) = table.node(id) else {
+            return false;
+        };
+        self.apply_drain(n, rec, unix_ms(), false);
+        true
+    }
+
     /// Starts `rec`'s drain on `node` unless it is already draining with that deadline.
     fn apply_drain(&self, node: &Node, rec: DrainRecord, now_ms: u64, shared: bool) {
         let fresh = {

@@ -5,6 +5,8 @@
 //! itself (which carries no node data and asks for the token). Never served on the data port; the
 //! optional `health_listen` listener serves only the two probes ([`Admin::handle_health`]).
 //! Drains go through [`drains::Drains`], which shares them with the other replicas on one Redis.
+//! `POST /admin/upgrade` starts the gateway's own upgrade ([`crate::upgrade`]); `GET /admin/upgrade`
+//! answers this process's pid and whether an upgrade runs.
 
 pub(crate) mod drains;
 mod nodes;
@@ -49,6 +51,8 @@ pub(crate) struct Admin {
     pub tls: Option<Arc<crate::tls::server::TlsCerts>>,
     /// Operator drains, shared through Redis.
     pub drains: Arc<drains::Drains>,
+    /// The gateway's own upgrade (`POST /admin/upgrade`, SPEC section 13).
+    pub upgrade: Arc<crate::upgrade::Upgrader>,
 }
 
 /// The status page: one self-contained document (style and script inline, nothing fetched from
@@ -147,6 +151,11 @@ impl Admin {
                 &routes_json(&self.routing.table(), self.routing.has_previous()),
             ),
             (&Method::POST, ["admin", "reload"]) => self.reload().await,
+            (&Method::POST, ["admin", "upgrade"]) => self.upgrade(),
+            (&Method::GET, ["admin", "upgrade"]) => json_resp(
+                StatusCode::OK,
+                &json!({"pid": std::process::id(), "running": self.upgrade.is_running()}),
+            ),
             (&Method::POST, ["admin", "rollback"]) => {
                 reload_resp(self.routing.rollback("rollback").await)
             }
@@ -159,6 +168,17 @@ impl Admin {
             ),
         };
         Ok(resp)
+    }
+
+    /// `POST /admin/upgrade` (SPEC section 13): 202 once an upgrade started, 409 while one runs.
+    fn upgrade(&self) -> Response<AdminBody> {
+        match self.upgrade.trigger("POST /admin/upgrade") {
+            Ok(()) => json_resp(
+                StatusCode::ACCEPTED,
+                &json!({"status": "started", "pid": std::process::id()}),
+            ),
+            Err(busy) => error(StatusCode::CONFLICT, &busy.to_string()),
+        }
     }
 
     /// `GET /metrics` (SPEC section 8): node gauges and certificate expiry refreshed first; the

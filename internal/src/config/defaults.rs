@@ -62,6 +62,11 @@ pub const DEFAULT_SHUTDOWN_SPREAD: Duration = Duration::ZERO;
 /// The longest `shutdown_spread`: longer than any orchestrator's termination grace period in
 /// use, so a longer value is a typo (`"30d"` for `"30s"`) that would keep the gateway up for days.
 pub const MAX_SHUTDOWN_SPREAD: Duration = Duration::from_secs(24 * 3600);
+/// Time the new process of an upgrade has to be ready (SPEC section 13): a start-up reads the
+/// config, loads certificates and connects to Redis (each bounded by seconds), so 30 s leaves a
+/// loaded machine room, while a binary that hangs is still rolled back within one systemd
+/// default start timeout (90 s).
+pub const DEFAULT_UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 /// SPEC section 4: request line limit, 16 KiB.
 pub const DEFAULT_MAX_REQUEST_LINE: usize = 16 * 1024;
 /// SPEC section 4: header block limit, 32 KiB.

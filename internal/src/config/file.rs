@@ -43,6 +43,10 @@ pub struct ServerFile {
     pub shutdown_timeout: Option<String>,
     /// Humantime duration over which WebSockets get the reconnect hint on SIGTERM; `"0s"` = off.
     pub shutdown_spread: Option<String>,
+    /// Humantime duration: how long the new process of an upgrade has to be ready (SPEC section 13).
+    pub upgrade_timeout: Option<String>,
+    /// Unix socket path for `--upgrade-from` (SPEC section 13); empty = none.
+    pub upgrade_socket: Option<String>,
     /// Access log on or off.
     pub access_log: Option<bool>,
     /// Probe-only listener (`/healthz`, `/readyz`), `host:port`; empty = none.

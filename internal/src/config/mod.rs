@@ -112,6 +112,12 @@ pub struct ServerConfig {
     /// hint at a random point of this period, before the `shutdown_timeout` wait; `None` (`"0s"`)
     /// closes them with 1001 at once.
     pub shutdown_spread: Option<Duration>,
+    /// How long the new process of an upgrade has to be ready before it is stopped and the
+    /// upgrade rolled back (SPEC section 13).
+    pub upgrade_timeout: Duration,
+    /// The Unix socket the running gateway listens on for `hopping-gateway --upgrade-from`
+    /// (SPEC section 13); `None` = only `SIGUSR2` and `POST /admin/upgrade`.
+    pub upgrade_socket: Option<std::path::PathBuf>,
     /// Access log on/off.
     pub access_log: bool,
     /// Probe-only listener for orchestrators (SPEC section 11); `None` = not opened.

@@ -102,3 +102,10 @@ pub struct NameLabel {
     /// Certificate name.
     pub name: String,
 }
+
+/// `{kind}` of `gateway_upgrade_moved_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `listener`, `websocket`, `http1`.
+    pub kind: &'static str,
+}

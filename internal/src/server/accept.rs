@@ -104,9 +104,20 @@ pub(super) fn tls_listener(
 ) -> Result<TlsListener, ServerError> {
     let addr = spec.listen;
     let certs = crate::tls::server::TlsCerts::load(spec, metrics).map_err(ServerError::Tls)?;
-    let config = certs.server_config().map_err(ServerError::Tls)?;
     let listeners =
         listen_group(addr, workers).map_err(|source| ServerError::Bind { addr, source })?;
+    tls_listener_on(certs, listeners)
+}
+
+/// The TLS listener over `listeners` (bound here, or received in an upgrade) with `certs`.
+///
+/// # Errors
+/// [`ServerError::Tls`] when the certificates make no server config.
+pub(super) fn tls_listener_on(
+    certs: crate::tls::server::TlsCerts,
+    listeners: Vec<std::net::TcpListener>,
+) -> Result<TlsListener, ServerError> {
+    let config = certs.server_config().map_err(ServerError::Tls)?;
     Ok(TlsListener {
         listeners,
         certs: Arc::new(certs),
@@ -161,12 +172,14 @@ pub(super) async fn accept_tls(
     while conns.join_next().await.is_some() {}
 }
 
-/// Serves the admin listener (`health_only` = false) or the `health_listen` one until `stop`, then
-/// drops the connections still open.
+/// Serves the admin listener (`health_only` = false) or the `health_listen` one: accepts until
+/// `accepting` is cancelled (a child of `stop`; alone after an upgrade handed the listener over),
+/// then serves the connections still open until they end or `stop` drops them.
 pub(super) async fn accept_admin(
     listener: TcpListener,
     admin: Arc<Admin>,
-    mut stop: CancellationToken,
+    mut accepting: CancellationToken,
+    stop: CancellationToken,
     health_only: bool,
 ) {
     let serve = |tcp, _, _| {
@@ -188,6 +201,10 @@ pub(super) async fn accept_admin(
             }
         }
     };
-    let (_, mut conns) = accept_each(listener, &mut stop, None, "admin accept failed", serve).await;
-    conns.abort_all();
+    let (_, mut conns) =
+        accept_each(listener, &mut accepting, None, "admin accept failed", serve).await;
+    tokio::select! {
+        () = stop.cancelled() => conns.abort_all(),
+        () = async { while conns.join_next().await.is_some() {} } => {}
+    }
 }

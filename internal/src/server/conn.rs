@@ -54,6 +54,12 @@ pub(super) fn data_builder(p: &Proxy) -> DataServers {
 /// The HTTP/2 connection preface (RFC 9113 section 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How long a connection accepted just before the drain signal still has to send its first bytes:
+/// a client that has just connected sends its request within a round trip, and closing its socket
+/// with the request arriving would reset it (an upgrade's old process resets no connection it
+/// accepted, SPEC section 13). Its request is then served and answered with `Connection: close`.
+const FIRST_BYTES_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Serves one downstream connection over any byte stream (TCP, or TLS over TCP with `tls` set):
 /// the first bytes tell HTTP/2 (its preface, hyper's h2 server) from HTTP/1.x (the gateway's own
 /// driver, [`crate::proxy::downstream::http1::conn`], which also hands an accepted WebSocket upgrade's socket
@@ -75,6 +81,8 @@ pub(super) async fn serve_data<I>(
         .connection(if tls.is_some() { "https" } else { "http" });
     let dc = Arc::new(DownstreamConn::new(peer).with_tls(tls));
     let mut first = BytesMut::new();
+    // Set by the drain signal: the first bytes are waited for until then, not longer.
+    let mut until: Option<tokio::time::Instant> = None;
     while first.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&first) {
         if first.capacity() == 0 {
             first.reserve(8 * 1024);
@@ -84,7 +92,10 @@ pub(super) async fn serve_data<I>(
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             },
-            _ = watch.signaled() => return,
+            _ = watch.signaled(), if until.is_none() => {
+                until = Some(tokio::time::Instant::now() + FIRST_BYTES_GRACE);
+            }
+            () = tokio::time::sleep_until(until.unwrap_or_else(tokio::time::Instant::now)), if until.is_some() => return,
         }
     }
     if first.starts_with(H2_PREFACE) {

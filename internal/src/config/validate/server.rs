@@ -44,6 +44,12 @@ pub(super) fn server(c: &mut Check, f: &FileConfig) -> ServerConfig {
             DEFAULT_SHUTDOWN_TIMEOUT,
         ),
         shutdown_spread: shutdown_spread(c, s.shutdown_spread.as_ref()),
+        upgrade_timeout: upgrade_timeout(c, s.upgrade_timeout.as_ref()),
+        upgrade_socket: s
+            .upgrade_socket
+            .as_ref()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from),
         access_log: s.access_log.unwrap_or(true),
         health_listen: s
             .health_listen
@@ -92,6 +98,15 @@ fn shutdown_spread(c: &mut Check, v: Option<&String>) -> Option<Duration> {
         );
     }
     (!spread.is_zero()).then_some(spread)
+}
+
+/// `server.upgrade_timeout` (SPEC section 13): a duration above zero.
+fn upgrade_timeout(c: &mut Check, v: Option<&String>) -> Duration {
+    let t = c.duration("server.upgrade_timeout", v, DEFAULT_UPGRADE_TIMEOUT);
+    if t.is_zero() {
+        c.err("server.upgrade_timeout", "must be greater than 0s");
+    }
+    t
 }
 
 pub(super) fn affinity(c: &mut Check, f: &FileConfig) -> AffinityConfig {
@@ -194,5 +209,41 @@ pub(super) fn redis_ca(c: &mut Check, path: Option<&str>) -> Option<Vec<u8>> {
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::text::{catch_all_route_text, cluster_text};
+    use crate::config::{load_str, DEFAULT_UPGRADE_TIMEOUT};
+
+    fn with_server(lines: &str) -> String {
+        format!(
+            "[server]\n{lines}\n{}{}",
+            cluster_text("c", "", &[("a", "127.0.0.1:1")]),
+            catch_all_route_text("r", "c")
+        )
+    }
+
+    #[test]
+    fn upgrade_keys_default_parse_and_refuse_a_zero_timeout() {
+        let c = load_str(&with_server(""), "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_timeout, DEFAULT_UPGRADE_TIMEOUT);
+        assert_eq!(c.server.upgrade_socket, None);
+        let text = with_server("upgrade_timeout = \"5s\"\nupgrade_socket = \"/run/gw.sock\"");
+        let c = load_str(&text, "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(
+            c.server.upgrade_socket.as_deref(),
+            Some(std::path::Path::new("/run/gw.sock"))
+        );
+        let c = load_str(&with_server("upgrade_socket = \"\""), "g.toml").expect("valid");
+        assert_eq!(c.server.upgrade_socket, None, "empty is off");
+        let e = load_str(&with_server("upgrade_timeout = \"0s\""), "g.toml").expect_err("zero");
+        assert!(
+            e.to_string()
+                .contains("g.toml:2:1: server.upgrade_timeout: must be greater than 0s"),
+            "{e}"
+        );
     }
 }

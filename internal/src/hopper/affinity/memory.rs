@@ -172,6 +172,33 @@ impl MemoryStore {
             })
     }
 
+    /// Every live binding with its remaining TTL, least recently used first: what an upgrade
+    /// hands over (SPEC section 13).
+    pub fn export(&self) -> Vec<(String, Arc<str>, Duration)> {
+        let now = Instant::now();
+        let map = self.lock();
+        map.iter()
+            .rev()
+            .filter(|(_, e)| e.expires > now)
+            .map(|(k, e)| (k.to_string(), e.node.clone(), e.expires - now))
+            .collect()
+    }
+
+    /// Binds `conn` to `node` for `ttl` (at most the configured TTL) as the most recently used
+    /// entry: a binding received in an upgrade (SPEC section 13).
+    pub fn restore(&self, conn: &str, node: &Arc<str>, ttl: Duration) {
+        let expires = Instant::now() + ttl.min(self.ttl);
+        let mut map = self.lock();
+        self.insert(
+            &mut map,
+            conn,
+            Entry {
+                node: node.clone(),
+                expires,
+            },
+        );
+    }
+
     /// Drops every entry (a replica that missed invalidations).
     pub fn clear(&self) {
         let mut map = self.lock();
@@ -220,5 +247,31 @@ mod tests {
         assert_eq!(s.per_node().get("b"), Some(&1));
         assert!(s.lookup(&id("id-0")).is_none());
         assert!(s.lookup(&id("id-99999")).is_some());
+    }
+
+    #[test]
+    fn export_then_restore_keeps_nodes_ttls_and_recency() {
+        let s = MemoryStore::new(3, Duration::from_secs(60));
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        s.bind(&id("one"), &a);
+        s.bind(&id("two"), &b);
+        s.get(&id("one"));
+        let out = s.export();
+        assert_eq!(
+            out.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
+            ["two", "one"]
+        );
+        let t = MemoryStore::new(3, Duration::from_secs(30));
+        for (conn, node, ttl) in &out {
+            t.restore(conn, node, *ttl);
+        }
+        let one = t.lookup(&id("one")).expect("restored");
+        assert_eq!(&*one.node, "a");
+        assert!(one.ttl <= Duration::from_secs(30), "capped at the new TTL");
+        // "two" is the least recently used in the new store too.
+        t.bind(&id("three"), &a);
+        t.bind(&id("four"), &a);
+        assert!(t.lookup(&id("two")).is_none());
+        assert!(t.lookup(&id("one")).is_some());
     }
 }
