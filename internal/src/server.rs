@@ -343,10 +343,8 @@ async fn wind_down(
     if notify {
         crate::notify::stopping();
     }
-    tracing::info!(timeout = ?cfg.server.shutdown_timeout, "shutting down: draining connections");
-    if let Some(spread) = cfg.server.shutdown_spread {
-        tracing::info!(spread = ?spread, "websockets get reconnect hints spread over shutdown_spread");
-    }
+    let (timeout, spread) = (cfg.server.shutdown_timeout, cfg.server.shutdown_spread);
+    tracing::info!(?timeout, ?spread, "shutting down: draining connections");
     readiness.set_stopping();
     signal.fire();
     drop(proxy);
@@ -354,8 +352,7 @@ async fn wind_down(
     // cleanly (gRPC: grpc-status 14 trailers) before the connections are dropped.
     let grace = (cfg.server.shutdown_timeout / 10).min(SHUTDOWN_CLOSE_GRACE);
     // The wait for in-flight work comes after the spread (SPEC section 5).
-    let until_close = (cfg.server.shutdown_timeout - grace)
-        .saturating_add(cfg.server.shutdown_spread.unwrap_or_default());
+    let until_close = (timeout - grace).saturating_add(spread.unwrap_or_default());
     let finished = {
         let wait = async {
             while tasks.join_next().await.is_some() {}
