@@ -1,6 +1,9 @@
 //! The proxy handler: the per-request entry point of the data plane (the Go original's
 //! `internal/handler/proxy.go`), as named phases over one [`context::RequestCtx`] — the same for
 //! HTTP/1.1, HTTP/2, gRPC and WebSocket, which differ only inside the phases that must differ.
+//! The driver creates the context from the request head before the first phase, lends it to the
+//! phases, and hands it to the one that ends the request (respond, a WebSocket's relay, or the
+//! answer to a failure), which writes the access-log line from it.
 //! This file is the driver only; the phases are the files beside it:
 //!
 //! | phase | file | what it settles |
@@ -57,15 +60,25 @@ use crate::config::Protocol;
 use crate::registry::Node;
 
 // The API the server uses, by the names it always had.
-pub use access::LogCtx;
 pub use body::ProxyBody;
 pub use error::ProxyError;
 pub use types::{DownstreamConn, Proxy, ProxySettings};
 
-use context::{Kind, RequestCtx};
+use context::{Kind, LogFields, NoRoute, RequestCtx, RouteSlot};
 use downstream::{guard, Handover};
 use http1_codec::fields::NodeAnswer;
 use respond::render;
+
+/// How phase 4 ended when a node answered: what the phase that ends the request gets beside the
+/// context.
+// Made and moved once per request; boxing the larger variant would allocate per request.
+#[allow(clippy::large_enum_variant)]
+enum Answered {
+    /// An HTTP or gRPC request's node answered ([`respond::respond`]).
+    Node(respond::Forwarded),
+    /// A WebSocket's handshake ended ([`websocket::answer`]).
+    Socket(websocket::Upgrade),
+}
 
 impl Proxy {
     /// Handles one downstream request from `dc` served by hyper (HTTP/2, where an RFC 8441
@@ -109,9 +122,11 @@ impl Proxy {
             // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
             // not be HTTP/1.x (CASE-13).
             let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
-            let mut log = LogCtx {
+            let (path, target_seen) = LogFields::target(Some(req.uri()));
+            let log = LogFields {
                 method: Some(req.method().clone()),
-                uri: Some(req.uri().clone()),
+                path,
+                target_seen,
                 client: Some(dc.peer),
                 protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
                 // Read only for the access line ([`Proxy::finish`] writes none when it is off).
@@ -121,12 +136,17 @@ impl Proxy {
                     None
                 },
                 client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-                ..LogCtx::default()
+                ..LogFields::default()
             };
-            let mut resp = match self.phases(req, kind, dc, start, &mut log, handed).await {
-                Ok(resp) => resp,
-                Err(err) => NodeAnswer::from(self.fail(&err, kind, start, &mut log)),
-            };
+            let ctx = RequestCtx::new(
+                kind,
+                req.version() == http::Version::HTTP_2,
+                self.routing.table(),
+                start,
+                handed.present,
+                log,
+            );
+            let mut resp = self.phases(req, ctx, dc, handed).await;
             if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
                 resp.response
                     .headers_mut()
@@ -136,112 +156,125 @@ impl Proxy {
         }
     }
 
-    /// The phases in order (module docs); `Err` is answered by [`Proxy::fail`]. An `async`
+    /// The phases in order (module docs) over `ctx`, which the phase that ends the request
+    /// consumes: respond, a WebSocket's answer, or [`Proxy::fail`] for an error. An `async`
     /// block for the reason [`Proxy::serve`] gives.
     #[allow(clippy::manual_async_fn)]
     fn phases<'a>(
         self: &'a Arc<Self>,
-        mut req: Request<ProxyBody>,
-        kind: Kind,
+        req: Request<ProxyBody>,
+        ctx: RequestCtx<NoRoute>,
         dc: &'a Arc<DownstreamConn>,
-        start: Instant,
-        log: &'a mut LogCtx,
         handed: Handover,
-    ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
+    ) -> impl Future<Output = NodeAnswer<ProxyBody>> + 'a {
         async move {
-            guard::check_head(&req, &self.settings.limits)?;
-            let table = self.routing.table();
-            let matched = route::match_route(&table, &req, start)?;
-            log.route = Some(matched.route.id.clone());
-            log.table = Some(table.clone());
-            let h2 = req.version() == http::Version::HTTP_2;
-            let id = identify::identify(self, req.headers(), kind, h2, dc)?;
-            log.conn_id = id.conn_id.clone();
-            guard::check_declared_body(&req, matched.route.config.max_body)?;
-            let wanted = context::wanted(&matched.route, &req);
-            let mut ctx = RequestCtx {
-                kind,
-                h2,
-                route: matched.route,
-                table,
-                conn_id: id.conn_id,
-                issued: id.issued,
-                wanted,
-                zone: self.settings.zone.clone(),
-                start,
-                hop_seen: None,
-                present: handed.present,
+            let matched = guard::check_head(&req, &self.settings.limits)
+                .and_then(|()| route::match_route(&ctx.table, &req, ctx.start));
+            let matched = match matched {
+                Ok(m) => m,
+                Err(err) => return NodeAnswer::from(self.fail(&err, ctx)),
             };
-            let node = select::select(self, &mut ctx, dc, log).await?;
+            let mut ctx = ctx.routed(matched.route);
+            let found = self
+                .to_node(
+                    req,
+                    &mut ctx,
+                    matched.host,
+                    matched.path_and_query,
+                    dc,
+                    handed,
+                )
+                .await;
+            match found {
+                Ok(Answered::Node(forwarded)) => respond::respond(self, ctx, forwarded),
+                Ok(Answered::Socket(upgrade)) => {
+                    NodeAnswer::from(websocket::answer(self, ctx, upgrade))
+                }
+                Err(err) => NodeAnswer::from(self.fail(&err, ctx)),
+            }
+        }
+    }
+
+    /// Phases 2 to 4 for `req` on its matched route (`ctx`), whose host field and node target
+    /// the route phase settled (`host`, `target`): the node's answer, or the WebSocket's. An
+    /// `async` block for the reason [`Proxy::serve`] gives.
+    ///
+    /// # Errors
+    /// Any phase's [`ProxyError`], answered by [`Proxy::fail`].
+    #[allow(clippy::manual_async_fn)]
+    fn to_node<'a>(
+        self: &'a Arc<Self>,
+        mut req: Request<ProxyBody>,
+        ctx: &'a mut RequestCtx,
+        host: Option<HeaderValue>,
+        target: PathAndQuery,
+        dc: &'a Arc<DownstreamConn>,
+        handed: Handover,
+    ) -> impl Future<Output = Result<Answered, ProxyError>> + 'a {
+        async move {
+            let id = identify::identify(self, req.headers(), ctx.kind, ctx.h2, dc)?;
+            ctx.conn_id = id.conn_id;
+            ctx.issued = id.issued;
+            guard::check_declared_body(&req, ctx.route.config.max_body)?;
+            ctx.wanted = context::wanted(&ctx.route, &req);
+            let (node, hop_seen) = select::select(self, ctx, dc).await?;
             // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-            let h1_node = kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
+            let h1_node = ctx.kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
             let (up_headers, forwarded) = node_headers::node_headers(
                 self,
                 req.headers_mut(),
                 dc,
-                &ctx,
-                matched.host.as_ref(),
+                ctx,
+                host.as_ref(),
                 h1_node,
             );
-            if kind == Kind::WebSocket {
-                let target = matched.path_and_query;
+            if ctx.kind == Kind::WebSocket {
+                let on_upgrade = handed.on_upgrade;
                 return self
-                    .websocket(req, ctx, node, up_headers, target, handed.on_upgrade, log)
-                    .await;
+                    .websocket(req, ctx, (node, hop_seen), up_headers, target, on_upgrade)
+                    .await
+                    .map(Answered::Socket);
             }
-            forward::forward(
-                self,
-                ctx,
-                node,
-                req,
-                upstream::request::NodeRequestParts {
-                    headers: up_headers,
-                    forwarded,
-                    host: matched.host,
-                    target: matched.path_and_query,
-                },
-                log,
-            )
-            .await
+            let parts = upstream::request::NodeRequestParts {
+                headers: up_headers,
+                forwarded,
+                host,
+                target,
+            };
+            forward::forward(self, ctx, (node, hop_seen), req, parts)
+                .await
+                .map(Answered::Node)
         }
     }
 
     /// Phase 4 for a WebSocket: the upgrade of `req` (on `node`, with `up_headers` and `target`)
-    /// relayed until either side closes; `on_upgrade` is the gateway's own HTTP/1.1 driver's
-    /// hand-on of the client's socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade.
-    /// An `async` block for the reason [`Proxy::serve`] gives.
+    /// up to the node's answer, ending the hop its selection counted first seen at `hop_seen`; `on_upgrade` is the gateway's own HTTP/1.1 driver's hand-on of
+    /// the client's socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade. The relay
+    /// starts when the driver hands the context to [`websocket::answer`]. An `async` block for
+    /// the reason [`Proxy::serve`] gives.
+    ///
+    /// # Errors
+    /// As [`websocket::handshake`].
     // The upgrade needs every piece the phases settled; a struct for one call site would only
     // rename them.
     #[allow(clippy::manual_async_fn, clippy::too_many_arguments)]
     fn websocket<'a>(
         self: &'a Arc<Self>,
         mut req: Request<ProxyBody>,
-        ctx: RequestCtx,
-        node: Arc<Node>,
+        ctx: &'a mut RequestCtx,
+        (node, hop_seen): (Arc<Node>, Option<Instant>),
         up_headers: HeaderMap,
         target: PathAndQuery,
         on_upgrade: Option<downstream::http1::upgrade::OnUpgrade>,
-        log: &'a mut LogCtx,
-    ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
+    ) -> impl Future<Output = Result<websocket::Upgrade, ProxyError>> + 'a {
         async move {
             let upgrade = match on_upgrade {
                 Some(own) => websocket::ClientUpgrade::Own(own),
                 None => websocket::ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
             };
             // A hop counted at placement is served again once the node answers the upgrade.
-            let _clock = hop_clock::HopClock::new(&self.metrics, ctx.hop_seen);
-            websocket::proxy(
-                self.clone(),
-                ctx,
-                node,
-                req,
-                up_headers,
-                target,
-                upgrade,
-                log,
-            )
-            .await
-            .map(NodeAnswer::from)
+            let _clock = hop_clock::HopClock::new(&self.metrics, hop_seen);
+            websocket::handshake(self, ctx, node, req, up_headers, target, upgrade).await
         }
     }
 
@@ -255,41 +288,46 @@ impl Proxy {
         dc: &DownstreamConn,
         seen: downstream::http1::request::LineSeen,
     ) -> Response<ProxyBody> {
-        let mut log = LogCtx {
+        let (path, target_seen) = LogFields::target(seen.uri.as_ref());
+        let log = LogFields {
             method: seen.method,
-            uri: seen.uri,
+            path,
+            target_seen,
             protocol: access::version_protocol(seen.version),
             client: Some(dc.peer),
             client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-            ..LogCtx::default()
+            ..LogFields::default()
         };
-        self.fail(&err, Kind::Http, Instant::now(), &mut log)
+        let ctx = RequestCtx::new(
+            Kind::Http,
+            false,
+            self.routing.table(),
+            Instant::now(),
+            http1_codec::head::Present::UNKNOWN,
+            log,
+        );
+        self.fail(&err, ctx)
     }
 
-    /// The gateway's own answer to `err` for a request of `kind` (phase 5 for failures), logged
+    /// The gateway's own answer to `err` for the request of `ctx` (phase 5 for failures), logged
     /// and counted (phase 6) with the failure's HTTP status.
-    fn fail(
-        &self,
-        err: &ProxyError,
-        kind: Kind,
-        start: Instant,
-        log: &mut LogCtx,
-    ) -> Response<ProxyBody> {
-        let answer = render(err, kind.dialect());
-        log.reason = Some(err.reason());
-        if kind == Kind::Grpc {
+    fn fail<R: RouteSlot>(&self, err: &ProxyError, mut ctx: RequestCtx<R>) -> Response<ProxyBody> {
+        let answer = render(err, ctx.kind.dialect());
+        if ctx.kind == Kind::Grpc {
             // gRPC clients read grpc-status, not HTTP bodies (STYLE section 4).
-            log.grpc_status.track();
-            log.grpc_status.set(answer.grpc_status);
+            ctx.log.grpc_status.track();
+            ctx.log.grpc_status.set(answer.grpc_status);
         }
         if err.is_node_fault() {
-            tracing::warn!(error = %err, route = log.route.as_deref().unwrap_or("-"), "request failed");
+            let route = ctx.route.id().map_or("-", |r| &**r);
+            tracing::warn!(error = %err, route, "request failed");
         }
         // The gateway's own answers are whole in memory: their length is known.
         let bytes_out = hyper::body::Body::size_hint(answer.response.body())
             .exact()
             .unwrap_or(0);
-        self.finish(log, answer.status.as_u16(), start, 0, bytes_out);
+        let status = answer.status.as_u16();
+        self.finish(&ctx, status, 0, bytes_out, Some(err.reason()));
         answer.response
     }
 }

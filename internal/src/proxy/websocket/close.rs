@@ -31,11 +31,7 @@ impl Relay {
         let mut clock = HopClock::new(&metrics, None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
-            pick_other(
-                &self.s.ctx,
-                &self.s.p.routing.table(),
-                std::slice::from_ref(&old.id),
-            ),
+            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
         ) {
             let (_, counted) = self
                 .s
@@ -47,7 +43,7 @@ impl Relay {
             if counted {
                 clock.push(seen);
             }
-            self.s.log.hops += 1;
+            self.s.ctx.log.hops += 1;
         }
         let retry_ms = rand::random_range(HINT_RETRY_MS);
         let hint = serde_json::json!({ "reconnect": true, "retry_ms": retry_ms }).to_string();
