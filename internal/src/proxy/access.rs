@@ -58,7 +58,7 @@ impl Proxy {
                 client = %log.client.map_or_else(|| "-".to_string(), |a| a.to_string()),
                 protocol = log.protocol,
                 method = %log.method.as_ref().map_or("-", Method::as_str),
-                path = log.shown_path(),
+                path = %log.shown_path(),
                 status,
                 duration_ms = format_args!("{duration_ms:.3}"),
                 route = route.map_or("-", |r| &**r),

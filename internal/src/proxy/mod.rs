@@ -248,8 +248,9 @@ impl Proxy {
     }
 
     /// Phase 4 for a WebSocket: the upgrade of `req` (on `node`, with `up_headers` and `target`)
-    /// up to the node's answer, ending the hop its selection counted first seen at `hop_seen`; `on_upgrade` is the gateway's own HTTP/1.1 driver's hand-on of
-    /// the client's socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade. The relay
+    /// up to the node's answer, which ends a hop the selection counted (first seen at
+    /// `hop_seen`); `on_upgrade` is the gateway's own HTTP/1.1 driver's hand-on of the client's
+    /// socket ([`Handover::on_upgrade`]), `None` takes hyper's upgrade. The relay
     /// starts when the driver hands the context to [`websocket::answer`]. An `async` block for
     /// the reason [`Proxy::serve`] gives.
     ///
