@@ -69,6 +69,15 @@ use downstream::{guard, Handover};
 use http1_codec::fields::NodeAnswer;
 use respond::render;
 
+/// What [`Proxy::serve`] read off a request's head for the phases.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    kind: Kind,
+    /// The access log's protocol ([`access::protocol`]).
+    protocol: &'static str,
+    start: Instant,
+}
+
 /// How phase 4 ended when a node answered: what the phase that ends the request gets beside the
 /// context.
 // Made and moved once per request; boxing the larger variant would allocate per request.
@@ -122,31 +131,13 @@ impl Proxy {
             // An HTTP/1.1 upgrade that is not accepted ends the connection: what follows its head may
             // not be HTTP/1.x (CASE-13).
             let h1_upgrade = req.version() <= http::Version::HTTP_11 && upgrade.is_some();
-            let (path, target_seen) = LogFields::target(Some(req.uri()));
-            let log = LogFields {
-                method: Some(req.method().clone()),
-                path,
-                target_seen,
-                client: Some(dc.peer),
-                protocol: access::protocol(&req, kind == Kind::Grpc, upgrade),
-                // Read only for the access line ([`Proxy::finish`] writes none when it is off).
-                trace_id: if self.settings.access_log {
-                    access::trace_id(req.headers())
-                } else {
-                    None
-                },
-                client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-                ..LogFields::default()
-            };
-            let ctx = RequestCtx::new(
+            let protocol = access::protocol(&req, kind == Kind::Grpc, upgrade);
+            let head = Head {
                 kind,
-                req.version() == http::Version::HTTP_2,
-                self.routing.table(),
+                protocol,
                 start,
-                handed.present,
-                log,
-            );
-            let mut resp = self.phases(req, ctx, dc, handed).await;
+            };
+            let mut resp = self.phases(req, head, dc, handed).await;
             if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
                 resp.response
                     .headers_mut()
@@ -156,18 +147,20 @@ impl Proxy {
         }
     }
 
-    /// The phases in order (module docs) over `ctx`, which the phase that ends the request
-    /// consumes: respond, a WebSocket's answer, or [`Proxy::fail`] for an error. An `async`
-    /// block for the reason [`Proxy::serve`] gives.
+    /// The phases in order (module docs) for `req` over one context, created here from its
+    /// `head` and consumed by the phase that ends the request: respond, a WebSocket's answer, or
+    /// [`Proxy::fail`] for an error. One `async` block for them all, for the reason
+    /// [`Proxy::serve`] gives: each level of futures holds the request once more.
     #[allow(clippy::manual_async_fn)]
     fn phases<'a>(
         self: &'a Arc<Self>,
-        req: Request<ProxyBody>,
-        ctx: RequestCtx<NoRoute>,
+        mut req: Request<ProxyBody>,
+        head: Head,
         dc: &'a Arc<DownstreamConn>,
         handed: Handover,
     ) -> impl Future<Output = NodeAnswer<ProxyBody>> + 'a {
         async move {
+            let ctx = self.context(&req, head, dc, handed.present);
             let matched = guard::check_head(&req, &self.settings.limits)
                 .and_then(|()| route::match_route(&ctx.table, &req, ctx.start));
             let matched = match matched {
@@ -175,16 +168,41 @@ impl Proxy {
                 Err(err) => return NodeAnswer::from(self.fail(&err, ctx)),
             };
             let mut ctx = ctx.routed(matched.route);
-            let found = self
-                .to_node(
-                    req,
-                    &mut ctx,
-                    matched.host,
-                    matched.path_and_query,
-                    dc,
-                    handed,
-                )
-                .await;
+            if let Err(err) = self.identify_and_check(&req, &mut ctx, dc) {
+                return NodeAnswer::from(self.fail(&err, ctx));
+            }
+            let (node, hop_seen) = match select::select(self, &mut ctx, dc).await {
+                Ok(selected) => selected,
+                Err(err) => return NodeAnswer::from(self.fail(&err, ctx)),
+            };
+            // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+            let h1_node = ctx.kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
+            let (up_headers, forwarded) = node_headers::node_headers(
+                self,
+                req.headers_mut(),
+                dc,
+                &ctx,
+                matched.host.as_ref(),
+                h1_node,
+            );
+            let target = matched.path_and_query;
+            let found = if ctx.kind == Kind::WebSocket {
+                let on_upgrade = handed.on_upgrade;
+                let node = (node, hop_seen);
+                self.websocket(req, &mut ctx, node, up_headers, target, on_upgrade)
+                    .await
+                    .map(Answered::Socket)
+            } else {
+                let parts = upstream::request::NodeRequestParts {
+                    headers: up_headers,
+                    forwarded,
+                    host: matched.host,
+                    target,
+                };
+                forward::forward(self, &mut ctx, (node, hop_seen), req, parts)
+                    .await
+                    .map(Answered::Node)
+            };
             match found {
                 Ok(Answered::Node(forwarded)) => respond::respond(self, ctx, forwarded),
                 Ok(Answered::Socket(upgrade)) => {
@@ -195,56 +213,55 @@ impl Proxy {
         }
     }
 
-    /// Phases 2 to 4 for `req` on its matched route (`ctx`), whose host field and node target
-    /// the route phase settled (`host`, `target`): the node's answer, or the WebSocket's. An
-    /// `async` block for the reason [`Proxy::serve`] gives.
+    /// The context of `req` from `dc` before the first phase: what its `head` says, the route
+    /// table snapshot it uses throughout, and the access-log fields read off its head; `present`
+    /// says which looked-up fields it can hold.
+    fn context(
+        &self,
+        req: &Request<ProxyBody>,
+        head: Head,
+        dc: &DownstreamConn,
+        present: http1_codec::head::Present,
+    ) -> RequestCtx<NoRoute> {
+        let (path, target_seen) = LogFields::target(Some(req.uri()));
+        let log = LogFields {
+            method: Some(req.method().clone()),
+            path,
+            target_seen,
+            client: Some(dc.peer),
+            protocol: head.protocol,
+            // Read only for the access line ([`Proxy::finish`] writes none when it is off).
+            trace_id: if self.settings.access_log {
+                access::trace_id(req.headers())
+            } else {
+                None
+            },
+            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
+            ..LogFields::default()
+        };
+        let h2 = req.version() == http::Version::HTTP_2;
+        let table = self.routing.table();
+        RequestCtx::new(head.kind, h2, table, head.start, present, log)
+    }
+
+    /// Phase 2 and what the matched route decides of `req` before a node is selected: the conn
+    /// id (client's, validated; or issued), the declared body within the route's `max_body`, the
+    /// version wanted (SPEC sections 4, 5 and 7), all into `ctx`.
     ///
     /// # Errors
-    /// Any phase's [`ProxyError`], answered by [`Proxy::fail`].
-    #[allow(clippy::manual_async_fn)]
-    fn to_node<'a>(
-        self: &'a Arc<Self>,
-        mut req: Request<ProxyBody>,
-        ctx: &'a mut RequestCtx,
-        host: Option<HeaderValue>,
-        target: PathAndQuery,
-        dc: &'a Arc<DownstreamConn>,
-        handed: Handover,
-    ) -> impl Future<Output = Result<Answered, ProxyError>> + 'a {
-        async move {
-            let id = identify::identify(self, req.headers(), ctx.kind, ctx.h2, dc)?;
-            ctx.conn_id = id.conn_id;
-            ctx.issued = id.issued;
-            guard::check_declared_body(&req, ctx.route.config.max_body)?;
-            ctx.wanted = context::wanted(&ctx.route, &req);
-            let (node, hop_seen) = select::select(self, ctx, dc).await?;
-            // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-            let h1_node = ctx.kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
-            let (up_headers, forwarded) = node_headers::node_headers(
-                self,
-                req.headers_mut(),
-                dc,
-                ctx,
-                host.as_ref(),
-                h1_node,
-            );
-            if ctx.kind == Kind::WebSocket {
-                let on_upgrade = handed.on_upgrade;
-                return self
-                    .websocket(req, ctx, (node, hop_seen), up_headers, target, on_upgrade)
-                    .await
-                    .map(Answered::Socket);
-            }
-            let parts = upstream::request::NodeRequestParts {
-                headers: up_headers,
-                forwarded,
-                host,
-                target,
-            };
-            forward::forward(self, ctx, (node, hop_seen), req, parts)
-                .await
-                .map(Answered::Node)
-        }
+    /// [`ProxyError::BadConnId`] (400), [`ProxyError::BodyTooLarge`] (413).
+    fn identify_and_check(
+        &self,
+        req: &Request<ProxyBody>,
+        ctx: &mut RequestCtx,
+        dc: &DownstreamConn,
+    ) -> Result<(), ProxyError> {
+        let id = identify::identify(self, req.headers(), ctx.kind, ctx.h2, dc)?;
+        ctx.conn_id = id.conn_id;
+        ctx.issued = id.issued;
+        guard::check_declared_body(req, ctx.route.config.max_body)?;
+        ctx.wanted = context::wanted(&ctx.route, req);
+        Ok(())
     }
 
     /// Phase 4 for a WebSocket: the upgrade of `req` (on `node`, with `up_headers` and `target`)
