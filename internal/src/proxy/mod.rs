@@ -110,6 +110,10 @@ impl Proxy {
     /// Returns the answer with an HTTP/1.x node's fields as bytes beside it when the client
     /// speaks HTTP/1.x ([`NodeAnswer`]).
     ///
+    /// Kept as one function: the phases are written out in it, since every level of futures on
+    /// the request path holds the request once more and is copied into its caller's state
+    /// (measured: one level more cost about 1,400 instructions per request, most of them copies).
+    ///
     /// An `async` block, not an `async fn`: an `async fn`'s future holds its arguments twice
     /// (captured, and moved into the body's locals on the first poll; a 240-byte
     /// `Request` at every level of the request path). The block takes them as captured; nothing
@@ -117,7 +121,7 @@ impl Proxy {
     #[allow(clippy::manual_async_fn)]
     pub fn serve<'a>(
         self: &'a Arc<Self>,
-        req: Request<ProxyBody>,
+        mut req: Request<ProxyBody>,
         dc: &'a Arc<DownstreamConn>,
         handed: Handover,
     ) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, std::convert::Infallible>> + 'a {
@@ -137,79 +141,69 @@ impl Proxy {
                 protocol,
                 start,
             };
-            let mut resp = self.phases(req, head, dc, handed).await;
+            // The phases in order (module docs) over one context, consumed by the phase that ends
+            // the request: respond, a WebSocket's answer, or [`Proxy::fail`] for an error. Written
+            // out here, not in a function of their own: each level of futures holds the request
+            // once more, and the caller's state copies a future it cannot build in place.
+            let mut resp = 'phases: {
+                let ctx = self.context(&req, head, dc, handed.present);
+                let matched = guard::check_head(&req, &self.settings.limits)
+                    .and_then(|()| route::match_route(&ctx.table, &req, ctx.start));
+                let matched = match matched {
+                    Ok(m) => m,
+                    Err(err) => break 'phases NodeAnswer::from(self.fail(&err, ctx)),
+                };
+                let mut ctx = ctx.routed(matched.route);
+                if let Err(err) = self.identify_and_check(&req, &mut ctx, dc) {
+                    break 'phases NodeAnswer::from(self.fail(&err, ctx));
+                }
+                let (node, hop_seen) = match select::select(self, &mut ctx, dc).await {
+                    Ok(selected) => selected,
+                    Err(err) => break 'phases NodeAnswer::from(self.fail(&err, ctx)),
+                };
+                // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
+                let h1_node =
+                    ctx.kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
+                let (up_headers, forwarded) = node_headers::node_headers(
+                    self,
+                    req.headers_mut(),
+                    dc,
+                    &ctx,
+                    matched.host.as_ref(),
+                    h1_node,
+                );
+                let target = matched.path_and_query;
+                let found = if ctx.kind == Kind::WebSocket {
+                    let on_upgrade = handed.on_upgrade;
+                    let node = (node, hop_seen);
+                    self.websocket(req, &mut ctx, node, up_headers, target, on_upgrade)
+                        .await
+                        .map(Answered::Socket)
+                } else {
+                    let parts = upstream::request::NodeRequestParts {
+                        headers: up_headers,
+                        forwarded,
+                        host: matched.host,
+                        target,
+                    };
+                    forward::forward(self, &mut ctx, (node, hop_seen), req, parts)
+                        .await
+                        .map(Answered::Node)
+                };
+                match found {
+                    Ok(Answered::Node(forwarded)) => respond::respond(self, ctx, forwarded),
+                    Ok(Answered::Socket(upgrade)) => {
+                        NodeAnswer::from(websocket::answer(self, ctx, upgrade))
+                    }
+                    Err(err) => NodeAnswer::from(self.fail(&err, ctx)),
+                }
+            };
             if h1_upgrade && resp.response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
                 resp.response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             Ok(resp)
-        }
-    }
-
-    /// The phases in order (module docs) for `req` over one context, created here from its
-    /// `head` and consumed by the phase that ends the request: respond, a WebSocket's answer, or
-    /// [`Proxy::fail`] for an error. One `async` block for them all, for the reason
-    /// [`Proxy::serve`] gives: each level of futures holds the request once more.
-    #[allow(clippy::manual_async_fn)]
-    fn phases<'a>(
-        self: &'a Arc<Self>,
-        mut req: Request<ProxyBody>,
-        head: Head,
-        dc: &'a Arc<DownstreamConn>,
-        handed: Handover,
-    ) -> impl Future<Output = NodeAnswer<ProxyBody>> + 'a {
-        async move {
-            let ctx = self.context(&req, head, dc, handed.present);
-            let matched = guard::check_head(&req, &self.settings.limits)
-                .and_then(|()| route::match_route(&ctx.table, &req, ctx.start));
-            let matched = match matched {
-                Ok(m) => m,
-                Err(err) => return NodeAnswer::from(self.fail(&err, ctx)),
-            };
-            let mut ctx = ctx.routed(matched.route);
-            if let Err(err) = self.identify_and_check(&req, &mut ctx, dc) {
-                return NodeAnswer::from(self.fail(&err, ctx));
-            }
-            let (node, hop_seen) = match select::select(self, &mut ctx, dc).await {
-                Ok(selected) => selected,
-                Err(err) => return NodeAnswer::from(self.fail(&err, ctx)),
-            };
-            // A WebSocket handshake is HTTP/1.1 whatever the cluster's protocol (RFC 6455 section 4.1).
-            let h1_node = ctx.kind == Kind::WebSocket || node.settings.protocol == Protocol::Http1;
-            let (up_headers, forwarded) = node_headers::node_headers(
-                self,
-                req.headers_mut(),
-                dc,
-                &ctx,
-                matched.host.as_ref(),
-                h1_node,
-            );
-            let target = matched.path_and_query;
-            let found = if ctx.kind == Kind::WebSocket {
-                let on_upgrade = handed.on_upgrade;
-                let node = (node, hop_seen);
-                self.websocket(req, &mut ctx, node, up_headers, target, on_upgrade)
-                    .await
-                    .map(Answered::Socket)
-            } else {
-                let parts = upstream::request::NodeRequestParts {
-                    headers: up_headers,
-                    forwarded,
-                    host: matched.host,
-                    target,
-                };
-                forward::forward(self, &mut ctx, (node, hop_seen), req, parts)
-                    .await
-                    .map(Answered::Node)
-            };
-            match found {
-                Ok(Answered::Node(forwarded)) => respond::respond(self, ctx, forwarded),
-                Ok(Answered::Socket(upgrade)) => {
-                    NodeAnswer::from(websocket::answer(self, ctx, upgrade))
-                }
-                Err(err) => NodeAnswer::from(self.fail(&err, ctx)),
-            }
         }
     }
 
