@@ -1,7 +1,8 @@
 //! Phase 6, log: the request's outcome in `gateway_requests_total`, the warm-up outcome of its
 //! route table (SPEC section 6 automatic rollback) and the access log line (SPEC section 8), from
-//! the [`LogCtx`] the phases filled in. Also the fields read off the request for it: the protocol
-//! as operators name it, and the trace id of a W3C Trace Context `traceparent` header (the header
+//! the request's context the phases filled in ([`RequestCtx`], its
+//! [`super::context::LogFields`]). Also the fields read off the request for it: the protocol as
+//! operators name it, and the trace id of a W3C Trace Context `traceparent` header (the header
 //! itself is forwarded untouched; it is not hop-by-hop).
 
 use std::sync::{Arc, OnceLock};
@@ -9,73 +10,46 @@ use std::sync::{Arc, OnceLock};
 use http::{HeaderMap, Method, Request, Version};
 use tokio::time::Instant;
 
+use super::context::{RequestCtx, RouteSlot};
 use super::types::Proxy;
-use super::upstream::grpc;
-use crate::routing::RouteTable;
-
-/// Access-log fields gathered along the way (SPEC section 8).
-#[derive(Debug, Clone, Default)]
-pub struct LogCtx {
-    /// Method; `None` (logged `-`) for a refused head whose method did not parse.
-    pub method: Option<http::Method>,
-    /// Target as received (the log shows its path, `-` when `None`: a refused head whose request
-    /// line did not parse); a cheap reference-counted copy.
-    pub uri: Option<http::Uri>,
-    /// Route id or `-`.
-    pub route: Option<Arc<str>>,
-    /// Node id or `-`.
-    pub node: Option<Arc<str>>,
-    /// Conn id.
-    pub conn_id: Option<crate::hopper::ConnId>,
-    /// Hops during this request.
-    pub hops: u32,
-    /// The gRPC status the response ended with, when it is gRPC (CASE-07).
-    pub grpc_status: grpc::GrpcStatus,
-    /// The route table snapshot that served the request: [`Proxy::finish`] counts the outcome on
-    /// its warm-ups (SPEC section 6 automatic rollback).
-    pub table: Option<Arc<RouteTable>>,
-    /// Client address.
-    pub client: Option<std::net::SocketAddr>,
-    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`protocol`]); `-` for a refused head whose
-    /// request line did not parse ([`version_protocol`]).
-    pub protocol: &'static str,
-    /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
-    pub trace_id: Option<String>,
-    /// Set when the gateway made the answer itself: [`super::error::ProxyError::reason`].
-    pub reason: Option<&'static str>,
-    /// The verified client certificate's subject (mTLS, SPEC section 10).
-    pub client_subject: Option<Arc<str>>,
-}
 
 impl Proxy {
-    /// Records metrics and the access log line for a finished request: `status` (the HTTP
-    /// status, also for a gRPC answer), `start` (the request's), `bytes_in`/`bytes_out` (body
-    /// bytes from and to the client).
-    pub fn finish(&self, log: &LogCtx, status: u16, start: Instant, bytes_in: u64, bytes_out: u64) {
-        if let Some(table) = &log.table {
-            table.record_outcome(
-                log.route.as_deref(),
-                log.node.as_deref(),
-                status,
-                Instant::now(),
-            );
-        }
+    /// Records metrics and the access log line for the finished request of `ctx`: `status` (the
+    /// HTTP status, also for a gRPC answer), `bytes_in`/`bytes_out` (body bytes from and to the
+    /// client), `reason` when the gateway made the answer itself
+    /// ([`super::error::ProxyError::reason`]); the route table snapshot of `ctx` counts the outcome
+    /// on its warm-ups (SPEC section 6 automatic rollback).
+    pub(crate) fn finish<R: RouteSlot>(
+        &self,
+        ctx: &RequestCtx<R>,
+        status: u16,
+        bytes_in: u64,
+        bytes_out: u64,
+        reason: Option<&'static str>,
+    ) {
+        let log = &ctx.log;
+        let route = ctx.route.id();
+        ctx.table.record_outcome(
+            route.map(|r| &**r),
+            log.node.as_deref(),
+            status,
+            Instant::now(),
+        );
         let dash = dash();
         self.counters.inc(
             &self.metrics.requests,
-            log.route.as_ref().unwrap_or(dash),
+            route.unwrap_or(dash),
             log.node.as_ref().unwrap_or(dash),
             status,
         );
         if self.settings.access_log {
-            let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+            let duration_ms = ctx.start.elapsed().as_secs_f64() * 1000.0;
             let upstream = log
                 .node
                 .as_deref()
-                .zip(log.table.as_ref())
-                .and_then(|(id, t)| t.node(id).map(|n| n.addr.clone()));
+                .and_then(|id| ctx.table.node(id).map(|n| n.addr.clone()));
             // A node's answer has an upstream status; the gateway's own answers a reason instead.
-            let upstream_status = match log.reason {
+            let upstream_status = match reason {
                 None if upstream.is_some() => Some(status),
                 _ => None,
             };
@@ -84,19 +58,19 @@ impl Proxy {
                 client = %log.client.map_or_else(|| "-".to_string(), |a| a.to_string()),
                 protocol = log.protocol,
                 method = %log.method.as_ref().map_or("-", Method::as_str),
-                path = %log.uri.as_ref().map_or("-", http::Uri::path),
+                path = %log.shown_path(),
                 status,
                 duration_ms = format_args!("{duration_ms:.3}"),
-                route = log.route.as_deref().unwrap_or("-"),
+                route = route.map_or("-", |r| &**r),
                 node = log.node.as_deref().unwrap_or("-"),
-                conn_id = log.conn_id.as_deref().unwrap_or("-"),
+                conn_id = ctx.conn_id.as_deref().unwrap_or("-"),
                 bytes_in,
                 bytes_out,
                 hops = log.hops,
                 grpc_status = log.grpc_status.get(),
                 upstream = upstream.as_deref().unwrap_or("-"),
                 upstream_status = %upstream_status.map_or_else(|| "-".to_string(), |s| s.to_string()),
-                reason = log.reason.unwrap_or("-"),
+                reason = reason.unwrap_or("-"),
                 trace_id = log.trace_id.as_deref(),
                 client_subject = log.client_subject.as_deref(),
             );
@@ -148,7 +122,7 @@ pub(crate) fn version_protocol(version: Option<Version>) -> &'static str {
 /// The trace id of a valid `traceparent` (W3C Trace Context section 3.2:
 /// `version-traceid-parentid-flags`, lower-case hex, trace id not all zeros, version not `ff`);
 /// `None` when absent or malformed.
-pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn trace_id(headers: &HeaderMap) -> Option<Box<str>> {
     // A constant name: looking a `&str` up parses it into a name first, on every request.
     const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
     let v = headers.get(TRACEPARENT)?.to_str().ok()?.trim();
@@ -169,7 +143,7 @@ pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
         && hex(parent, 16)
         && parent.bytes().any(|b| b != b'0')
         && hex(flags, 2);
-    ok.then(|| trace.to_string())
+    ok.then(|| Box::from(trace))
 }
 
 #[cfg(test)]

@@ -1,8 +1,14 @@
 //! The request context: what the phases of [`super::types::Proxy::handle`] learn about one request,
-//! created once after the route phase and passed through the rest (identify → select → forward →
-//! respond → log). Model: pingora-proxy's per-request `Session` + `CTX`.
+//! the access-log fields among it ([`LogFields`]). Created once, from the request head, before the
+//! first phase; the route phase moves it into its routed form (the same value, its route slot
+//! filled: [`RequestCtx::routed`]); the later phases fill it in (identify → select → forward) and
+//! the last one consumes it (respond, or the relay of a WebSocket, writes the access-log line from
+//! it). Model: pingora-proxy's per-request `Session` + `CTX`.
 
 use std::sync::Arc;
+
+use http::uri::PathAndQuery;
+use http::Uri;
 
 use tokio::time::Instant;
 
@@ -52,39 +58,160 @@ pub(crate) fn wanted<B>(route: &Route, req: &http::Request<B>) -> Wanted {
         .unwrap_or_default()
 }
 
-/// One request's context after its route matched (see the module docs). Cheap to clone (a
-/// WebSocket's relay task keeps one for the socket's life).
+/// The access-log fields of a request's context gathered along the way (SPEC section 8); route,
+/// route table and conn id are the context's own ([`RequestCtx`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogFields {
+    /// Method; `None` (logged `-`) for a refused head whose method did not parse.
+    pub method: Option<http::Method>,
+    /// The target's path and query as received, a cheap reference-counted copy: the log shows
+    /// its path (as [`http::Uri::path`] gives it, [`LogFields::target`]). `None` when the target
+    /// has none: an authority-form target (logged empty) or, with `target_seen` false, a refused
+    /// head whose request line did not parse (logged `-`).
+    pub path: Option<PathAndQuery>,
+    /// False only for a refused head whose request line did not parse.
+    pub target_seen: bool,
+    /// Node id or `-`.
+    pub node: Option<Arc<str>>,
+    /// Hops during this request.
+    pub hops: u32,
+    /// The gRPC status the response ended with, when it is gRPC (CASE-07).
+    pub grpc_status: super::upstream::grpc::GrpcStatus,
+    /// Client address.
+    pub client: Option<std::net::SocketAddr>,
+    /// `http/1.0`, `http/1.1`, `h2`, `ws` or `grpc` ([`super::access::protocol`]); `-` for a
+    /// refused head whose request line did not parse ([`super::access::version_protocol`]).
+    pub protocol: &'static str,
+    /// Trace id of a valid W3C `traceparent` (the header itself is forwarded untouched).
+    pub trace_id: Option<Box<str>>,
+    /// The verified client certificate's subject (mTLS, SPEC section 10).
+    pub client_subject: Option<Arc<str>>,
+}
+
+impl LogFields {
+    /// The target fields of a request whose target is `uri` (`None`: its request line did not
+    /// parse).
+    pub(crate) fn target(uri: Option<&Uri>) -> (Option<PathAndQuery>, bool) {
+        let Some(uri) = uri else {
+            return (None, false);
+        };
+        // No path and query: authority-form, whose path `Uri::path` gives as "".
+        (uri.path_and_query().cloned(), true)
+    }
+
+    /// What the log shows of the target: its path, "" for authority-form, `-` when not known.
+    pub(crate) fn shown_path(&self) -> &str {
+        match &self.path {
+            Some(pq) => pq.path(),
+            None if self.target_seen => "",
+            None => "-",
+        }
+    }
+}
+
+/// The route slot of a [`RequestCtx`] before the route phase matched one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NoRoute;
+
+/// What a [`RequestCtx`]'s route slot can hold: [`NoRoute`] before the route phase, the matched
+/// `Arc<Route>` after it. The access log reads the route's id through it (`-` without one).
+pub(crate) trait RouteSlot {
+    /// The route's id; `None` before a route matched.
+    fn id(&self) -> Option<&Arc<str>>;
+}
+
+impl RouteSlot for NoRoute {
+    fn id(&self) -> Option<&Arc<str>> {
+        None
+    }
+}
+
+impl RouteSlot for Arc<Route> {
+    fn id(&self) -> Option<&Arc<str>> {
+        Some(&self.id)
+    }
+}
+
+/// One request's context (see the module docs): `R` is its route slot, [`NoRoute`] until the
+/// route phase matched and `Arc<Route>` (the default, what every later phase sees) from then on.
+/// Cheap to clone (a WebSocket's relay task keeps one for the socket's life).
 #[derive(Debug, Clone)]
-pub(crate) struct RequestCtx {
+pub(crate) struct RequestCtx<R = Arc<Route>> {
     /// What the request is.
     pub kind: Kind,
     /// True if it came over HTTP/2 (its connection has a conn id of its own, SPEC section 5).
     pub h2: bool,
-    /// Matched route.
-    pub route: Arc<Route>,
-    /// The table snapshot the request uses throughout.
+    /// Matched route (phase 1).
+    pub route: R,
+    /// The table snapshot the request uses throughout, loaded once with the head.
     pub table: Arc<RouteTable>,
-    /// Conn id (validated, or issued by the gateway), if any (SPEC section 5).
+    /// Conn id (validated, or issued by the gateway), if any (phase 2, SPEC section 5).
     pub conn_id: Option<ConnId>,
     /// True if the gateway issued the id (it is returned to the client).
     pub issued: bool,
-    /// Version decision (SPEC section 7).
+    /// Version decision (SPEC section 7); set once the route matched.
     pub wanted: Wanted,
-    /// The gateway's zone, for zone-aware selection.
-    pub zone: Option<Arc<str>>,
     /// Request start.
     pub start: Instant,
-    /// When the failure behind a hop counted while selecting the node was first seen
-    /// ([`crate::hopper::Placement::hop_seen`]); set by the select phase.
-    pub hop_seen: Option<Instant>,
     /// Which of the looked-up fields the request holds, as its parser saw them.
     pub present: Present,
+    /// The access-log fields (SPEC section 8): those of the head, then the node and hops as the
+    /// phases learn them.
+    pub log: LogFields,
+}
+
+impl RequestCtx<NoRoute> {
+    /// The context of a request of `kind` (over HTTP/2 when `h2`) that started at `start`, before
+    /// any phase ran: `table` is the route table snapshot it will use throughout, `log` the
+    /// access-log fields read off its head.
+    pub(crate) fn new(
+        kind: Kind,
+        h2: bool,
+        table: Arc<RouteTable>,
+        start: Instant,
+        present: Present,
+        log: LogFields,
+    ) -> Self {
+        RequestCtx {
+            kind,
+            h2,
+            route: NoRoute,
+            table,
+            conn_id: None,
+            issued: false,
+            wanted: Wanted::default(),
+            start,
+            present,
+            log,
+        }
+    }
+
+    /// The same context with `route` in its route slot (the route phase matched it).
+    pub(crate) fn routed(self, route: Arc<Route>) -> RequestCtx {
+        RequestCtx {
+            kind: self.kind,
+            h2: self.h2,
+            route,
+            table: self.table,
+            conn_id: self.conn_id,
+            issued: self.issued,
+            wanted: self.wanted,
+            start: self.start,
+            present: self.present,
+            log: self.log,
+        }
+    }
 }
 
 impl RequestCtx {
-    /// The selection criteria of this request with `exclude` (nodes already tried) left out: the
-    /// one place they are built (SPEC section 7: version, splits, zone, stable key).
-    pub(crate) fn criteria<'a>(&'a self, exclude: &'a [NodeId]) -> Criteria<'a> {
+    /// The selection criteria of this request with `exclude` (nodes already tried) left out, in
+    /// the gateway's `zone`: the one place they are built (SPEC section 7: version, splits, zone,
+    /// stable key).
+    pub(crate) fn criteria<'a>(
+        &'a self,
+        zone: Option<&'a str>,
+        exclude: &'a [NodeId],
+    ) -> Criteria<'a> {
         Criteria {
             version: self.wanted.version.as_deref(),
             metadata_key: self
@@ -95,7 +222,7 @@ impl RequestCtx {
                 .map_or("version", |c| c.metadata_key.as_str()),
             avoid_versions: &self.wanted.avoid,
             exclude,
-            zone: self.zone.as_deref(),
+            zone,
             key: self.conn_id.as_deref().or(self.wanted.split_key.as_deref()),
         }
     }
@@ -111,5 +238,37 @@ impl RequestCtx {
     /// When the route's timeout runs out for a node's response head (SPEC section 4).
     pub(crate) fn deadline(&self) -> Instant {
         super::upstream::grpc_call::head_deadline(self.start, self.route.config.timeout, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_logged_path_is_the_targets_as_uri_gives_it() {
+        for target in [
+            "/a/b?c=1",
+            "*",
+            "http://h.example",
+            "http://h.example/x?y",
+            "h.example:443",
+        ] {
+            let uri: Uri = target.parse().expect("uri");
+            let (path, target_seen) = LogFields::target(Some(&uri));
+            let log = LogFields {
+                path,
+                target_seen,
+                ..LogFields::default()
+            };
+            assert_eq!(log.shown_path(), uri.path(), "{target}");
+        }
+        let (path, target_seen) = LogFields::target(None);
+        let unknown = LogFields {
+            path,
+            target_seen,
+            ..LogFields::default()
+        };
+        assert_eq!(unknown.shown_path(), "-");
     }
 }

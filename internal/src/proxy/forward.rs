@@ -10,7 +10,6 @@ use std::sync::Arc;
 use http::{Method, Request};
 use tokio::time::Instant;
 
-use super::access::LogCtx;
 use super::body::{BodyTap, BoxError, ProxyBody, Replay};
 use super::client_body::request_body;
 use super::context::{Kind, RequestCtx};
@@ -18,14 +17,16 @@ use super::error::ProxyError;
 use super::expect::{self, ContinueGate};
 use super::hop_clock::HopClock;
 use super::http1_codec::fields::NodeAnswer;
+use super::respond::Forwarded;
 use super::retry::{self, Decision, FailAs, Failure, Penalty, Spent};
 use super::types::Proxy;
+use super::upstream::client::NodeAnswerBody;
 use super::upstream::grpc_call;
 use super::upstream::request::{NodeRequest, NodeRequestParts, SendError};
 use crate::config::Protocol;
 use crate::hopper::{Follow, HopReason};
 use crate::metrics::RetryLabels;
-use crate::registry::{Node, NodeId};
+use crate::registry::{InflightGuard, Node, NodeId};
 use crate::selection;
 
 fn is_idempotent(m: &Method) -> bool {
@@ -36,14 +37,16 @@ fn is_idempotent(m: &Method) -> bool {
 }
 
 /// Picks another node for a retry, excluding `tried`.
-fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
-    let c = ctx.criteria(tried);
+fn another(p: &Proxy, ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
+    let c = ctx.criteria(p.settings.zone.as_deref(), tried);
     selection::select(&ctx.table, &ctx.route.cluster, &c, Instant::now()).node
 }
 
-/// Forwards `req` to `node` (and others on retry); see the module docs. The loop is short: send
-/// one attempt; on a node's answer, respond (phase 5); on a failure, ask [`retry::decide`] and go
-/// on with the node it names, or fail.
+/// Forwards `req` to `node` (and others on retry) for the request of `ctx`, whose log fields
+/// get the node and the hops; `hop_seen` is when the failure behind a hop counted by the
+/// selection was first seen (the hop ends when a node answers); see the module docs. The loop is short: send one attempt; on a
+/// node's answer, return it for phase 5; on a failure, ask [`retry::decide`] and go on with the
+/// node it names, or fail.
 ///
 /// # Errors
 /// [`ProxyError::Timeout`] past the route timeout (or the call's gRPC deadline), the client's
@@ -54,12 +57,11 @@ fn another(ctx: &RequestCtx, tried: &[NodeId]) -> Option<Arc<Node>> {
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn forward<'a>(
     p: &'a Arc<Proxy>,
-    ctx: RequestCtx,
-    node: Arc<Node>,
+    ctx: &'a mut RequestCtx,
+    (node, hop_seen): (Arc<Node>, Option<Instant>),
     req: Request<ProxyBody>,
     out: NodeRequestParts,
-    log: &'a mut LogCtx,
-) -> impl Future<Output = Result<NodeAnswer<ProxyBody>, ProxyError>> + 'a {
+) -> impl Future<Output = Result<Forwarded, ProxyError>> + 'a {
     async move {
         let method = req.method().clone();
         // Expect: 100-continue from an HTTP/1.1 client to an HTTP/1.1 node: the body waits for the node (CASE-15).
@@ -83,7 +85,7 @@ pub(crate) fn forward<'a>(
             ctx.route.config.grpc_max_timeout,
         );
         let mut a = Attempts {
-            clock: HopClock::new(&p.metrics, ctx.hop_seen),
+            clock: HopClock::new(&p.metrics, hop_seen),
             deadline: grpc_call::head_deadline(ctx.start, ctx.route.config.timeout, budget),
             p,
             ctx,
@@ -98,11 +100,19 @@ pub(crate) fn forward<'a>(
             failure_seen: None,
         };
         loop {
-            let failed = match a.send(body, log).await? {
-                Ok(resp) => return Ok(resp),
+            let failed = match a.send(body).await? {
+                Ok((answer, inflight)) => {
+                    return Ok(Forwarded {
+                        call_deadline: a.budget.map(|_| a.deadline),
+                        node: a.node,
+                        answer,
+                        inflight,
+                        tap: a.tap.take().unwrap_or_else(BodyTap::empty),
+                    })
+                }
                 Err(failed) => failed,
             };
-            body = a.after_failure(failed, log).await?;
+            body = a.after_failure(failed).await?;
         }
     }
 }
@@ -110,7 +120,7 @@ pub(crate) fn forward<'a>(
 /// The state of one request's attempts (see [`forward`]).
 struct Attempts<'a> {
     p: &'a Arc<Proxy>,
-    ctx: RequestCtx,
+    ctx: &'a mut RequestCtx,
     /// The node the next attempt goes to.
     node: Arc<Node>,
     method: Method,
@@ -133,8 +143,8 @@ struct Attempts<'a> {
 type Failed = (SendError, crate::registry::passive::PassiveMark);
 
 impl Attempts<'_> {
-    /// Sends `body` to the current node: `Ok(Ok)` is the client's response (phase 5), `Ok(Err)` a
-    /// failure for [`Attempts::after_failure`].
+    /// Sends `body` to the current node: `Ok(Ok)` is its answer (for phase 5) with its in-flight
+    /// count, `Ok(Err)` a failure for [`Attempts::after_failure`].
     ///
     /// # Errors
     /// [`ProxyError::Timeout`] when the deadline passes first (the node is charged unless it was
@@ -142,11 +152,10 @@ impl Attempts<'_> {
     async fn send(
         &mut self,
         body: ProxyBody,
-        log: &mut LogCtx,
-    ) -> Result<Result<NodeAnswer<ProxyBody>, Failed>, ProxyError> {
+    ) -> Result<Result<(NodeAnswer<NodeAnswerBody>, InflightGuard), Failed>, ProxyError> {
         // Borrowed field by field below (no reference count per attempt).
         let node = &self.node;
-        log.node = Some(node.id.clone());
+        self.ctx.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let mark = node.runtime.passive_mark();
         if self.budget.is_some() {
@@ -201,17 +210,7 @@ impl Attempts<'_> {
             .metrics
             .request_duration
             .observe(self.ctx.start.elapsed().as_secs_f64());
-        Ok(Ok(super::respond::respond(
-            self.p,
-            &self.ctx,
-            node,
-            self.budget.map(|_| self.deadline),
-            sent,
-            inflight,
-            self.tap.take().unwrap_or_else(BodyTap::empty),
-            // The caller is done with the context once a response exists.
-            std::mem::take(log),
-        )))
+        Ok(Ok((sent, inflight)))
     }
 
     /// After a failed attempt: charges the node, asks [`retry::decide`], and returns the body the
@@ -219,11 +218,7 @@ impl Attempts<'_> {
     ///
     /// # Errors
     /// The client's own body fault, or the failure itself when no retry is left.
-    async fn after_failure(
-        &mut self,
-        (err, mark): Failed,
-        log: &mut LogCtx,
-    ) -> Result<ProxyBody, ProxyError> {
+    async fn after_failure(&mut self, (err, mark): Failed) -> Result<ProxyBody, ProxyError> {
         let node = self.node.clone();
         let now = Instant::now();
         self.failure_seen.get_or_insert(now);
@@ -258,17 +253,16 @@ impl Attempts<'_> {
             }
             (Decision::OtherNode { hop, retry, fail }, Some(body)) => {
                 self.tried.push(node.id.clone());
-                let Some(next) = another(&self.ctx, &self.tried) else {
+                let Some(next) = another(self.p, self.ctx, &self.tried) else {
                     return Err(failed(fail, &node, detail, cause));
                 };
-                retry_log(self.p, &self.ctx, &node, &next, retry, &detail);
+                retry_log(self.p, self.ctx, &node, &next, retry, &detail);
                 self.node = moved(
                     self.p,
-                    &self.ctx,
+                    self.ctx,
                     &node,
                     next,
                     hop,
-                    log,
                     &self.tried,
                     &mut self.clock,
                     self.failure_seen,
@@ -357,18 +351,18 @@ fn retry_log(
     tracing::info!(route = %ctx.route.id, from = %from.id, to = %to.id, reason, detail, "retrying on another node");
 }
 
-/// Moves a bound conn id along with a retry; returns the node to try next. When a concurrent
+/// Moves a bound conn id along with a retry (a hop, counted in `ctx`'s log fields); returns the
+/// node to try next. When a concurrent
 /// request moved the id first (compare-and-set lost), this one follows it there if that node is
 /// usable and untried, so the id moves once and its requests land together (CASE-17). A hop
 /// counted here is owed to `clock`, timed from `seen` (the request's first failed attempt).
 #[allow(clippy::too_many_arguments)]
 async fn moved(
     p: &Proxy,
-    ctx: &RequestCtx,
+    ctx: &mut RequestCtx,
     old: &Node,
     next: Arc<Node>,
     reason: HopReason,
-    log: &mut LogCtx,
     tried: &[NodeId],
     clock: &mut HopClock<'_>,
     seen: Option<Instant>,
@@ -376,8 +370,8 @@ async fn moved(
     let Some(conn) = &ctx.conn_id else {
         return next;
     };
-    log.hops += 1;
-    let c = ctx.criteria(tried);
+    ctx.log.hops += 1;
+    let c = ctx.criteria(p.settings.zone.as_deref(), tried);
     let now = Instant::now();
     let (node, counted) = p
         .hopper

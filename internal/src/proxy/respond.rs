@@ -16,7 +16,6 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::access::LogCtx;
 use super::body::{full, BodyTap, ProxyBody, ResponseBody};
 use super::client_body::ClientBodyError;
 use super::context::{Kind, RequestCtx};
@@ -194,40 +193,54 @@ fn http_answer(err: &ProxyError) -> (Response<ProxyBody>, bool) {
     }
 }
 
-/// The node's answer `sent` made the client's: hop-by-hop fields and `TE` removed (RFC 9110
-/// section 7.6.1), a framed 204's framing dropped (CASE-27), the conn id the gateway issued
-/// added; the body relayed frame by frame, cut at `node`'s drain deadline (SPEC section 5) and,
-/// for gRPC, at `call_deadline`; when it ends the request is logged (phase 6) with the bytes of
-/// `tap` and of the response (an HTTP/1.1 node's connection goes back to the pool by itself,
-/// [`super::upstream::http1::body`]).
-// The response needs every piece of the attempt; a struct for one call site would only rename them.
-#[allow(clippy::too_many_arguments)]
+/// What a node answered, with what [`respond`] (phase 5) needs of the attempt that got it
+/// ([`super::forward::forward`]).
+pub(crate) struct Forwarded {
+    /// The node that answered.
+    pub node: Arc<Node>,
+    /// The gRPC call's deadline, which bounds its response stream too; `None` without one.
+    pub call_deadline: Option<Instant>,
+    /// The node's answer.
+    pub answer: NodeAnswer<NodeAnswerBody>,
+    /// The node's in-flight count, held until the response body ends.
+    pub inflight: InflightGuard,
+    /// The client's body as sent (its byte count goes in the access log).
+    pub tap: BodyTap,
+}
+
+/// The node's answer in `forwarded` made the client's, ending the request of `ctx`: hop-by-hop
+/// fields and `TE` removed (RFC 9110 section 7.6.1), a framed 204's framing dropped (CASE-27),
+/// the conn id the gateway issued added; the body relayed frame by frame, cut at the node's drain
+/// deadline (SPEC section 5) and, for gRPC, at the call's deadline; when it ends the request is
+/// logged (phase 6) from `ctx` with the bytes of the client's body and of the response (an
+/// HTTP/1.1 node's connection goes back to the pool by itself, [`super::upstream::http1::body`]).
 pub(crate) fn respond(
     p: &Arc<Proxy>,
-    ctx: &RequestCtx,
-    node: &Node,
-    call_deadline: Option<Instant>,
-    sent: NodeAnswer<NodeAnswerBody>,
-    inflight: InflightGuard,
-    tap: BodyTap,
-    log: LogCtx,
+    mut ctx: RequestCtx,
+    forwarded: Forwarded,
 ) -> NodeAnswer<ProxyBody> {
+    let Forwarded {
+        node,
+        call_deadline,
+        answer: sent,
+        inflight,
+        tap,
+    } = forwarded;
     let NodeAnswer {
         response: sent,
         mut node_fields,
     } = sent;
     let (mut parts, incoming) = sent.into_parts();
     // Relayed frame by frame; cut at the node's drain deadline (gRPC: grpc-status 14), SPEC section 5.
-    let mut log = log;
     let is_grpc = grpc::is_grpc(&parts.headers);
     let incoming = grpc::relay(
         &parts.headers,
         is_grpc,
         incoming,
-        node,
-        &mut log.grpc_status,
+        &node,
+        &mut ctx.log.grpc_status,
     );
-    let grpc_status = log.grpc_status.clone();
+    let grpc_status = ctx.log.grpc_status.clone();
     // CASE-27, RFC 9112 section 6.3 rule 1: a 204 ends at its head. Framing fields on it are the
     // node's mistake (RFC 9110 section 8.6): never passed on (nor is its connection pooled,
     // [`super::upstream::http1::head`]).
@@ -250,10 +263,9 @@ pub(crate) fn respond(
     }
     let status = parts.status.as_u16();
     let proxy = p.clone();
-    let start = ctx.start;
     let done = move |bytes_out| {
         drop(inflight);
-        proxy.finish(&log, status, start, tap.bytes_in(), bytes_out);
+        proxy.finish(&ctx, status, tap.bytes_in(), bytes_out, None);
     };
     let body = if is_grpc {
         let call = CallBody::new(incoming, call_deadline, grpc_status);

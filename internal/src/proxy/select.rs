@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::access::LogCtx;
+use tokio::time::Instant;
+
 use super::context::RequestCtx;
 use super::error::ProxyError;
 use super::types::{DownstreamConn, Proxy};
@@ -13,8 +14,9 @@ use crate::metrics::ClusterLabel;
 use crate::registry::Node;
 use crate::selection;
 
-/// Selects the first node for `ctx` and records a hop counted on the way in `log` and
-/// `ctx.hop_seen`. An HTTP/2 connection without an affinity header is bound to the node
+/// Selects the first node for `ctx`, recording a hop counted on the way in its log fields;
+/// returns the node and, after such a hop, when the failure behind it was first seen
+/// ([`crate::hopper::Placement::hop_seen`]), which the hop's latency is timed from. An HTTP/2 connection without an affinity header is bound to the node
 /// (`dc.bound`), so that node's drain sends the connection GOAWAY (SPEC section 5).
 ///
 /// # Errors
@@ -25,15 +27,14 @@ pub(crate) async fn select(
     p: &Proxy,
     ctx: &mut RequestCtx,
     dc: &DownstreamConn,
-    log: &mut LogCtx,
-) -> Result<Arc<Node>, ProxyError> {
+) -> Result<(Arc<Node>, Option<Instant>), ProxyError> {
     let placement = p
         .hopper
         .place(
             ctx.conn_id.as_ref(),
             &ctx.table,
             &ctx.route.cluster,
-            &ctx.criteria(&[]),
+            &ctx.criteria(p.settings.zone.as_deref(), &[]),
             ctx.start,
         )
         .await;
@@ -55,9 +56,8 @@ pub(crate) async fn select(
         tracing::warn!(cluster = %ctx.route.cluster.name, requested_version = requested, candidates = miss.candidates, matched = miss.matched, "no node matches the requested version; using all candidates");
     }
     if placement.hopped_from.is_some() {
-        log.hops += 1;
+        ctx.log.hops += 1;
     }
-    ctx.hop_seen = placement.hop_seen;
     let node = match placement.node {
         Some(n) => n,
         None => all_down(p, ctx)?,
@@ -69,7 +69,7 @@ pub(crate) async fn select(
             changed
         });
     }
-    Ok(node)
+    Ok((node, placement.hop_seen))
 }
 
 /// No selectable node: the route's `on_all_down` (SPEC section 4) — the fallback answer, or with

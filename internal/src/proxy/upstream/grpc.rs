@@ -73,33 +73,33 @@ pub(crate) fn status_of(headers: &HeaderMap) -> Option<u32> {
 /// Cheap to clone; unset until a `grpc-status` is seen. The default does not record anything and
 /// costs no allocation (plain HTTP requests); [`GrpcStatus::track`] makes it record, for gRPC.
 #[derive(Debug, Clone, Default)]
-pub struct GrpcStatus(Option<Arc<AtomicU32>>);
+pub(crate) struct GrpcStatus(Option<Arc<AtomicU32>>);
 
 /// Marks "no status seen" inside [`GrpcStatus`]; not a valid gRPC code (they are 0..=16).
 const UNSET: u32 = u32::MAX;
 
 impl GrpcStatus {
     /// A status that records, unset.
-    pub fn tracked() -> Self {
+    pub(crate) fn tracked() -> Self {
         GrpcStatus(Some(Arc::new(AtomicU32::new(UNSET))))
     }
 
     /// Makes this status record from now on (no-op if it already does).
-    pub fn track(&mut self) {
+    pub(crate) fn track(&mut self) {
         if self.0.is_none() {
             *self = GrpcStatus::tracked();
         }
     }
 
     /// Records `code` if this status records ([`GrpcStatus::track`]); the last one wins.
-    pub fn set(&self, code: u32) {
+    pub(crate) fn set(&self, code: u32) {
         if let Some(a) = &self.0 {
             a.store(code, Ordering::Relaxed);
         }
     }
 
     /// The recorded code, if any.
-    pub fn get(&self) -> Option<u32> {
+    pub(crate) fn get(&self) -> Option<u32> {
         self.0
             .as_ref()
             .map(|a| a.load(Ordering::Relaxed))

@@ -35,11 +35,7 @@ impl Relay {
         let mut clock = HopClock::new(&metrics, None);
         if let (Some(conn), Some(next)) = (
             self.s.ctx.conn_id.clone(),
-            pick_other(
-                &self.s.ctx,
-                &self.s.p.routing.table(),
-                std::slice::from_ref(&old.id),
-            ),
+            pick_other(&self.s.p, &self.s.ctx, std::slice::from_ref(&old.id)),
         ) {
             let (_, counted) = self
                 .s
@@ -51,7 +47,7 @@ impl Relay {
             if counted {
                 clock.push(seen);
             }
-            self.s.log.hops += 1;
+            self.s.ctx.log.hops += 1;
         }
         self.close_node(CloseCode::GOING_AWAY, "going away").await;
         // Observed as the hint goes out, before the client can see it (and read the metric).

@@ -13,7 +13,6 @@ use http::{header, HeaderMap, HeaderValue, Method};
 use tokio::time::Instant;
 
 use crate::hopper::{Follow, HopReason};
-use crate::proxy::access::LogCtx;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_clock::HopClock;
@@ -21,7 +20,6 @@ use crate::proxy::types::Proxy;
 use crate::proxy::upstream::http1::conn::Handshook;
 use crate::proxy::upstream::request::{NodeRequest, SendError};
 use crate::registry::{Node, NodeId};
-use crate::routing::RouteTable;
 use crate::selection;
 
 pub(crate) use super::outcome::{DialError, Negotiated};
@@ -38,7 +36,8 @@ pub(super) struct FirstHandshake {
 }
 
 /// Sends the handshake `hs` of the request in `ctx` to `node`, and on a connect failure to other
-/// nodes (moving a bound id along, a `connect_error` hop), until one answers; returns that node and
+/// nodes (moving a bound id along, a `connect_error` hop, counted in `ctx`'s log fields), until one
+/// answers; returns that node and
 /// its answer (a `101` with the node's stream, or any other answer).
 ///
 /// # Errors
@@ -46,10 +45,9 @@ pub(super) struct FirstHandshake {
 /// handshake failed after it was sent, [`ProxyError::Timeout`] past the route timeout.
 pub(super) async fn first(
     p: &Proxy,
-    ctx: &RequestCtx,
+    ctx: &mut RequestCtx,
     mut node: Arc<Node>,
     hs: &FirstHandshake,
-    log: &mut LogCtx,
 ) -> Result<(Arc<Node>, Handshook), ProxyError> {
     let deadline = ctx.deadline();
     let mut tried: Vec<NodeId> = Vec::new();
@@ -58,7 +56,7 @@ pub(super) async fn first(
     let mut clock = HopClock::new(&p.metrics, None);
     let mut failure_seen: Option<Instant> = None;
     loop {
-        log.node = Some(node.id.clone());
+        ctx.log.node = Some(node.id.clone());
         let mark = node.runtime.passive_mark();
         let err = match tokio::time::timeout_at(deadline, dial(p, &node, hs)).await {
             Err(_) => {
@@ -86,7 +84,7 @@ pub(super) async fn first(
         node.runtime.record_connect_error(h, &detail, mark, now);
         let seen = *failure_seen.get_or_insert(now);
         tried.push(node.id.clone());
-        let Some(next) = pick_other(ctx, &p.routing.table(), &tried) else {
+        let Some(next) = pick_other(p, ctx, &tried) else {
             return Err(ProxyError::Connect {
                 node: node.id.to_string(),
                 detail,
@@ -107,7 +105,7 @@ pub(super) async fn first(
             if hop.await.logged().1 {
                 clock.push(seen);
             }
-            log.hops += 1;
+            ctx.log.hops += 1;
         }
         node = next;
     }
@@ -159,18 +157,15 @@ async fn dial(p: &Proxy, node: &Node, hs: &FirstHandshake) -> Result<Handshook, 
     })
 }
 
-/// Picks a node of the route's cluster other than those in `exclude`, from the live table (the
+/// Picks a node of the route's cluster other than those in `exclude`, from `p`'s live table (the
 /// socket may outlive the table it started with).
-pub(super) fn pick_other(
-    ctx: &RequestCtx,
-    live: &RouteTable,
-    exclude: &[NodeId],
-) -> Option<Arc<Node>> {
+pub(super) fn pick_other(p: &Proxy, ctx: &RequestCtx, exclude: &[NodeId]) -> Option<Arc<Node>> {
+    let live = p.routing.table();
     let cluster = live
         .clusters
         .get(&ctx.route.cluster.name)
         .cloned()
         .unwrap_or_else(|| ctx.route.cluster.clone());
-    let c = ctx.criteria(exclude);
-    selection::select(live, &cluster, &c, Instant::now()).node
+    let c = ctx.criteria(p.settings.zone.as_deref(), exclude);
+    selection::select(&live, &cluster, &c, Instant::now()).node
 }

@@ -162,8 +162,8 @@ impl Relay {
             }
             None => None,
         };
-        self.s.log.hops += 1;
-        self.s.log.node = Some(node.id.clone());
+        self.s.ctx.log.hops += 1;
+        self.s.ctx.log.node = Some(node.id.clone());
         let inflight = node.runtime.start_request();
         let client = self.s.negotiated.extensions.deflate();
         let translate =
@@ -225,10 +225,10 @@ async fn redial(
     // did not agree to): never tried again for this hop.
     let mut refused: Vec<NodeId> = Vec::new();
     loop {
-        let Some(node) = pick_other(&ctx, &p.routing.table(), &tried) else {
+        let Some(node) = pick_other(&p, &ctx, &tried) else {
             let mut rest = refused.clone();
             rest.push(from.clone());
-            if !refused.is_empty() && pick_other(&ctx, &p.routing.table(), &rest).is_none() {
+            if !refused.is_empty() && pick_other(&p, &ctx, &rest).is_none() {
                 // Every other selectable node refused: the reconnect hint, now (SPEC section 5).
                 return None;
             }

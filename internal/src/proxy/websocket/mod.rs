@@ -42,7 +42,6 @@ use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use super::access::LogCtx;
 use super::body::ProxyBody;
 use super::context::RequestCtx;
 use super::downstream::http1::rewind::Rewind;
@@ -53,23 +52,44 @@ use super::types::Proxy;
 use super::upstream::http1::conn::Handshook;
 use crate::registry::Node;
 
-/// Proxies a WebSocket handshake to `node` (or another node if it refuses the connection) and, on
-/// 101, spawns the relay task over both upgraded streams. Returns the node's answer for the client.
+/// How a WebSocket handshake ended ([`handshake`]); [`answer`] makes the client's answer of it.
+pub(crate) enum Upgrade {
+    /// The node refused the upgrade: its answer, relayed as an ordinary response.
+    Refused(Response<ProxyBody>),
+    /// The node switched protocols: what the relay starts from.
+    Switched(Box<Switched>),
+}
+
+/// A node's accepted upgrade, before the relay starts.
+pub(crate) struct Switched {
+    /// The client's answer head (the node's, as [`client_head`] made it).
+    head: http::response::Parts,
+    /// The node that accepted and its upgraded stream.
+    node: Arc<Node>,
+    up: Stream,
+    /// The handshake to replay on a hop, and what the node agreed to.
+    hs: Handshake,
+    negotiated: Negotiated,
+    /// The client's side of the upgrade.
+    downstream: ClientUpgrade,
+}
+
+/// Sends the WebSocket handshake of `req` (the request of `ctx`) to `node`, or another node if it
+/// refuses the connection; `up_headers` and `path_and_query` are what the node gets,
+/// `downstream` the client's side of the upgrade. Returns how the node answered, for [`answer`].
 ///
 /// # Errors
 /// [`ProxyError::Connect`] when no node accepted a connection, [`ProxyError::Upstream`] when the
 /// handshake failed after it was sent, [`ProxyError::Timeout`] past the route timeout.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn proxy(
-    p: Arc<Proxy>,
-    ctx: RequestCtx,
+pub(crate) async fn handshake(
+    p: &Proxy,
+    ctx: &mut RequestCtx,
     node: Arc<Node>,
     req: Request<ProxyBody>,
     mut up_headers: HeaderMap,
     path_and_query: PathAndQuery,
     downstream: ClientUpgrade,
-    log: &mut LogCtx,
-) -> Result<Response<ProxyBody>, ProxyError> {
+) -> Result<Upgrade, ProxyError> {
     headers::set_websocket_upgrade(&mut up_headers);
     // RFC 8441 section 5: the node gets an HTTP/1.1 handshake, which needs a key of its own.
     let over_h2 = is_extended_connect(&req);
@@ -86,24 +106,23 @@ pub(crate) async fn proxy(
         headers: up_headers,
     };
     drop(req);
-    let (node, dialled) = dial::first(&p, &ctx, node, &hs, log).await?;
-    let (mut parts, up) = match dialled {
+    let (node, dialled) = dial::first(p, ctx, node, &hs).await?;
+    let (mut head, up) = match dialled {
         Handshook::Switched { head, io, early } => (head, Stream::Node(Rewind::new(early, io))),
         Handshook::Answer(resp) => {
-            // The node refused the upgrade: relay its answer as an ordinary response.
             let (mut parts, up_body) = resp.into_parts();
-            client_head(&p, &ctx, &mut parts.headers, false);
-            p.finish(log, parts.status.as_u16(), ctx.start, 0, 0);
-            return Ok(Response::from_parts(parts, up_body.boxed_unsync()));
+            client_head(p, ctx, &mut parts.headers, false);
+            let resp = Response::from_parts(parts, up_body.boxed_unsync());
+            return Ok(Upgrade::Refused(resp));
         }
     };
     node.runtime.record_passive_success();
-    client_head(&p, &ctx, &mut parts.headers, true);
+    client_head(p, ctx, &mut head.headers, true);
     if over_h2 {
         // RFC 8441 section 5: a 2xx accepts an extended CONNECT.
-        parts.status = StatusCode::OK;
+        head.status = StatusCode::OK;
     }
-    let negotiated = negotiate(&ctx, &mut parts.headers);
+    let negotiated = negotiate(ctx, &mut head.headers);
     // Kept as one block of bytes: no map, and no value sharing the connection's read buffer
     // (memory per idle WebSocket).
     let hs = Handshake::replay(
@@ -112,28 +131,45 @@ pub(crate) async fn proxy(
         &hs.headers,
         &negotiated,
     );
-    let session = relay::Session {
-        p: p.clone(),
-        ctx,
+    Ok(Upgrade::Switched(Box::new(Switched {
+        head,
+        node,
+        up,
         hs,
         negotiated,
-        log: socket_log::SocketLog::of(log),
+        downstream,
+    })))
+}
+
+/// The client's answer to the WebSocket handshake of `ctx` that ended as `upgrade`, ending the
+/// request: a refused upgrade is logged (phase 6) now; on an accepted one the relay task is
+/// spawned with `ctx` (it writes the access-log line when the socket ends).
+pub(crate) fn answer(p: &Arc<Proxy>, ctx: RequestCtx, upgrade: Upgrade) -> Response<ProxyBody> {
+    let s = match upgrade {
+        Upgrade::Refused(resp) => {
+            p.finish(&ctx, resp.status().as_u16(), 0, 0, None);
+            return resp;
+        }
+        Upgrade::Switched(s) => *s,
+    };
+    let session = relay::Session {
+        p: p.clone(),
+        ctx: socket_log::socket_ctx(ctx),
+        hs: s.hs,
+        negotiated: s.negotiated,
     };
     let gauge = p.metrics.connection("websocket");
-    let inflight = node.runtime.start_request();
+    let inflight = s.node.runtime.start_request();
     // The first node's parameters are the client's but for the imposed context reset, which
     // needs no translation: the side plans none.
-    let side = relay::NodeSide::new(node, up, inflight, None);
+    let side = relay::NodeSide::new(s.node, s.up, inflight, None);
     tokio::spawn(socket_task(
         gauge,
-        downstream,
+        s.downstream,
         Box::new(session),
         Box::new(side),
     ));
-    Ok(Response::from_parts(
-        parts,
-        super::body::full(bytes::Bytes::new()),
-    ))
+    Response::from_parts(s.head, super::body::full(bytes::Bytes::new()))
 }
 
 /// What the first node agreed to in its answer `headers`; on a `hop` route the answer the client
@@ -214,13 +250,15 @@ mod size_tests {
     /// compact; 720 and 1,112 with rustc 1.95; 704 and 1,104 since the resting wait replaced
     /// `select!` and the limits are read from the settings; 1,112 with the node side's pointer to
     /// its deflate translator (`None` unless a hop needs one); 1,104 since the close and drain
-    /// state is one enum. Bounds, so a compiler's layout changes do not fail it.
+    /// state is one enum. The session inside the relay block (the request's context, its log
+    /// fields among it): 424 bytes. Bounds, so a compiler's layout changes do not fail it.
     #[test]
     fn an_idle_sockets_task_and_relay_block_stay_small() {
         let task = returned(socket_task as fn(_, _, _, _) -> _);
         assert!(task <= 704, "task cell {task} bytes");
         let relay = std::mem::size_of::<relay::Relay>();
         assert!(relay <= 1104, "relay block {relay} bytes");
-        assert!(std::mem::size_of::<socket_log::SocketLog>() <= 144);
+        let session = std::mem::size_of::<relay::Session>();
+        assert!(session <= 424, "session {session} bytes");
     }
 }

@@ -30,7 +30,7 @@ use super::io::FrameIo;
 use super::message::Carry;
 use super::phase::Phase;
 use super::pump::{self, Pumped, Traffic};
-use super::socket_log::{socket_span, SocketLog};
+use super::socket_log::socket_span;
 use super::wait::{Resting, Woken};
 use super::Stream;
 use crate::config::WsMode;
@@ -49,14 +49,13 @@ pub(super) const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct Session {
     /// The proxy (metrics, hopper, upstream client, shutdown watch).
     pub(super) p: Arc<Proxy>,
-    /// Route, conn id and version decision of the upgrade request.
+    /// The upgrade request's context: route, conn id, version decision and the access-log
+    /// fields (the line is written when the socket ends).
     pub(super) ctx: RequestCtx,
     /// The handshake to replay on a hop.
     pub(super) hs: Handshake,
     /// What the first node agreed to.
     pub(super) negotiated: Negotiated,
-    /// Access-log fields beyond `ctx`'s; the line is written when the socket ends.
-    pub(super) log: SocketLog,
 }
 
 /// Whether the task goes on.
@@ -189,10 +188,9 @@ impl Relay {
         Box::pin(self.close_node(CloseCode::GOING_AWAY, "going away")).await;
         self.down.shutdown().await;
         let t = self.traffic;
-        let log = self.s.log.line(&self.s.ctx);
         self.s
             .p
-            .finish(&log, 101, self.s.ctx.start, t.bytes_in, t.bytes_out);
+            .finish(&self.s.ctx, 101, t.bytes_in, t.bytes_out, None);
     }
 }
 

@@ -1,73 +1,20 @@
-//! The access-log fields a relayed socket keeps for its one line at the end (SPEC section 8):
-//! only what its request context ([`RequestCtx`]: route, table, conn id) does not hold already,
-//! in compact form, since the socket may stay idle for days (memory per idle
-//! WebSocket); and the socket's span ([`socket_span`]). Spawns nothing.
+//! What a relayed socket keeps of its request for its one access-log line at the end (SPEC
+//! section 8): the request's context itself ([`socket_ctx`]), which may stay idle for days
+//! (memory per idle WebSocket); and the socket's span ([`socket_span`]). Spawns nothing.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use http::Method;
-
-use crate::proxy::access::LogCtx;
 use crate::proxy::context::RequestCtx;
 
-/// A socket's access-log fields, taken from the handshake's [`LogCtx`]; [`SocketLog::line`] gives
-/// that context back, equal field for field, when the socket ends.
-///
-/// Left out because the context holds them: `route` (the route's id), `table` and `conn_id`
-/// (both set from the same values as the request context's, [`crate::proxy::types::Proxy::serve`]);
-/// because a relayed socket's answer is the node's `101`: `reason` (set only for the gateway's
-/// own answers) and `grpc_status` (never tracked for a WebSocket).
-#[derive(Debug)]
-pub(super) struct SocketLog {
-    method: Option<Method>,
-    /// The target as text (the handshake's target was already re-parsed from its text so that it
-    /// shares no read buffer); parsed again for the line.
-    uri: Option<Box<str>>,
-    client: Option<SocketAddr>,
-    protocol: &'static str,
-    trace_id: Option<Box<str>>,
-    client_subject: Option<Arc<str>>,
-    /// The node serving the socket (changed by a hop).
-    pub(super) node: Option<Arc<str>>,
-    /// Hops during the socket's life.
-    pub(super) hops: u32,
-}
-
-impl SocketLog {
-    /// The fields of the handshake's `log` that the socket's request context does not hold.
-    pub(super) fn of(log: &LogCtx) -> Self {
-        SocketLog {
-            method: log.method.clone(),
-            uri: log.uri.as_ref().map(|u| u.to_string().into_boxed_str()),
-            client: log.client,
-            protocol: log.protocol,
-            trace_id: log.trace_id.as_deref().map(Box::from),
-            client_subject: log.client_subject.clone(),
-            node: log.node.clone(),
-            hops: log.hops,
+/// The request context `ctx` of an accepted upgrade as its socket keeps it: every field as it
+/// is, but the target in the log fields copied out of the connection's read buffer it may share
+/// (a socket that stays open must not keep that buffer alive).
+pub(super) fn socket_ctx(mut ctx: RequestCtx) -> RequestCtx {
+    if let Some(path) = ctx.log.path.as_mut() {
+        // Parsing text copies it; a target that parsed once parses again.
+        if let Ok(own) = http::uri::PathAndQuery::try_from(path.as_str()) {
+            *path = own;
         }
     }
-
-    /// The access-log context of the socket served for the request in `ctx`: the fields kept here
-    /// with route, table and conn id from `ctx` ([`crate::proxy::types::Proxy::finish`] writes it).
-    pub(super) fn line(&self, ctx: &RequestCtx) -> LogCtx {
-        LogCtx {
-            method: self.method.clone(),
-            uri: self.uri.as_deref().and_then(|u| u.parse().ok()),
-            route: Some(ctx.route.id.clone()),
-            node: self.node.clone(),
-            conn_id: ctx.conn_id.clone(),
-            hops: self.hops,
-            grpc_status: Default::default(),
-            table: Some(ctx.table.clone()),
-            client: self.client,
-            protocol: self.protocol,
-            trace_id: self.trace_id.as_deref().map(String::from),
-            reason: None,
-            client_subject: self.client_subject.clone(),
-        }
-    }
+    ctx
 }
 
 /// The span of the socket served for the request in `ctx`: `websocket`, with its conn id (`-`
@@ -83,72 +30,73 @@ pub(super) fn socket_span(ctx: &RequestCtx) -> tracing::Span {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::config::{load_str, test_fixtures::two_versions, IdMode};
     use crate::hopper::ConnIds;
     use crate::metrics::Metrics;
     use crate::proxy::context::Kind;
+    use crate::proxy::context::LogFields;
     use crate::registry::Registry;
     use crate::routing::RouteTable;
+    use http::Method;
     use tokio::time::Instant;
 
     #[test]
-    fn the_line_gives_back_every_field_of_the_handshakes_log() {
+    fn the_socket_keeps_every_field_and_a_target_of_its_own() {
         let registry = Registry::new(Arc::new(Metrics::new()));
         let cfg = Arc::new(load_str(&two_versions("version"), "t.toml").expect("valid"));
         let table = Arc::new(RouteTable::build(cfg, &registry, 1, None));
         let conn = ConnIds::new(IdMode::Client, Vec::new())
             .parse(b"user-7")
             .expect("id");
-        let ctx = RequestCtx {
-            kind: Kind::WebSocket,
-            h2: false,
-            route: table.routes[0].clone(),
-            table: table.clone(),
-            conn_id: Some(conn.clone()),
-            issued: false,
-            wanted: Default::default(),
-            zone: None,
-            start: Instant::now(),
-            hop_seen: None,
-            present: crate::proxy::http1_codec::head::Present::UNKNOWN,
-        };
-        let log = LogCtx {
+        // The target shares a larger buffer, as one parsed from a connection's read buffer does.
+        let buffer = bytes::Bytes::from_static(b"GET /ws/chat?room=1 HTTP/1.1\r\n\r\n");
+        let uri = http::Uri::from_maybe_shared(buffer.slice(4..19)).expect("uri");
+        let (path, target_seen) = LogFields::target(Some(&uri));
+        let log = LogFields {
             method: Some(Method::GET),
-            uri: Some("/ws/chat?room=1".parse().expect("uri")),
-            route: Some(Arc::from("r")),
+            path,
+            target_seen,
             node: Some(Arc::from("a")),
-            conn_id: Some(conn),
-            table: Some(table.clone()),
+            hops: 2,
             client: Some("127.0.0.1:4000".parse().expect("addr")),
             protocol: "ws",
-            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_string()),
+            trace_id: Some(Box::from("4bf92f3577b34da6a3ce929d0e0e4736")),
             client_subject: Some(Arc::from("CN=client")),
-            ..LogCtx::default()
+            ..LogFields::default()
         };
-        let mut kept = SocketLog::of(&log);
-        kept.hops += 2;
-        kept.node = Some(Arc::from("b"));
-        let line = kept.line(&ctx);
+        let mut ctx = RequestCtx::new(
+            Kind::WebSocket,
+            false,
+            table.clone(),
+            Instant::now(),
+            crate::proxy::http1_codec::head::Present::UNKNOWN,
+            log,
+        )
+        .routed(table.routes[0].clone());
+        ctx.conn_id = Some(conn);
+        let kept = socket_ctx(ctx);
+        let line = &kept.log;
         assert_eq!(line.method, Some(Method::GET));
-        assert_eq!(
-            line.uri.as_ref().map(|u| u.to_string()).as_deref(),
-            Some("/ws/chat?room=1")
-        );
-        assert_eq!(line.uri.as_ref().map(http::Uri::path), Some("/ws/chat"));
-        assert_eq!(line.route.as_deref(), Some("r"));
-        assert_eq!(line.node.as_deref(), Some("b"));
-        assert_eq!(line.conn_id.as_deref(), Some("user-7"));
+        let path = line.path.as_ref().expect("target kept");
+        assert_eq!(path.as_str(), "/ws/chat?room=1");
+        assert_eq!(path.path(), "/ws/chat");
+        let within = buffer.as_ptr_range().contains(&path.as_str().as_ptr());
+        assert!(!within, "the kept target still points into the read buffer");
+        assert_eq!(kept.route.id, table.routes[0].id);
+        assert!(Arc::ptr_eq(&kept.table, &table));
+        assert_eq!(kept.conn_id.as_deref(), Some("user-7"));
+        assert_eq!(line.node.as_deref(), Some("a"));
         assert_eq!(line.hops, 2);
         assert_eq!(line.grpc_status.get(), None);
-        assert!(line.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, &table)));
         assert_eq!(line.client, Some("127.0.0.1:4000".parse().expect("addr")));
         assert_eq!(line.protocol, "ws");
         assert_eq!(
             line.trace_id.as_deref(),
             Some("4bf92f3577b34da6a3ce929d0e0e4736")
         );
-        assert_eq!(line.reason, None);
         assert_eq!(line.client_subject.as_deref(), Some("CN=client"));
     }
 }
