@@ -127,14 +127,7 @@ impl Gateway {
 
     /// The admin view of node `id`.
     pub async fn node(&self, id: &str) -> serde_json::Value {
-        let nodes = self.admin_json("/admin/nodes").await;
-        nodes
-            .as_array()
-            .expect("array")
-            .iter()
-            .find(|n| n["id"] == id)
-            .cloned()
-            .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
+        node_in(&self.admin_json("/admin/nodes").await, id)
     }
 
     /// Waits until node `id` is in `state`.
@@ -268,4 +261,15 @@ impl Gateway {
         let ([a, b], gw) = Gateway::over_node_a_and_b(health, crate::Route::api()).await;
         (a, b, gw)
     }
+}
+
+/// Node `id` in `nodes`, the array `GET /admin/nodes` answers; panics when it is not there.
+pub fn node_in(nodes: &serde_json::Value, id: &str) -> serde_json::Value {
+    nodes
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|n| n["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
 }

@@ -32,7 +32,7 @@ pub mod raw;
 pub mod recorder;
 
 pub use self::config::{Cluster, Config, Health, Route};
-pub use self::gateway::{metric_value, Gateway};
+pub use self::gateway::{metric_value, node_in, Gateway};
 pub use self::http::{get, request, Resp};
 pub use self::mock::Mock;
 pub use self::process::{bin, free_port, root, wait_port, wait_until, Logs};

@@ -125,10 +125,8 @@ pub struct Upgrader {
 
 impl std::fmt::Debug for Upgrader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upgrader")
-            .field("exe", &self.exe)
-            .field("phase", &self.phase)
-            .finish_non_exhaustive()
+        let (exe, phase) = (&self.exe, &self.phase);
+        write!(f, "Upgrader {{ exe: {exe:?}, phase: {phase:?}, .. }}")
     }
 }
 

@@ -11,6 +11,23 @@ async fn shutting_down_in(timeout: &str, addr: String, cluster_extra: &str) -> G
     Gateway::start(&config(&[("node-a", addr)], cluster_extra, &top)).await
 }
 
+/// A `GET /data` through `gw` that `node-a` (`a`) answers `delay_ms` after it arrives, returned
+/// once the node counts it in flight.
+async fn in_flight(
+    gw: &Gateway,
+    a: &Mock,
+    delay_ms: u64,
+) -> tokio::task::JoinHandle<anyhow::Result<integration_tests::Resp>> {
+    a.delay(delay_ms).await;
+    let url = gw.url("/data");
+    let slow = tokio::spawn(async move { get(&url, &[]).await });
+    wait_until(Duration::from_secs(5), "a request in flight", || async {
+        gw.node("node-a").await["inflight"] == 1
+    })
+    .await;
+    slow
+}
+
 /// SIGTERM lets in-flight requests finish and the gateway exits with code 0.
 #[tokio::test]
 async fn sigterm_finishes_in_flight_work_and_exits_zero() {
@@ -21,13 +38,7 @@ async fn sigterm_finishes_in_flight_work_and_exits_zero() {
         idle_h2.get("/data", &[]).await.expect("h2 request").status,
         200
     );
-    a.delay(1000).await;
-    let url = gw.url("/data");
-    let slow = tokio::spawn(async move { get(&url, &[]).await });
-    wait_until(Duration::from_secs(5), "a request in flight", || async {
-        gw.node("node-a").await["inflight"] == 1
-    })
-    .await;
+    let slow = in_flight(&gw, &a, 1000).await;
     let term_at = Instant::now();
     gw.signal("TERM");
     // Every h2 connection gets GOAWAY and ends (it has no streams left).
@@ -100,13 +111,7 @@ async fn sigterm_with_shutdown_spread_waits_for_in_flight_work_after_the_spread(
     let a = Mock::start("node-a").await;
     let top = "[server]\nshutdown_timeout = \"1s\"\nshutdown_spread = \"2s\"\n";
     let mut gw = Gateway::start(&config(&[("node-a", a.addr())], "", top)).await;
-    a.delay(1500).await;
-    let url = gw.url("/data");
-    let slow = tokio::spawn(async move { get(&url, &[]).await });
-    wait_until(Duration::from_secs(5), "a request in flight", || async {
-        gw.node("node-a").await["inflight"] == 1
-    })
-    .await;
+    let slow = in_flight(&gw, &a, 1500).await;
     let term_at = Instant::now();
     gw.signal("TERM");
     let r = slow.await.expect("join").expect("in-flight request");

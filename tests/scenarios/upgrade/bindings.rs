@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use integration_tests::get;
 use integration_tests::upgrade::Upgradable;
+use integration_tests::{get, node_in};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -104,13 +104,7 @@ async fn node(gw: &Upgradable, id: &str) -> serde_json::Value {
         .await
         .expect("nodes")
         .json();
-    nodes
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|n| n["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("node {id} not in {nodes}"))
+    node_in(&nodes, id)
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use integration_tests::upgrade::{gone, Upgradable};
 use integration_tests::wait_until;
+use integration_tests::Mock;
 
 use super::{gateway, serves};
 
@@ -45,20 +46,14 @@ async fn serves_on_then_upgrades(mut gw: Upgradable, reason: &[&str]) {
 
 #[tokio::test]
 async fn upgrade_to_a_binary_that_exits_is_rolled_back() {
-    let (_mocks, gw) = gateway("", &[]).await;
-    gw.install_script("exit 1");
-    gw.usr2();
-    counted(&gw, "failed").await;
+    let (_mocks, gw) = rolled_back("", "exit 1", "failed").await;
     serves_on_then_upgrades(gw, &["exited", "exit status: 1"]).await;
 }
 
 #[tokio::test]
 async fn upgrade_to_a_binary_never_ready_is_stopped_at_upgrade_timeout() {
-    let (_mocks, gw) = gateway("upgrade_timeout = \"2s\"", &[]).await;
     // `exec`: the pid the old process started is the sleeper itself.
-    gw.install_script("exec sleep 60");
-    gw.usr2();
-    counted(&gw, "timeout").await;
+    let (_mocks, gw) = rolled_back("upgrade_timeout = \"2s\"", "exec sleep 60", "timeout").await;
     let line = gw
         .logs
         .wait_for(&["upgrade failed; serving on"], Duration::from_secs(5))
@@ -66,6 +61,16 @@ async fn upgrade_to_a_binary_never_ready_is_stopped_at_upgrade_timeout() {
     let sleeper = new_pid(&line);
     assert!(gone(sleeper), "the new process {sleeper} was stopped");
     serves_on_then_upgrades(gw, &["not ready within upgrade_timeout"]).await;
+}
+
+/// A gateway (`server` lines as in [`gateway`]) whose upgrade to `script` was just rolled back
+/// and counted with `result`.
+async fn rolled_back(server: &str, script: &str, result: &str) -> ([Mock; 2], Upgradable) {
+    let (mocks, gw) = gateway(server, &[]).await;
+    gw.install_script(script);
+    gw.usr2();
+    counted(&gw, result).await;
+    (mocks, gw)
 }
 
 /// The `new_pid=Some(<pid>)` field of a log line.
@@ -88,10 +93,7 @@ fn unknown_version_script() -> String {
 
 #[tokio::test]
 async fn upgrade_to_an_unknown_handover_version_is_refused() {
-    let (_mocks, gw) = gateway("", &[]).await;
-    gw.install_script(&unknown_version_script());
-    gw.usr2();
-    counted(&gw, "failed").await;
+    let (_mocks, gw) = rolled_back("", &unknown_version_script(), "failed").await;
     serves_on_then_upgrades(gw, &["unknown handover version 999"]).await;
 }
 
@@ -107,18 +109,10 @@ async fn sigterm_during_an_upgrade_stops_the_new_process_too() {
     let sleeper = new_pid(&line);
     let old = gw.pid();
     gw.signal("TERM");
-    gw.logs
-        .wait_for(
-            &["upgrade stopped: the gateway is shutting down"],
-            Duration::from_secs(10),
-        )
-        .await;
-    wait_until(
-        Duration::from_secs(20),
-        "the gateway to exit",
-        || async move { gone(old) },
-    )
-    .await;
+    let stopped = "upgrade stopped: the gateway is shutting down";
+    gw.logs.wait_for(&[stopped], Duration::from_secs(10)).await;
+    let exited = || async move { gone(old) };
+    wait_until(Duration::from_secs(20), "the gateway to exit", exited).await;
     assert!(
         gone(sleeper),
         "the new process {sleeper} was stopped with the gateway"

@@ -156,57 +156,45 @@ async fn refused(n: &Negotiated, answer: &'static [u8]) -> String {
 #[tokio::test]
 async fn answers_an_rfc_6455_client_must_fail_are_refused() {
     let plain = negotiated(None, Agreed::None);
-    assert_eq!(
-        refused(
+    let chat = negotiated(Some("chat"), Agreed::None);
+    let cases: [(&Negotiated, &'static [u8], &str); 6] = [
+        (
             &plain,
-            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
-        )
-        .await,
-        "status 503"
-    );
-    assert_eq!(
-        refused(
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n",
+            "status 503",
+        ),
+        (
             &plain,
-            b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: d3Jvbmc=\r\n\r\n"
-        )
-        .await,
-        "Sec-WebSocket-Accept does not match the key"
-    );
-    assert_eq!(
-        refused(
+            b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: d3Jvbmc=\r\n\r\n",
+            "Sec-WebSocket-Accept does not match the key",
+        ),
+        (
             &plain,
             b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
-              Sec-WebSocket-Protocol: chat\r\n\r\n"
-        )
-        .await,
-        "the node selected a different subprotocol"
-    );
-    assert_eq!(
-        refused(
-            &negotiated(Some("chat"), Agreed::None),
-            b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
-        )
-        .await,
-        "the node selected a different subprotocol"
-    );
-    assert_eq!(
-        refused(
+              Sec-WebSocket-Protocol: chat\r\n\r\n",
+            "the node selected a different subprotocol",
+        ),
+        (
+            &chat,
+            b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+            "the node selected a different subprotocol",
+        ),
+        (
             &plain,
             b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
-              Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
-        )
-        .await,
-        "the node accepted an extension that was not offered"
-    );
-    assert_eq!(
-        refused(
+              Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
+            "the node accepted an extension that was not offered",
+        ),
+        (
             &plain,
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\
-              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
-        )
-        .await,
-        "the 101 does not switch to websocket alone"
-    );
+              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+            "the 101 does not switch to websocket alone",
+        ),
+    ];
+    for (n, answer, why) in cases {
+        assert_eq!(refused(n, answer).await, why);
+    }
     assert!(refused(&plain, b"HTTP/1.1 1O1 bad\r\n\r\n")
         .await
         .starts_with("malformed answer head"),);
