@@ -35,10 +35,10 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::drains::Drains;
 use crate::admin::status::Readiness;
 use crate::admin::Admin;
-use crate::config::{Config, IdMode, StoreKind};
+use crate::config::{Config, StoreKind};
 use crate::drain;
 use crate::hopper::affinity::{AffinityStore, MemoryStore, RedisSettings, RedisStore};
-use crate::hopper::{ConnIds, Hopper};
+use crate::hopper::Hopper;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
@@ -140,7 +140,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
     let (data, admin_l, health_l, tls) = listeners.into_parts();
     let registry = Arc::new(Registry::new(metrics.clone()));
     let store = affinity_store(&cfg, &metrics).await?;
-    let ids = conn_ids(&cfg)?;
+    let ids = workers::conn_ids(&cfg)?;
     let routing = Arc::new(Routing::new(
         opts.config,
         opts.file.clone(),
@@ -164,6 +164,7 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         cfg.server.upgrade_timeout,
         metrics.clone(),
         (held, state),
+        proxy.mover.clone(),
         received.is_some(),
     );
     let admin = Arc::new(Admin {
@@ -208,10 +209,11 @@ pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<()
         metrics.clone(),
         watch.clone(),
     ));
-    drop(watch);
     // The sockets listen since bind: connections queue and are accepted by the loops just spawned.
     readiness.set_listening();
-    handover::announce(received.zip(moved), &metrics, &upgrader).await;
+    let serve = (&proxy, &watch);
+    handover::announce(received.zip(moved), &metrics, &upgrader, serve).await;
+    drop(watch);
 
     let handed_over = handover::until_stop(shutdown, &upgrader, &admin_accepting).await;
     wind_down(
@@ -377,24 +379,4 @@ async fn wind_down(
         tasks.abort_all();
     }
     routing.shutdown().await;
-}
-
-fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
-    if cfg.affinity.ids == IdMode::Client {
-        return Ok(ConnIds::new(IdMode::Client, Vec::new()));
-    }
-    let key = std::env::var(&cfg.affinity.secret_env)
-        .ok()
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| ServerError::MissingSecret(cfg.affinity.secret_env.clone()))?;
-    let mut keys = vec![key.into_bytes()];
-    if let Ok(old) = std::env::var(&cfg.affinity.old_secrets_env) {
-        keys.extend(
-            old.split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(|k| k.as_bytes().to_vec()),
-        );
-    }
-    Ok(ConnIds::new(IdMode::Signed, keys))
 }

@@ -40,6 +40,7 @@ pub mod http1_codec;
 pub(crate) mod identify;
 #[cfg(test)]
 pub(crate) mod loopback;
+pub mod moving;
 pub(crate) mod node_headers;
 pub mod respond;
 pub(crate) mod retry;

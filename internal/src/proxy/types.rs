@@ -92,4 +92,6 @@ pub struct Proxy {
     pub settings: ProxySettings,
     /// Shutdown signal for long-lived connections.
     pub shutdown: drain::Watch,
+    /// Where idle HTTP/1.1 connections go in an upgrade (SPEC section 13); shared by the workers.
+    pub mover: Arc<crate::proxy::moving::Mover>,
 }

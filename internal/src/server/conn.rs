@@ -17,6 +17,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::drain;
 use crate::proxy::downstream::http1 as own_h1;
 use crate::proxy::downstream::http1::rewind::Rewind;
+use crate::proxy::moving::MovedConn;
 use crate::proxy::{DownstreamConn, Proxy};
 
 /// hyper's server for what the gateway's own HTTP/1.x driver ([`crate::proxy::downstream::http1`]) does not
@@ -111,6 +112,31 @@ pub(super) async fn serve_data<I>(
         own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch).await;
     }
     // The connection was its own affinity key: with it gone, so is the binding.
+    if let Some(id) = dc.conn_id.get() {
+        proxy.hopper.store().remove(id).await;
+    }
+}
+
+/// Serves an idle HTTP/1.1 connection that moved from the old process in an upgrade (SPEC
+/// section 13) with the gateway's own driver, from its buffered bytes on. It holds no share of
+/// `[limits] max_connections` (it was admitted by the old process); a socket the runtime cannot
+/// take is closed.
+pub(super) async fn serve_moved(c: MovedConn, proxy: Arc<Proxy>, watch: drain::Watch) {
+    let io = match c
+        .socket
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpStream::from_std(c.socket))
+    {
+        Ok(io) => io,
+        Err(e) => {
+            tracing::debug!(peer = %c.peer, error = %e, "moved connection not served");
+            return;
+        }
+    };
+    let _gauge = proxy.metrics.connection("http");
+    let dc = Arc::new(DownstreamConn::new(c.peer));
+    let first = BytesMut::from(&c.buffered[..]);
+    own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch).await;
     if let Some(id) = dc.conn_id.get() {
         proxy.hopper.store().remove(id).await;
     }

@@ -21,7 +21,9 @@ use crate::drain;
 use crate::hopper::affinity::redis::DrainRecord;
 use crate::hopper::{AffinityStore, Hopper};
 use crate::metrics::Metrics;
+use crate::proxy::Proxy;
 use crate::upgrade::message::{BindingItem, Item, ListenerRole};
+use crate::upgrade::moving::Arrivals;
 use crate::upgrade::receive::Received;
 use crate::upgrade::{HeldListener, StateSnapshot, Upgrader};
 
@@ -250,9 +252,10 @@ pub(super) async fn announce(
     received: Option<(Received, Restored)>,
     metrics: &Metrics,
     upgrader: &Upgrader,
+    serve: (&Arc<Proxy>, &drain::Watch),
 ) {
     match received {
-        Some((r, moved)) => complete(r, moved, metrics, upgrader).await,
+        Some((r, moved)) => complete(r, moved, metrics, upgrader, serve).await,
         None => crate::notify::ready(),
     }
 }
@@ -283,24 +286,51 @@ pub(super) async fn until_stop(
 
 /// Ends the start-up of a process started by an upgrade, once it accepts on every listener:
 /// counts the upgrade, tells systemd `MAINPID` and `READY=1`, tells the old process it is ready,
-/// and takes triggers from then on.
-async fn complete(r: Received, moved: Restored, metrics: &Metrics, upgrader: &Upgrader) {
+/// serves the idle connections it sends from then on ([`adopt`], with `serve`'s proxy and
+/// shutdown signal), and takes triggers from then on.
+async fn complete(
+    r: Received,
+    moved: Restored,
+    metrics: &Metrics,
+    upgrader: &Upgrader,
+    serve: (&Arc<Proxy>, &drain::Watch),
+) {
     let (listeners, from_pid) = (r.listener_count, r.from_pid);
     crate::upgrade::count_success(metrics, listeners);
     crate::notify::upgraded(std::process::id());
     match r.ready().await {
-        Ok(()) => tracing::info!(
-            from_pid,
-            listeners,
-            bindings = moved.bindings,
-            drains = moved.drains,
-            "upgrade complete"
-        ),
+        Ok(arrivals) => {
+            tracing::info!(
+                from_pid,
+                listeners,
+                bindings = moved.bindings,
+                drains = moved.drains,
+                "upgrade complete"
+            );
+            tokio::spawn(adopt(arrivals, serve.0.clone(), serve.1.clone()));
+        }
         Err(e) => {
             tracing::warn!(from_pid, error = %e, "upgrade complete, but the old process did not hear it")
         }
     }
     upgrader.idle();
+}
+
+/// Serves each idle HTTP/1.1 connection the old process sends (SPEC section 13), counted in
+/// `gateway_upgrade_moved_total{kind="http1"}`, until it closes the channel or this process
+/// shuts down (`watch`).
+async fn adopt(mut arrivals: Arrivals, proxy: Arc<Proxy>, mut watch: drain::Watch) {
+    loop {
+        let batch = tokio::select! {
+            b = arrivals.next() => b,
+            () = watch.signaled() => None,
+        };
+        let Some(batch) = batch else { return };
+        crate::upgrade::count_moved(&proxy.metrics, "http1", batch.len());
+        for c in batch {
+            tokio::spawn(super::conn::serve_moved(c, proxy.clone(), watch.clone()));
+        }
+    }
 }
 
 /// Spawns the upgrade triggers (SPEC section 13) onto `tasks`: `SIGUSR2` and, when configured,

@@ -22,7 +22,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::accept::{accept_data, accept_tls, TlsListener, TlsPart};
 use super::listen::ConnLimit;
 use super::ServerError;
-use crate::config::Config;
+use crate::config::{Config, IdMode};
 use crate::drain;
 use crate::hopper::{ConnIds, Hopper};
 use crate::metrics::Metrics;
@@ -205,6 +205,7 @@ pub(super) fn data_proxy(
             shutdown_spread: cfg.server.shutdown_spread,
         },
         shutdown: watch.clone(),
+        mover: Default::default(),
     })
 }
 
@@ -228,5 +229,31 @@ pub(super) fn worker_proxy(shared: &Proxy, cfg: &Config) -> Proxy {
         counters: Default::default(),
         settings: shared.settings.clone(),
         shutdown: shared.shutdown.clone(),
+        mover: shared.mover.clone(),
     }
+}
+
+/// The conn id validator of `cfg` (SPEC section 4 `[affinity] ids`): signed ids take the key in
+/// `secret_env` and the old keys in `old_secrets_env`.
+///
+/// # Errors
+/// [`ServerError::MissingSecret`] when signed ids have no key.
+pub(super) fn conn_ids(cfg: &Config) -> Result<ConnIds, ServerError> {
+    if cfg.affinity.ids == IdMode::Client {
+        return Ok(ConnIds::new(IdMode::Client, Vec::new()));
+    }
+    let key = std::env::var(&cfg.affinity.secret_env)
+        .ok()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ServerError::MissingSecret(cfg.affinity.secret_env.clone()))?;
+    let mut keys = vec![key.into_bytes()];
+    if let Ok(old) = std::env::var(&cfg.affinity.old_secrets_env) {
+        keys.extend(
+            old.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(|k| k.as_bytes().to_vec()),
+        );
+    }
+    Ok(ConnIds::new(IdMode::Signed, keys))
 }

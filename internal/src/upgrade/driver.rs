@@ -8,6 +8,7 @@ use tokio::process::Child;
 use super::fds::{read_frame, send_fds, write_frame};
 use super::message::{
     parse_from_new, to_json, FromNew, FromOld, Handover, Item, MessageError, HANDOVER_VERSION,
+    OLDEST_VERSION,
 };
 use super::{borrowed, HeldListener, UpgradeError, Upgrader};
 
@@ -15,17 +16,17 @@ use super::{borrowed, HeldListener, UpgradeError, Upgrader};
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs the conversation on `ch` with the new process (`child`, when this process started it).
-/// Returns the new process's pid once it is ready.
+/// Returns the new process's pid and handover version once it is ready.
 ///
 /// # Errors
 /// [`UpgradeError`]: the channel closed or failed, the new process refused or spoke another
 /// handover version, or `child` exited.
 pub(super) async fn hand_over(
     up: &Upgrader,
-    mut ch: UnixStream,
+    ch: &mut UnixStream,
     child: &mut Option<Child>,
-) -> Result<u32, UpgradeError> {
-    let conversation = talk(up, &mut ch);
+) -> Result<(u32, u32), UpgradeError> {
+    let conversation = talk(up, ch);
     let Some(c) = child.as_mut() else {
         return conversation.await;
     };
@@ -58,9 +59,14 @@ async fn next(ch: &mut UnixStream) -> Result<FromNew, UpgradeError> {
 }
 
 /// Hello, handover, ready (module docs).
-async fn talk(up: &Upgrader, ch: &mut UnixStream) -> Result<u32, UpgradeError> {
-    match next(ch).await? {
-        FromNew::Hello { version, .. } if version == HANDOVER_VERSION => {}
+async fn talk(up: &Upgrader, ch: &mut UnixStream) -> Result<(u32, u32), UpgradeError> {
+    // Written in the lower of the two versions (the version rule, message module docs).
+    let version = match next(ch).await? {
+        FromNew::Hello { version, .. }
+            if (OLDEST_VERSION..=HANDOVER_VERSION).contains(&version) =>
+        {
+            version
+        }
         FromNew::Hello { version, .. } => {
             let e = MessageError::Version(version);
             refuse(ch, &e.to_string()).await;
@@ -68,7 +74,7 @@ async fn talk(up: &Upgrader, ch: &mut UnixStream) -> Result<u32, UpgradeError> {
         }
         FromNew::Refused { reason } => return Err(UpgradeError::Refused(reason)),
         FromNew::Ready { .. } => return Err(UpgradeError::Refused("ready before hello".into())),
-    }
+    };
     let held = duplicates(up).map_err(UpgradeError::Channel)?;
     let mut items: Vec<Item> = held
         .iter()
@@ -81,7 +87,7 @@ async fn talk(up: &Upgrader, ch: &mut UnixStream) -> Result<u32, UpgradeError> {
         .collect();
     items.extend((up.state)());
     let msg = FromOld::Handover(Handover {
-        version: HANDOVER_VERSION,
+        version,
         from_pid: std::process::id(),
         fds: held.len(),
         items,
@@ -93,7 +99,7 @@ async fn talk(up: &Upgrader, ch: &mut UnixStream) -> Result<u32, UpgradeError> {
         .await
         .map_err(UpgradeError::Channel)?;
     match next(ch).await? {
-        FromNew::Ready { pid } => Ok(pid),
+        FromNew::Ready { pid } => Ok((pid, version)),
         FromNew::Refused { reason } => Err(UpgradeError::Refused(reason)),
         FromNew::Hello { .. } => Err(UpgradeError::Refused("a second hello".into())),
     }

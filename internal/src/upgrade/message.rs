@@ -8,9 +8,17 @@
 //! JSON (serde_json) because the message is written once per upgrade, so speed does not matter;
 //! serde_json is already a dependency; and a handover stays readable in `strace` and a fuzz corpus.
 //! The message is a version and a list of [`Item`]s, each tagged with its `kind`: a kind added later
-//! (a WebSocket, an idle HTTP/1.1 connection, each naming its descriptors by index) is a new
-//! variant and a new [`HANDOVER_VERSION`]. A version this build cannot read is a refusal, never a
-//! panic: [`parse_from_old`] checks the version before it reads the items.
+//! (a WebSocket, say, naming its descriptors by index) is a new variant and a new
+//! [`HANDOVER_VERSION`]. A version this build cannot read is a refusal, never a panic:
+//! [`parse_from_old`] checks the version before it reads the items.
+//!
+//! After "ready" the old process sends the idle HTTP/1.1 connections ([`FromOld::Connections`],
+//! [`Item::Http1`]), a frame and its descriptors per batch, until it closes the channel.
+//!
+//! The version rule: each side reads every version from [`OLDEST_VERSION`] to its own. The new
+//! process says its version in its hello; the old one writes the handover in the lower of the two
+//! and sends connections only to a reader of version 2 or later. Version 1 had no connections; a
+//! version 1 process neither sends nor reads them (its idle connections close as before).
 
 use std::net::SocketAddr;
 
@@ -19,7 +27,13 @@ use serde::{Deserialize, Serialize};
 use crate::metrics::CarriedSample;
 
 /// The handover version this build writes and reads.
-pub const HANDOVER_VERSION: u32 = 1;
+pub const HANDOVER_VERSION: u32 = 2;
+
+/// The oldest handover version this build still reads and writes (module docs: the version rule).
+pub const OLDEST_VERSION: u32 = 1;
+
+/// The first version that moves idle HTTP/1.1 connections.
+pub const CONNECTIONS_VERSION: u32 = 2;
 
 /// What the new process sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +64,13 @@ pub enum FromNew {
 pub enum FromOld {
     /// The handover; its descriptors follow the frame.
     Handover(Handover),
+    /// After "ready": idle connections; their descriptors follow the frame.
+    Connections {
+        /// How many descriptors follow the frame (at most [`super::fds::FDS_PER_MESSAGE`]).
+        fds: usize,
+        /// The connections ([`Item::Http1`]).
+        items: Vec<Item>,
+    },
     /// The old process will not hand over (another upgrade runs, an unknown version).
     Refused {
         /// Why, for the new process's log.
@@ -102,6 +123,18 @@ pub enum Item {
     Metrics {
         /// Their samples.
         samples: Vec<CarriedSample>,
+    },
+    /// An idle HTTP/1.1 keep-alive connection (version 2 and later, [`FromOld::Connections`]).
+    Http1 {
+        /// Index of its descriptor among those after the frame.
+        fd: usize,
+        /// The client's address.
+        peer: SocketAddr,
+        /// True for a TLS connection; none is sent (its session stays in the old process) and
+        /// the new process closes one it gets.
+        tls: bool,
+        /// Bytes read off the connection and not served (a head's start), base64 (standard).
+        buffered: String,
     },
 }
 
@@ -179,29 +212,32 @@ pub fn parse_from_old(frame: &[u8]) -> Result<FromOld, MessageError> {
     let env: Envelope = serde_json::from_slice(frame)?;
     if env.kind == "handover" {
         match env.version {
-            Some(HANDOVER_VERSION) => {}
+            Some(v) if (OLDEST_VERSION..=HANDOVER_VERSION).contains(&v) => {}
             Some(v) => return Err(MessageError::Version(v)),
             None => return Err(MessageError::Version(0)),
         }
     }
     let msg: FromOld = serde_json::from_slice(frame)?;
-    if let FromOld::Handover(h) = &msg {
-        let mut seen = vec![false; h.fds.min(1 << 16)];
-        for item in &h.items {
-            if let Item::Listener { fd, .. } = item {
-                match seen.get_mut(*fd) {
-                    Some(s) if !*s && *fd < h.fds => *s = true,
-                    _ => {
-                        return Err(MessageError::Fd {
-                            fd: *fd,
-                            fds: h.fds,
-                        })
-                    }
-                }
+    match &msg {
+        FromOld::Handover(h) => check_fds(h.fds, &h.items)?,
+        FromOld::Connections { fds, items } => check_fds(*fds, items)?,
+        FromOld::Refused { .. } => {}
+    }
+    Ok(msg)
+}
+
+/// Checks that every descriptor index of `items` is below `fds` and named once.
+fn check_fds(fds: usize, items: &[Item]) -> Result<(), MessageError> {
+    let mut seen = vec![false; fds.min(1 << 16)];
+    for item in items {
+        if let Item::Listener { fd, .. } | Item::Http1 { fd, .. } = item {
+            match seen.get_mut(*fd) {
+                Some(s) if !*s && *fd < fds => *s = true,
+                _ => return Err(MessageError::Fd { fd: *fd, fds }),
             }
         }
     }
-    Ok(msg)
+    Ok(())
 }
 
 /// Parses a frame of the new process.
@@ -277,6 +313,35 @@ mod tests {
             reason: "busy".into(),
         };
         assert_eq!(parse_from_old(&to_json(&r)).expect("parses"), r);
+    }
+
+    #[test]
+    fn connections_survive_a_round_trip_and_bad_ones_are_errors() {
+        let http1 = |fd| Item::Http1 {
+            fd,
+            peer: "[2001:db8::1]:50123".parse().expect("addr"),
+            tls: false,
+            buffered: "R0VUIC8gSFRU".into(),
+        };
+        let c = FromOld::Connections {
+            fds: 2,
+            items: vec![http1(0), http1(1)],
+        };
+        assert_eq!(parse_from_old(&to_json(&c)).expect("parses"), c);
+        for (fds, items) in [(1, vec![http1(0), http1(1)]), (2, vec![http1(0), http1(0)])] {
+            let bad = FromOld::Connections { fds, items };
+            assert!(matches!(
+                parse_from_old(&to_json(&bad)),
+                Err(MessageError::Fd { .. })
+            ));
+        }
+        let junk = br#"{"type":"connections","fds":1,"items":[{"kind":"http1","fd":0}]}"#;
+        assert!(parse_from_old(junk).is_err());
+        // A version 1 handover is still read.
+        let mut h = full();
+        h.version = OLDEST_VERSION;
+        let back = parse_from_old(&to_json(&FromOld::Handover(h.clone()))).expect("parses");
+        assert_eq!(back, FromOld::Handover(h));
     }
 
     #[test]

@@ -9,13 +9,16 @@
 //! [`fds`], bindings, drains, counters) and waits for "ready", all within `upgrade_timeout`. Ready:
 //! [`Upgrader::handed_over`] resolves and the server shuts down as on SIGTERM. Anything else: the new
 //! process is killed, the reason logged and counted, and the listeners were never touched.
-//! [`receive`] is the new process's side. Spawns the upgrade task and the two watchers; never
-//! touches a connection (the server owns them) and never closes a listener itself.
+//! After ready, the idle HTTP/1.1 connections the server gives the [`Mover`] cross the same channel
+//! ([`moving`]) until [`Upgrader::join`] closes it at the end of the drain. [`receive`] is the new
+//! process's side. Spawns the upgrade task and the two watchers; never reads or writes a connection
+//! (the server owns them) and never closes a listener itself.
 
 pub mod child;
 mod driver;
 pub mod fds;
 pub mod message;
+pub mod moving;
 pub mod receive;
 mod triggers;
 
@@ -31,6 +34,7 @@ use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{KindLabel, Metrics};
+use crate::proxy::moving::Mover;
 use child::SelfExe;
 use message::{Item, ListenerRole};
 
@@ -116,6 +120,8 @@ pub struct Upgrader {
     phase: Mutex<Phase>,
     listeners: Mutex<Vec<HeldListener>>,
     state: StateSnapshot,
+    /// Where the server's idle HTTP/1.1 connections go once the new process is ready.
+    mover: Arc<Mover>,
     handed_over: CancellationToken,
     /// Cancelled on shutdown: an upgrade still running is rolled back.
     stop: CancellationToken,
@@ -132,7 +138,8 @@ impl std::fmt::Debug for Upgrader {
 
 impl Upgrader {
     /// An upgrader starting `exe`, allowing the new process `timeout` to be ready, handing over
-    /// the listeners and what the snapshot returns (`handover`), counting on `metrics`. `busy`
+    /// the listeners and what the snapshot returns (`handover`), then the idle connections the
+    /// server gives `mover`, counting on `metrics`. `busy`
     /// starts it in the running phase: a process being upgraded into refuses triggers until it
     /// calls [`Upgrader::idle`].
     pub fn new(
@@ -140,6 +147,7 @@ impl Upgrader {
         timeout: Duration,
         metrics: Arc<Metrics>,
         handover: (Vec<HeldListener>, StateSnapshot),
+        mover: Arc<Mover>,
         busy: bool,
     ) -> Arc<Self> {
         let (listeners, state) = handover;
@@ -150,6 +158,7 @@ impl Upgrader {
             phase: Mutex::new(if busy { Phase::Running } else { Phase::Idle }),
             listeners: Mutex::new(listeners),
             state,
+            mover,
             handed_over: CancellationToken::new(),
             stop: CancellationToken::new(),
             task: Mutex::new(None),
@@ -232,22 +241,36 @@ impl Upgrader {
     async fn run(self: Arc<Self>, channel: Option<UnixStream>) {
         let mut child: Option<Child> = None;
         let mut peer_pid: Option<u32> = None;
+        let mut kept: Option<UnixStream> = None;
         let outcome = async {
-            let ch = self.open(channel, &mut child, &mut peer_pid)?;
-            driver::hand_over(&self, ch, &mut child).await
+            let mut ch = self.open(channel, &mut child, &mut peer_pid)?;
+            let r = driver::hand_over(&self, &mut ch, &mut child).await;
+            kept = Some(ch);
+            r
         };
         let outcome = tokio::select! {
             r = tokio::time::timeout(self.timeout, outcome) => r.unwrap_or(Err(UpgradeError::Timeout)),
             () = self.stop.cancelled() => Err(UpgradeError::ShuttingDown),
         };
         match outcome {
-            Ok(pid) => {
+            Ok((pid, version)) => {
                 tracing::info!(
                     new_pid = pid,
                     "upgrade handed over; this process stops accepting and shuts down"
                 );
+                // Opened before the drain signal (which the handed-over state sends): idle
+                // connections move from their first look at the signal on.
+                let taken = (version >= message::CONNECTIONS_VERSION).then(|| self.mover.open());
                 *self.phase() = Phase::HandedOver;
                 self.handed_over.cancel();
+                if let (Some(rx), Some(mut ch)) = (taken, kept) {
+                    let sent = moving::send(&mut ch, rx, self.timeout).await;
+                    tracing::info!(
+                        new_pid = pid,
+                        connections = sent,
+                        "upgrade: idle connections moved"
+                    );
+                }
             }
             Err(UpgradeError::ShuttingDown) => {
                 child::stop(child.as_mut(), peer_pid).await;
@@ -297,8 +320,11 @@ impl Upgrader {
         UnixStream::from_std(ours).map_err(UpgradeError::Channel)
     }
 
-    /// Rolls back an upgrade still running and waits for its task (on shutdown).
+    /// Rolls back an upgrade still running and waits for its task (on shutdown); after a handover,
+    /// closes the mover (the server's connections have ended) and waits for the last connections
+    /// to be sent.
     pub async fn join(&self) {
+        self.mover.close();
         self.stop.cancel();
         let task = self
             .task
@@ -321,6 +347,14 @@ pub fn count_success(metrics: &Metrics, listeners: usize) {
         .upgrade_moved
         .get_or_create(&KindLabel { kind: "listener" })
         .inc_by(listeners as u64);
+}
+
+/// Counts connections of `kind` a new process took (`gateway_upgrade_moved_total{kind}`).
+pub fn count_moved(metrics: &Metrics, kind: &'static str, n: usize) {
+    metrics
+        .upgrade_moved
+        .get_or_create(&KindLabel { kind })
+        .inc_by(n as u64);
 }
 
 /// Borrowed descriptors of `held`, in order (for [`fds::send_fds`]).

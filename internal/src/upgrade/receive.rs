@@ -14,6 +14,7 @@ use super::fds::{read_frame, recv_fds, write_frame};
 use super::message::{
     parse_from_old, to_json, BindingItem, FromNew, FromOld, Item, ListenerRole, HANDOVER_VERSION,
 };
+use super::moving::Arrivals;
 use super::UpgradeError;
 use crate::metrics::CarriedSample;
 
@@ -79,13 +80,17 @@ impl Received {
         }
     }
 
-    /// Tells the old process that this one accepts on every listener it received.
+    /// Tells the old process that this one accepts on every listener it received; returns where
+    /// the old process's idle connections arrive from then on.
     ///
     /// # Errors
     /// The channel's write error (the old process is gone).
-    pub async fn ready(mut self) -> std::io::Result<()> {
+    pub async fn ready(mut self) -> std::io::Result<Arrivals> {
         let pid = std::process::id();
-        write_frame(&mut self.channel, &to_json(&FromNew::Ready { pid })).await
+        write_frame(&mut self.channel, &to_json(&FromNew::Ready { pid })).await?;
+        Ok(Arrivals {
+            channel: self.channel,
+        })
     }
 }
 
@@ -141,12 +146,17 @@ async fn receive_now(source: &Source) -> Result<Received, UpgradeError> {
     let frame = read_frame(&mut ch).await.map_err(UpgradeError::Channel)?;
     let h = match parse_from_old(&frame) {
         Ok(FromOld::Handover(h)) if h.fds <= MAX_FDS => h,
-        Ok(FromOld::Handover(h)) => {
-            let reason = format!("{} descriptors announced (at most {MAX_FDS})", h.fds);
+        Ok(FromOld::Refused { reason }) => return Err(UpgradeError::Refused(reason)),
+        Ok(other) => {
+            let reason = match other {
+                FromOld::Handover(h) => {
+                    format!("{} descriptors announced (at most {MAX_FDS})", h.fds)
+                }
+                _ => "connections before the handover".to_string(),
+            };
             refuse(&mut ch, &reason).await;
             return Err(UpgradeError::Refused(reason));
         }
-        Ok(FromOld::Refused { reason }) => return Err(UpgradeError::Refused(reason)),
         Err(e) => {
             refuse(&mut ch, &e.to_string()).await;
             return Err(e.into());
@@ -173,7 +183,9 @@ async fn receive_now(source: &Source) -> Result<Received, UpgradeError> {
         match item {
             Item::Listener { role, addr, fd } => {
                 // parse_from_old checked that every index is announced and named once.
-                let fd = fds[fd].take().expect("each descriptor is named once");
+                let Some(fd) = fds.get_mut(fd).and_then(Option::take) else {
+                    continue;
+                };
                 let l = std::net::TcpListener::from(fd);
                 l.set_nonblocking(true).map_err(UpgradeError::Channel)?;
                 got.listeners.push((role, addr, l));
@@ -189,6 +201,10 @@ async fn receive_now(source: &Source) -> Result<Received, UpgradeError> {
                 period_ms,
             }),
             Item::Metrics { samples } => got.samples.extend(samples),
+            Item::Http1 { peer, .. } => {
+                // Connections come after "ready" only; this one's descriptor closes below.
+                tracing::warn!(%peer, "upgrade: a connection inside the handover; closed");
+            }
         }
     }
     got.listener_count = got.listeners.len();

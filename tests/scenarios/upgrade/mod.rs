@@ -4,6 +4,7 @@
 //! Each test starts the gateway from a copy of its binary ([`Upgradable`]) so it can replace it.
 
 mod bindings;
+mod keepalive;
 mod listeners;
 mod load;
 mod rollback;

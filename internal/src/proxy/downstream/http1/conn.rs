@@ -15,7 +15,7 @@
 //! - The header read timeout (SPEC section 4) is one connection-level deadline, re-armed at the
 //!   first byte of each head; an idle keep-alive connection has none (as before).
 //! - Drain: an idle connection closes at once; an in-flight request finishes, answered with
-//!   `Connection: close`.
+//!   `Connection: close`. In an upgrade a cleartext connection moves instead ([`super::leave`]).
 //! - A client's end of stream (half-close) ends the connection once the request in flight, if
 //!   any, was answered.
 //! - An upgrade request (`Upgrade` on HTTP/1.1, or `CONNECT`) runs the phases like any other, with
@@ -37,6 +37,7 @@ use http_body_util::BodyExt;
 use tokio::io::AsyncWrite;
 
 use super::body::{lock, BodyRead, ConnBody, Io, Shared};
+use super::leave::{self, close};
 use super::request::{self, Framing};
 use super::response::{self, Answering, BodyLen, Encoding};
 use super::upgrade::{self, Socket};
@@ -120,8 +121,10 @@ pub async fn serve<I: Socket>(
                 return;
             }
             Ok(None) => {
-                if draining && !pending {
-                    close(&shared).await;
+                let moving = draining && leave::moves::<I>(&proxy.mover);
+                if moving || (draining && !pending) {
+                    let mover = moving.then_some(&*proxy.mover);
+                    leave::leave(shared, mover, dc.peer).await;
                     return;
                 }
                 if pending && !armed {
@@ -187,7 +190,10 @@ pub async fn serve<I: Socket>(
             method: &method,
             http10,
             // An upgrade head is the connection's last HTTP/1.x request (module docs).
-            keep_alive: head.keep_alive && body_done && !draining && !head.upgrade,
+            keep_alive: head.keep_alive
+                && body_done
+                && (!draining || leave::moves::<I>(&proxy.mover))
+                && !head.upgrade,
         };
         let written = write_response(&shared, resp, a, &mut out).await;
         match (written, handoff) {
@@ -391,9 +397,4 @@ async fn write_all<I: AsyncWrite + Unpin>(
         IoSlice::advance_slices(&mut bufs, n);
     }
     Ok(())
-}
-
-/// Ends the connection cleanly: flush, then the write side's shutdown (FIN, or TLS close_notify).
-async fn close<I: AsyncWrite + Unpin>(shared: &Shared<I>) {
-    let _ = poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_shutdown(cx)).await;
 }

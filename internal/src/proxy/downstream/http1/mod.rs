@@ -9,6 +9,7 @@
 
 pub(crate) mod body;
 pub mod conn;
+mod leave;
 pub mod request;
 pub mod response;
 pub mod rewind;

@@ -39,10 +39,25 @@ pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 
     /// The socket as an [`Upgraded`], with `early` (bytes read off it and not served) in front.
     fn upgraded(self, early: Bytes) -> Upgraded;
+
+    /// True if an idle connection on this socket can move to a new process in an upgrade (SPEC
+    /// section 13): cleartext only, a TLS session's state stays in this process.
+    const MOVABLE: bool;
+
+    /// The socket as a std one, taken off this process's runtime, for an upgrade's handover.
+    ///
+    /// # Errors
+    /// `Unsupported` for a socket that is not [`Socket::MOVABLE`]; the runtime's error.
+    fn into_std(self) -> std::io::Result<std::net::TcpStream>;
 }
 
 impl Socket for TcpStream {
     const BUFFERS_WRITES: bool = false;
+    const MOVABLE: bool = true;
+
+    fn into_std(self) -> std::io::Result<std::net::TcpStream> {
+        TcpStream::into_std(self)
+    }
 
     fn upgraded(self, early: Bytes) -> Upgraded {
         Upgraded::Plain(Rewind::new(early, self))
@@ -51,6 +66,11 @@ impl Socket for TcpStream {
 
 impl Socket for TlsStream<TcpStream> {
     const BUFFERS_WRITES: bool = true;
+    const MOVABLE: bool = false;
+
+    fn into_std(self) -> std::io::Result<std::net::TcpStream> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
 
     fn upgraded(self, early: Bytes) -> Upgraded {
         Upgraded::Tls(Box::new(Rewind::new(early, self)))
