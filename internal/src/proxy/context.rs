@@ -13,6 +13,7 @@ use http::Uri;
 use tokio::time::Instant;
 
 use super::http1_codec::head::Present;
+use super::types::DownstreamConn;
 use crate::hopper::ConnId;
 use crate::registry::NodeId;
 use crate::routing::{Route, RouteTable};
@@ -65,7 +66,7 @@ pub(crate) struct LogFields {
     /// Method; `None` (logged `-`) for a refused head whose method did not parse.
     pub method: Option<http::Method>,
     /// The target's path and query as received, a cheap reference-counted copy: the log shows
-    /// its path (as [`http::Uri::path`] gives it, [`LogFields::target`]). `None` when the target
+    /// its path (as [`http::Uri::path`] gives it, [`LogFields::shown_path`]). `None` when the target
     /// has none: an authority-form target (logged empty) or, with `target_seen` false, a refused
     /// head whose request line did not parse (logged `-`).
     pub path: Option<PathAndQuery>,
@@ -89,14 +90,25 @@ pub(crate) struct LogFields {
 }
 
 impl LogFields {
-    /// The target fields of a request whose target is `uri` (`None`: its request line did not
-    /// parse).
-    pub(crate) fn target(uri: Option<&Uri>) -> (Option<PathAndQuery>, bool) {
-        let Some(uri) = uri else {
-            return (None, false);
-        };
-        // No path and query: authority-form, whose path `Uri::path` gives as "".
-        (uri.path_and_query().cloned(), true)
+    /// The log fields read off a request head from `dc`: its `method` and target `uri` (`None`
+    /// where its request line did not parse) and its `protocol` as the log names it; the node,
+    /// hops and trace id are filled in later.
+    pub(crate) fn of_head(
+        method: Option<http::Method>,
+        uri: Option<&Uri>,
+        protocol: &'static str,
+        dc: &DownstreamConn,
+    ) -> LogFields {
+        LogFields {
+            method,
+            // No path and query: authority-form, whose path `Uri::path` gives as "".
+            path: uri.and_then(Uri::path_and_query).cloned(),
+            target_seen: uri.is_some(),
+            client: Some(dc.peer),
+            protocol,
+            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
+            ..LogFields::default()
+        }
     }
 
     /// What the log shows of the target: its path, "" for authority-form, `-` when not known.
@@ -247,6 +259,7 @@ mod tests {
 
     #[test]
     fn the_logged_path_is_the_targets_as_uri_gives_it() {
+        let dc = DownstreamConn::new("127.0.0.1:4000".parse().expect("addr"));
         for target in [
             "/a/b?c=1",
             "*",
@@ -255,20 +268,10 @@ mod tests {
             "h.example:443",
         ] {
             let uri: Uri = target.parse().expect("uri");
-            let (path, target_seen) = LogFields::target(Some(&uri));
-            let log = LogFields {
-                path,
-                target_seen,
-                ..LogFields::default()
-            };
+            let log = LogFields::of_head(None, Some(&uri), "h2", &dc);
             assert_eq!(log.shown_path(), uri.path(), "{target}");
         }
-        let (path, target_seen) = LogFields::target(None);
-        let unknown = LogFields {
-            path,
-            target_seen,
-            ..LogFields::default()
-        };
+        let unknown = LogFields::of_head(None, None, "-", &dc);
         assert_eq!(unknown.shown_path(), "-");
     }
 }

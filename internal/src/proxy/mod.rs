@@ -218,22 +218,16 @@ impl Proxy {
         dc: &DownstreamConn,
         present: http1_codec::head::Present,
     ) -> RequestCtx<NoRoute> {
-        let (path, target_seen) = LogFields::target(Some(req.uri()));
-        let log = LogFields {
-            method: Some(req.method().clone()),
-            path,
-            target_seen,
-            client: Some(dc.peer),
-            protocol: head.protocol,
+        let mut log = LogFields::of_head(
+            Some(req.method().clone()),
+            Some(req.uri()),
+            head.protocol,
+            dc,
+        );
+        if self.settings.access_log {
             // Read only for the access line ([`Proxy::finish`] writes none when it is off).
-            trace_id: if self.settings.access_log {
-                access::trace_id(req.headers())
-            } else {
-                None
-            },
-            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-            ..LogFields::default()
-        };
+            log.trace_id = access::trace_id(req.headers());
+        }
         let h2 = req.version() == http::Version::HTTP_2;
         let table = self.routing.table();
         RequestCtx::new(head.kind, h2, table, head.start, present, log)
@@ -301,16 +295,8 @@ impl Proxy {
         dc: &DownstreamConn,
         seen: downstream::http1::request::LineSeen,
     ) -> Response<ProxyBody> {
-        let (path, target_seen) = LogFields::target(seen.uri.as_ref());
-        let log = LogFields {
-            method: seen.method,
-            path,
-            target_seen,
-            protocol: access::version_protocol(seen.version),
-            client: Some(dc.peer),
-            client_subject: dc.tls.as_ref().and_then(|t| t.client_subject.clone()),
-            ..LogFields::default()
-        };
+        let protocol = access::version_protocol(seen.version);
+        let log = LogFields::of_head(seen.method, seen.uri.as_ref(), protocol, dc);
         let ctx = RequestCtx::new(
             Kind::Http,
             false,

@@ -38,6 +38,7 @@ mod tests {
     use crate::metrics::Metrics;
     use crate::proxy::context::Kind;
     use crate::proxy::context::LogFields;
+    use crate::proxy::types::DownstreamConn;
     use crate::registry::Registry;
     use crate::routing::RouteTable;
     use http::Method;
@@ -54,18 +55,13 @@ mod tests {
         // The target shares a larger buffer, as one parsed from a connection's read buffer does.
         let buffer = bytes::Bytes::from_static(b"GET /ws/chat?room=1 HTTP/1.1\r\n\r\n");
         let uri = http::Uri::from_maybe_shared(buffer.slice(4..19)).expect("uri");
-        let (path, target_seen) = LogFields::target(Some(&uri));
+        let dc = DownstreamConn::new("127.0.0.1:4000".parse().expect("addr"));
         let log = LogFields {
-            method: Some(Method::GET),
-            path,
-            target_seen,
             node: Some(Arc::from("a")),
             hops: 2,
-            client: Some("127.0.0.1:4000".parse().expect("addr")),
-            protocol: "ws",
             trace_id: Some(Box::from("4bf92f3577b34da6a3ce929d0e0e4736")),
             client_subject: Some(Arc::from("CN=client")),
-            ..LogFields::default()
+            ..LogFields::of_head(Some(Method::GET), Some(&uri), "ws", &dc)
         };
         let mut ctx = RequestCtx::new(
             Kind::WebSocket,
