@@ -43,17 +43,18 @@ hopping-gateway is up: data plane http://localhost:8000, admin http://127.0.0.1:
 Try, in another terminal:
 
   curl -s localhost:8000/data                                 # balanced over node-1 and node-2
-  curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # bound: always the same node
-  curl -s 127.0.0.1:9901/admin/conns/demo-1                   # the binding and its TTL
+  curl -s -H 'X-Conn-Id: demo-2' localhost:8000/data          # bound: always the same node (node-1)
+  curl -s 127.0.0.1:9901/admin/conns/demo-2                   # the binding and its TTL
   curl -s 127.0.0.1:9901/admin/nodes                          # node states and effective weights
 
-Watch a hop: kill the node demo-1 is bound to, then ask again:
-  pkill -9 -f 'mock-backend 8081 node-1'                      # (or 8082 node-2)
-  curl -s -H 'X-Conn-Id: demo-1' localhost:8000/data          # served by the other node; the log says
-                                                              # "Hopping triggered for conn demo-1 from ... to ..."
-  curl -s 127.0.0.1:9901/metrics | grep hopping_count
+Watch a hop: kill node-1, the node demo-2 is bound to, then ask again:
+  pkill -9 -f 'mock-backend 8081 node-1'
+  curl -s -H 'X-Conn-Id: demo-2' localhost:8000/data          # served by node-2; the log says
+                                                              # "Hopping triggered for conn demo-2 from node-1 to node-2"
+  curl -s 127.0.0.1:9901/metrics | grep hopping_count         # hopping_count_total{reason="connect_error"} 1
+                                                              # (the series exists from the first hop on)
 Bring the killed node back before the next steps (from the project root, in that terminal; Ctrl-C there stops it):
-  target/release/mock-backend 8081 node-1                     # (or 8082 node-2); probed healthy, then slow start
+  target/release/mock-backend 8081 node-1                     # probed healthy, then slow start
 
 "Alive but useless": curl -s -XPOST 'localhost:8082/control/health?state=down'  (ejected after 3 probes, 6 s)
   and back:          curl -s -XPOST 'localhost:8082/control/health?state=up'    (probed healthy, then slow start)
