@@ -112,6 +112,13 @@ pub(super) async fn serve_data<I>(
         own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch).await;
     }
     // The connection was its own affinity key: with it gone, so is the binding.
+    forget_own_id(&proxy, &dc).await;
+}
+
+/// Removes the binding of `dc`'s own conn id, if the connection is its own affinity key (an
+/// HTTP/2 connection without an affinity header, SPEC section 5): the connection ended or was
+/// sent GOAWAY, so no later request can carry that id.
+async fn forget_own_id(proxy: &Proxy, dc: &DownstreamConn) {
     if let Some(id) = dc.conn_id.get() {
         proxy.hopper.store().remove(id).await;
     }
@@ -137,9 +144,7 @@ pub(super) async fn serve_moved(c: MovedConn, proxy: Arc<Proxy>, watch: drain::W
     let dc = Arc::new(DownstreamConn::new(c.peer));
     let first = BytesMut::from(&c.buffered[..]);
     own_h1::conn::serve(io, first, proxy.clone(), dc.clone(), watch).await;
-    if let Some(id) = dc.conn_id.get() {
-        proxy.hopper.store().remove(id).await;
-    }
+    forget_own_id(&proxy, &dc).await;
 }
 
 /// hyper's service over the proxy for connection `dc`.
@@ -258,9 +263,7 @@ async fn serve_h2<I>(
                     // the client's next connection binds to a healthy node (SPEC section 5).
                     closing = true;
                     tracing::info!(peer = %peer, "node of this h2 connection is going away; sending GOAWAY");
-                    if let Some(id) = dc.conn_id.get() {
-                        proxy.hopper.store().remove(id).await;
-                    }
+                    forget_own_id(proxy, dc).await;
                     conn.as_mut().graceful_shutdown();
                 } else if !alive {
                     node_signal = None;
